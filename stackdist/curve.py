@@ -1,0 +1,361 @@
+"""HitCurve: the exact LRU hit count at every capacity, from one replay.
+
+Exactness with objects larger than the cache. The reference LRU never stores an object larger
+than its capacity and evicts nothing for it, so at capacity ``C`` it behaves as an LRU over the
+trace *without* the keys larger than ``C``. For ``C`` at or above the largest object size that
+filter removes nothing and the one replay's distances are exact: an access hits iff its
+distance is at most ``C``. Below the largest size the engine is still exact, at a cost: the
+object sizes cut the capacity axis into levels ``[s_k, s_{k+1})`` (``s_k`` the distinct sizes);
+within a level the filtered trace is fixed, so one more replay of that filtered trace (only the
+keys of size at most ``s_k``) gives the exact curve across the whole level. These replays run
+lazily, once per level a query touches, and are cached. With one size (blocks, whole equal
+documents) there is no such level and nothing extra runs; with m distinct sizes the full curve
+below the largest size costs at most m - 1 extra replays of shrinking sub-traces. Below the
+smallest size nothing fits and every access misses. In those levels the curve can be
+non-monotone: a larger cache can hit less, because it admits a large object that then evicts
+small ones.
+
+>>> c = HitCurve.from_trace([0, 1, 2] * 3)
+>>> c.hits_at(2), c.hits_at(3), c.cold_misses, c.ceiling_hits
+(0, 6, 3, 6)
+>>> c.min_capacity_for(hit_rate=0.5)
+3
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from . import _kernels
+from .distances import COLD, DenseKeys, _check_sizes, _replay, dense_keys
+
+__all__ = ["HitCurve", "CurveSteps", "parse_window"]
+
+_BINCOUNT_LIMIT = 1 << 26
+
+
+@dataclass(frozen=True)
+class CurveSteps:
+    """An exact step function: at capacity ``c`` with ``capacities[i] <= c < capacities[i+1]``
+    the cache gets ``hits[i]`` hits totalling ``hit_sizes[i]`` size units."""
+
+    capacities: np.ndarray
+    hits: np.ndarray
+    hit_sizes: np.ndarray
+
+    def at(self, capacity: int) -> tuple[int, int]:
+        """(hits, hit size) at one capacity."""
+        i = int(np.searchsorted(self.capacities, capacity, side="right")) - 1
+        return int(self.hits[i]), int(self.hit_sizes[i])
+
+
+@dataclass(frozen=True)
+class _Histogram:
+    """Sorted unique finite distances with cumulative hit counts and hit sizes."""
+
+    values: np.ndarray
+    cum_hits: np.ndarray
+    cum_sizes: np.ndarray
+
+    @classmethod
+    def build(cls, distances: np.ndarray, sizes: np.ndarray | None) -> _Histogram:
+        """O(n) for unit sizes (counting); otherwise one sort of packed (distance, size) codes."""
+        finite = distances[distances != COLD]
+        if finite.size == 0:
+            empty = np.zeros(0, np.int64)
+            return cls(empty, empty, empty)
+        if sizes is None and int(finite.max()) < _BINCOUNT_LIMIT:
+            counts = np.bincount(finite)
+            values = np.flatnonzero(counts).astype(np.int64)
+            cum = np.cumsum(counts[values])
+            return cls(values, cum, cum)
+        hit_sizes = np.ones_like(finite) if sizes is None else sizes[distances != COLD]
+        shift = max(1, int(hit_sizes.max()).bit_length())
+        if int(finite.max()).bit_length() + shift <= 63:
+            packed = np.sort((finite << shift) | hit_sizes)
+            values, counts, sums = _kernels.sorted_histogram(packed, shift)
+        else:
+            order = np.argsort(finite, kind="stable")
+            sorted_d = finite[order]
+            starts = np.flatnonzero(np.r_[True, sorted_d[1:] != sorted_d[:-1]])
+            values = sorted_d[starts]
+            counts = np.diff(np.r_[starts, sorted_d.size])
+            sums = np.add.reduceat(hit_sizes[order], starts)
+        return cls(values, np.cumsum(counts), np.cumsum(sums))
+
+    def at(self, capacities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Hits and hit sizes at each capacity (O(log n) each)."""
+        idx = np.searchsorted(self.values, capacities, side="right") - 1
+        safe = np.maximum(idx, 0)
+        zero = idx < 0
+        if self.values.size == 0:
+            z = np.zeros(np.shape(capacities), np.int64)
+            return z, z.copy()
+        return np.where(zero, 0, self.cum_hits[safe]), np.where(zero, 0, self.cum_sizes[safe])
+
+    def first_reaching(self, target: int, by_size: bool) -> int | None:
+        """The smallest distance value at which the cumulative count (or size) reaches ``target``."""
+        cum = self.cum_sizes if by_size else self.cum_hits
+        i = int(np.searchsorted(cum, target, side="left"))
+        return int(self.values[i]) if i < cum.size else None
+
+
+def parse_window(window: Any, n: int) -> tuple[int, int]:
+    """Normalize a window (None, a slice, a (start, stop) pair or "START:STOP") to [start, stop).
+
+    Negative numbers count from the end, as in Python slicing.
+
+    >>> parse_window("10:", 100), parse_window((None, -10), 100), parse_window(None, 5)
+    ((10, 100), (0, 90), (0, 5))
+    """
+    if window is None:
+        return 0, n
+    if isinstance(window, str):
+        parts = window.split(":")
+        if len(parts) != 2:
+            raise ValueError(f"window must look like START:STOP (either may be empty); got {window!r}.")
+        try:
+            window = tuple(int(p) if p.strip() else None for p in parts)
+        except ValueError:
+            raise ValueError(f"window must look like START:STOP with integers; got {window!r}.") from None
+    if isinstance(window, tuple):
+        if len(window) != 2:
+            raise ValueError(f"window must be a (start, stop) pair; got {window!r}.")
+        window = slice(*window)
+    if not isinstance(window, slice) or window.step not in (None, 1):
+        raise ValueError(f"window must be a slice with step 1, a (start, stop) pair or 'START:STOP'; got {window!r}.")
+    start, stop, _ = window.indices(n)
+    return start, max(start, stop)
+
+
+class HitCurve:
+    """Exact LRU hits at every capacity for the accesses in a window, from one replay.
+
+    Build it with :meth:`from_trace` (or :func:`stackdist.hit_curve`). All queries are exact,
+    including capacities below the largest object (see the module docstring for how and what
+    it costs). Capacities and sizes are in the trace's size unit (tokens, blocks, bytes).
+    """
+
+    def __init__(self, dense: DenseKeys, sizes: np.ndarray | None, distances: np.ndarray, window: tuple[int, int]):
+        self._dense = dense
+        self._sizes = sizes
+        self.distances = distances
+        self.window = window
+        start, stop = window
+        self._window_sizes = None if sizes is None else sizes[start:stop]
+        win_d = distances[start:stop]
+        self.n_accesses = stop - start
+        self.total_size = self.n_accesses if sizes is None else int(self._window_sizes.sum())
+        self.cold_misses = int(np.count_nonzero(win_d == COLD))
+        self._levels = np.zeros(0, np.int64) if distances.size == 0 else (
+            np.ones(1, np.int64) if sizes is None else np.unique(sizes)
+        )
+        self.max_object_size = int(self._levels[-1]) if self._levels.size else 0
+        self._top = _Histogram.build(win_d, self._window_sizes)
+        self._level_cache: dict[int, _Histogram] = {}
+
+    @classmethod
+    def from_trace(cls, keys: Any, sizes: Any = None, window: Any = None) -> HitCurve:
+        """Replay ``keys`` (with ``sizes``, unit if None) once; keep the hits in ``window``.
+
+        O(n log k) for the replay plus O(n) (unit sizes) or one sort (sized) for the curve.
+        """
+        dense = dense_keys(keys)
+        size_arr = _check_sizes(sizes, dense.ids.shape[0])
+        start, stop = parse_window(window, dense.ids.shape[0])
+        distances = _replay(dense, size_arr)
+        return cls(dense, size_arr, distances, (start, stop))
+
+    # ----------------------------------------------------------------- derived totals
+    @property
+    def ceiling_hits(self) -> int:
+        """Hits of an infinite cache: every access in the window but the cold ones."""
+        return self.n_accesses - self.cold_misses
+
+    @property
+    def ceiling_hit_size(self) -> int:
+        """Size units hit by an infinite cache."""
+        return int(self._top.cum_sizes[-1]) if self._top.values.size else 0
+
+    @property
+    def ceiling_hit_rate(self) -> float:
+        """Hit rate of an infinite cache (0.0 for an empty window)."""
+        return self.ceiling_hits / self.n_accesses if self.n_accesses else 0.0
+
+    # ----------------------------------------------------------------- point queries
+    def _evaluate(self, capacity: Any) -> tuple[np.ndarray, np.ndarray]:
+        caps = np.asarray(capacity)
+        if caps.dtype.kind == "f":
+            if np.any(~np.isfinite(caps)):
+                raise ValueError("capacity must be a finite number.")
+            caps = np.floor(caps)
+        elif caps.dtype.kind not in "iu":
+            raise TypeError(f"capacity must be an integer; got {capacity!r}.")
+        caps = caps.astype(np.int64)
+        if np.any(caps < 0):
+            raise ValueError(f"capacity must be non-negative; got {int(caps.min())}.")
+        hits, sizes = self._top.at(caps)
+        below = caps < self.max_object_size
+        if np.any(below):
+            hits, sizes = hits.copy(), sizes.copy()
+            level_of = np.searchsorted(self._levels, caps, side="right") - 1
+            for level in np.unique(level_of[below]):
+                sel = below & (level_of == level)
+                if level < 0:
+                    hits[sel], sizes[sel] = 0, 0
+                else:
+                    hits[sel], sizes[sel] = self._level_histogram(int(level)).at(caps[sel])
+        return hits, sizes
+
+    def hits_at(self, capacity: Any) -> Any:
+        """Number of hits in the window at ``capacity`` (a scalar or an array of capacities)."""
+        hits, _ = self._evaluate(capacity)
+        return int(hits) if hits.ndim == 0 else hits
+
+    def hit_size_at(self, capacity: Any) -> Any:
+        """Total size (tokens, bytes...) of the hits in the window at ``capacity``."""
+        _, sizes = self._evaluate(capacity)
+        return int(sizes) if sizes.ndim == 0 else sizes
+
+    def misses_at(self, capacity: Any) -> Any:
+        """Number of misses (cold ones included) in the window at ``capacity``."""
+        hits, _ = self._evaluate(capacity)
+        misses = self.n_accesses - hits
+        return int(misses) if np.ndim(misses) == 0 else misses
+
+    def hit_rate_at(self, capacity: Any) -> Any:
+        """Hits / accesses in the window (0.0 for an empty window)."""
+        hits, _ = self._evaluate(capacity)
+        rate = hits / self.n_accesses if self.n_accesses else np.zeros(np.shape(hits))
+        return float(rate) if np.ndim(rate) == 0 else rate
+
+    def size_hit_rate_at(self, capacity: Any) -> Any:
+        """Hit size / total size in the window (a token or byte hit rate)."""
+        _, sizes = self._evaluate(capacity)
+        rate = sizes / self.total_size if self.total_size else np.zeros(np.shape(sizes))
+        return float(rate) if np.ndim(rate) == 0 else rate
+
+    # ----------------------------------------------------------------- inverse queries
+    def min_capacity_for(
+        self,
+        *,
+        hit_rate: float | None = None,
+        hits: int | None = None,
+        size_hit_rate: float | None = None,
+        hit_size: int | None = None,
+    ) -> int | None:
+        """The smallest capacity that reaches the target, or None if no capacity does.
+
+        Give exactly one of ``hit_rate`` (hits / accesses), ``hits``, ``size_hit_rate`` (hit
+        size / total size) or ``hit_size``. Rates are compared exactly (as fractions). Exact
+        below the largest object too: the levels there are searched lazily, lowest first.
+        O(log n) plus any level replays needed.
+        """
+        given = {k: v for k, v in dict(hit_rate=hit_rate, hits=hits, size_hit_rate=size_hit_rate, hit_size=hit_size).items() if v is not None}
+        if len(given) != 1:
+            raise ValueError("give exactly one target: hit_rate, hits, size_hit_rate or hit_size.")
+        (name, value), = given.items()
+        by_size = name in ("size_hit_rate", "hit_size")
+        if name.endswith("rate"):
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name} must be between 0 and 1; got {value}.")
+            total = self.total_size if by_size else self.n_accesses
+            target = math.ceil(Fraction(value) * total)
+        else:
+            target = int(value)
+        if target <= 0:
+            return 0
+        upper = self._top.first_reaching(target, by_size)
+        if upper is None:
+            return None
+        for k, level in enumerate(self._levels.tolist()):
+            if level >= min(upper, self.max_object_size):
+                break
+            reach = self._level_histogram(k).first_reaching(target, by_size)
+            if reach is not None:
+                capacity = max(reach, level)
+                if capacity < min(int(self._levels[k + 1]), upper):
+                    return capacity
+        return upper
+
+    # ----------------------------------------------------------------- whole curve
+    def steps(self, below_largest: bool = True) -> CurveSteps:
+        """The exact curve as a step function over all capacities from 0.
+
+        With ``below_largest`` (default) the levels below the largest object are included
+        (each costs a replay of its filtered trace, see the module docstring); without it the
+        steps start at the largest object size and nothing extra runs.
+        """
+        caps: list[np.ndarray] = [np.zeros(1, np.int64)]
+        bounds = self._levels.tolist() + [None]
+        first = 0 if below_largest else max(0, len(self._levels) - 1)
+        for k in range(first, len(self._levels)):
+            lo, hi = bounds[k], bounds[k + 1]
+            hist = self._top if hi is None else self._level_histogram(k)
+            inside = hist.values[(hist.values > lo) & (True if hi is None else hist.values < hi)]
+            caps += [np.array([lo], np.int64), inside]
+        capacities = np.unique(np.concatenate(caps))
+        if not below_largest and self.max_object_size:
+            capacities = capacities[(capacities == 0) | (capacities >= self.max_object_size)]
+        hits, sizes = self._evaluate(capacities)
+        keep = np.r_[True, (np.diff(hits) != 0) | (np.diff(sizes) != 0)]
+        return CurveSteps(capacities[keep], hits[keep], sizes[keep])
+
+    def sample(self, capacities: Any) -> dict[str, list]:
+        """The curve at the given capacities, as lists ready for JSON."""
+        caps = np.asarray(capacities, dtype=np.int64)
+        hits, sizes = self._evaluate(caps)
+        n, total = self.n_accesses, self.total_size
+        return {
+            "capacity": caps.tolist(),
+            "hits": hits.tolist(),
+            "hit_rate": (hits / n if n else np.zeros(caps.shape)).tolist(),
+            "hit_size": sizes.tolist(),
+            "size_hit_rate": (sizes / total if total else np.zeros(caps.shape)).tolist(),
+        }
+
+    def default_capacities(self, points: int = 50) -> np.ndarray:
+        """``points`` capacities spread over the interesting range (0 to the last breakpoint),
+        always including each size level and the capacity that reaches the ceiling."""
+        if points < 2:
+            raise ValueError(f"points must be at least 2; got {points}.")
+        last = int(self._top.values[-1]) if self._top.values.size else self.max_object_size
+        grid = np.unique(np.linspace(0, max(last, 1), points).round().astype(np.int64))
+        extra = self._levels[self._levels <= last] if self._levels.size <= points else np.zeros(0, np.int64)
+        return np.unique(np.concatenate([grid, extra, [last]]))
+
+    def summary(self) -> dict[str, Any]:
+        """Totals of the window as a JSON-ready dict."""
+        return {
+            "accesses": self.n_accesses,
+            "window": list(self.window),
+            "total_size": self.total_size,
+            "cold_misses": self.cold_misses,
+            "ceiling_hits": self.ceiling_hits,
+            "ceiling_hit_rate": self.ceiling_hit_rate,
+            "ceiling_hit_size": self.ceiling_hit_size,
+            "max_object_size": self.max_object_size,
+            "distinct_sizes": int(self._levels.size),
+        }
+
+    # ----------------------------------------------------------------- levels
+    def _level_histogram(self, k: int) -> _Histogram:
+        """The exact histogram for capacities in level k: a replay without keys larger than s_k."""
+        if k not in self._level_cache:
+            assert self._sizes is not None, "unit sizes have no level below the largest"
+            level = int(self._levels[k])
+            keep = self._sizes <= level
+            sub = DenseKeys(self._dense.ids[keep], self._dense.n_keys, None)
+            distances = _replay(sub, self._sizes[keep])
+            start, stop = self.window
+            in_window = np.zeros(self._sizes.shape[0], bool)
+            in_window[start:stop] = True
+            w = in_window[keep]
+            self._level_cache[k] = _Histogram.build(distances[w], self._sizes[keep][w])
+        return self._level_cache[k]
+

@@ -1,0 +1,250 @@
+"""Stack distances: one replay of a trace gives every access's LRU stack distance.
+
+The stack distance of an access is its own size plus the sizes of the distinct other keys
+accessed since that key's previous access. A first access has no distance: it is a cold miss,
+marked by the sentinel :data:`COLD` (the largest int64, so ``distance <= capacity`` is False for
+every capacity and comparisons need no special case). At capacity ``C`` an access hits an LRU
+cache iff its distance is at most ``C``, provided no object larger than ``C`` is in the trace
+(see :mod:`stackdist.curve` for that case).
+
+>>> stack_distances([1, 2, 1, 3, 2, 1]).tolist() == [COLD, COLD, 2, COLD, 3, 3]
+True
+>>> stack_distances(["a", "b", "a"], sizes=[5, 3, 5]).tolist()[2]
+8
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import _kernels
+from ._kernels import COLD
+
+__all__ = ["COLD", "stack_distances", "engine_depths", "dense_keys", "DenseKeys", "StackDistanceStream"]
+
+_DIRECT_ID_LIMIT = 1 << 22
+
+
+@dataclass(frozen=True)
+class DenseKeys:
+    """A trace's keys as dense integer ids ``0..n_keys-1`` (the engine's input form)."""
+
+    ids: np.ndarray
+    n_keys: int
+    original: Any = field(repr=False, default=None)
+
+    def key_of(self, position: int) -> Any:
+        """The user's key at access ``position`` (for error messages)."""
+        key = self.original[position]
+        return key.item() if isinstance(key, np.generic) else key
+
+
+def dense_keys(keys: Sequence[Any] | np.ndarray) -> DenseKeys:
+    """Map any hashable keys (or integer ids) to dense int64 ids.
+
+    Non-negative integer arrays with a small maximum are used as they are (``n_keys`` is then
+    ``max + 1``); other integers go through an open-addressing hash table; anything else
+    through a dict. O(n) expected.
+
+    >>> dense_keys(np.array([7, 3, 7])).ids.tolist()
+    [7, 3, 7]
+    >>> dense_keys(["x", "y", "x"]).ids.tolist()
+    [0, 1, 0]
+    """
+    arr = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
+    if arr.ndim != 1:
+        raise ValueError(f"keys must be one-dimensional; got shape {arr.shape}.")
+    if arr.size == 0:
+        return DenseKeys(np.zeros(0, np.int64), 0, arr)
+    if arr.dtype.kind in "iu":
+        return _dense_integer_keys(arr)
+    if arr.dtype.kind == "b":
+        return DenseKeys(arr.astype(np.int64), 2, arr)
+    mapping: dict[Any, int] = {}
+    ids = np.fromiter((mapping.setdefault(k, len(mapping)) for k in arr.tolist()), np.int64, arr.size)
+    return DenseKeys(ids, len(mapping), arr)
+
+
+def _dense_integer_keys(arr: np.ndarray) -> DenseKeys:
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo >= 0 and hi < max(2 * arr.size, _DIRECT_ID_LIMIT):
+        return DenseKeys(arr.astype(np.int64, copy=False), hi + 1, arr)
+    values = arr.astype(np.int64, copy=False).view(np.uint64) if arr.dtype.kind == "i" else arr.astype(np.uint64, copy=False)
+    bits = max(16, int(np.ceil(np.log2(max(arr.size, 2)))) - 2)
+    while True:
+        ids, _uniques, n = _kernels.factorize(values, bits)
+        if n >= 0:
+            return DenseKeys(ids, int(n), arr)
+        bits += 2
+
+
+def _check_sizes(sizes: Any, n: int) -> np.ndarray | None:
+    if sizes is None:
+        return None
+    arr = np.asarray(sizes)
+    if arr.shape != (n,):
+        raise ValueError(f"sizes must have one entry per access ({n}); got shape {arr.shape}.")
+    if n == 0:
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise ValueError("sizes must be positive integers; got a non-integer value.")
+    elif arr.dtype.kind not in "iub":
+        raise ValueError(f"sizes must be positive integers; got dtype {arr.dtype}.")
+    arr = arr.astype(np.int64, copy=False)
+    if int(arr.min()) <= 0:
+        bad = int(np.argmax(arr <= 0))
+        raise ValueError(f"sizes must be positive integers; got {int(arr[bad])} at position {bad}.")
+    return arr
+
+
+class _ReplayState:
+    """The mutable replay state of :mod:`stackdist._kernels`, grown as keys appear."""
+
+    def __init__(self, n_keys: int = 0) -> None:
+        self.slot_of = np.full(n_keys, -1, np.int64)
+        self.size_of = np.zeros(n_keys, np.int64)
+        cap = max(2 * n_keys, 64)
+        self.key_at = np.full(cap, -1, np.int64)
+        self.tree = np.zeros(cap + 1, np.int64)
+        self.scalars = np.zeros(2, np.int64)
+
+    def reserve(self, n_keys: int) -> None:
+        """Make room for key ids below ``n_keys`` (capacity stays at least twice the keys)."""
+        old = self.slot_of.shape[0]
+        if n_keys > old:
+            grow = max(n_keys, 2 * old)
+            self.slot_of = np.concatenate([self.slot_of, np.full(grow - old, -1, np.int64)])
+            self.size_of = np.concatenate([self.size_of, np.zeros(grow - old, np.int64)])
+        if self.key_at.shape[0] < 2 * n_keys:
+            cap = 2 * max(n_keys, self.key_at.shape[0])
+            live_key_at = self.key_at
+            self.key_at = np.full(cap, -1, np.int64)
+            self.key_at[: live_key_at.shape[0]] = live_key_at
+            self.tree = np.zeros(cap + 1, np.int64)
+            _kernels.compact(self.slot_of, self.size_of, self.key_at, self.tree, self.scalars)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.slot_of, self.size_of, self.key_at, self.tree))
+
+    def run(self, kernel, ids: np.ndarray, sizes: np.ndarray | None, out: np.ndarray, *extra) -> int:
+        unit = sizes is None
+        size_arg = np.ones(1, np.int64) if unit else sizes
+        return int(
+            kernel(ids, size_arg, unit, *extra, self.slot_of, self.size_of, self.key_at, self.tree, self.scalars, out)
+        )
+
+
+def _raise_size_mismatch(keys: DenseKeys, sizes: np.ndarray, state: _ReplayState, position: int, offset: int = 0) -> None:
+    key_id = int(keys.ids[position])
+    raise ValueError(
+        f"key {keys.key_of(position)!r} has size {int(state.size_of[key_id])} earlier but size "
+        f"{int(sizes[position])} at position {position + offset}; a key's size must be fixed."
+    )
+
+
+def stack_distances(keys: Sequence[Any] | np.ndarray, sizes: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+    """The LRU stack distance of every access (int64; :data:`COLD` for a first access).
+
+    ``keys``: any hashable keys or integer ids, one per access. ``sizes``: positive integers,
+    one per access (unit sizes when None); a key's size must not change.
+    O(n log k) time for n accesses over k distinct keys, O(k) state.
+
+    >>> stack_distances([0, 1, 2, 0, 0]).tolist()[3:]
+    [3, 1]
+    """
+    dk = dense_keys(keys)
+    return _replay(dk, _check_sizes(sizes, dk.ids.shape[0]))
+
+
+def _replay(dense: DenseKeys, sizes: np.ndarray | None) -> np.ndarray:
+    """Stack distances of already-dense ids (the shared core of every replay)."""
+    out = np.empty(dense.ids.shape[0], np.int64)
+    state = _ReplayState(dense.n_keys)
+    error = state.run(_kernels.replay, dense.ids, sizes, out)
+    if error >= 0:
+        _raise_size_mismatch(dense, sizes, state, error)
+    return out
+
+
+def engine_depths(
+    keys: Sequence[Any] | np.ndarray, offsets: Sequence[int] | np.ndarray, sizes: Sequence[int] | np.ndarray | None = None
+) -> np.ndarray:
+    """Arrival-time depths of every block under engine (request-at-a-time) semantics.
+
+    Request ``r`` is ``keys[offsets[r]:offsets[r+1]]``, head first. Each block's depth is
+    measured in the stack as the request found it (its own size plus the sizes of the distinct
+    blocks above it; :data:`COLD` if never seen); then the request's blocks are committed tail
+    first, so its head ends most recent. A block hits at capacity ``C`` under engine semantics
+    iff the running maximum of depths up to and including it is at most ``C``.
+    O(n log k).
+
+    >>> engine_depths([0, 1, 0, 1], [0, 2, 4]).tolist() == [COLD, COLD, 1, 2]
+    True
+    """
+    dk = dense_keys(keys)
+    size_arr = _check_sizes(sizes, dk.ids.shape[0])
+    offs = np.asarray(offsets, dtype=np.int64)
+    if offs.ndim != 1 or offs.size == 0 or offs[0] != 0 or offs[-1] != dk.ids.shape[0] or np.any(np.diff(offs) < 0):
+        raise ValueError(
+            f"offsets must be non-decreasing, start at 0 and end at the number of accesses ({dk.ids.shape[0]})."
+        )
+    out = np.empty(dk.ids.shape[0], np.int64)
+    state = _ReplayState(dk.n_keys)
+    error = state.run(_kernels.arrival_depths, dk.ids, size_arr, out, offs)
+    if error >= 0:
+        _raise_size_mismatch(dk, size_arr, state, error)
+    return out
+
+
+class StackDistanceStream:
+    """Feed accesses in batches; get each batch's stack distances; state O(distinct keys).
+
+    Keys may be any hashables; they are mapped to dense ids with a dict that holds one entry
+    per distinct key seen. The replay state (a Fenwick tree over compacted slots) is at most
+    twice the number of distinct keys, whatever the trace length.
+
+    >>> s = StackDistanceStream()
+    >>> s.feed(["a", "b"]).tolist() == [COLD, COLD]
+    True
+    >>> s.feed(["a"]).tolist()
+    [2]
+    >>> s.n_accesses, s.n_keys
+    (3, 2)
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[Any, int] = {}
+        self._state = _ReplayState(0)
+        self.n_accesses = 0
+
+    @property
+    def n_keys(self) -> int:
+        """Distinct keys seen so far."""
+        return len(self._ids)
+
+    @property
+    def state_nbytes(self) -> int:
+        """Bytes held by the replay arrays (excluding the key dict)."""
+        return self._state.nbytes
+
+    def feed(self, keys: Iterable[Any], sizes: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+        """Replay one batch; return its distances. Amortized O(b log k) for b accesses."""
+        batch = list(keys.tolist() if isinstance(keys, np.ndarray) else keys)
+        size_arr = _check_sizes(sizes, len(batch))
+        ids = np.fromiter((self._ids.setdefault(k, len(self._ids)) for k in batch), np.int64, len(batch))
+        self._state.reserve(len(self._ids))
+        out = np.empty(len(batch), np.int64)
+        error = self._state.run(_kernels.replay, ids, size_arr, out)
+        if error >= 0:  # the accesses before the bad one stay replayed
+            start = self.n_accesses
+            self.n_accesses += error
+            dk = DenseKeys(ids, len(self._ids), batch)
+            _raise_size_mismatch(dk, size_arr, self._state, error, offset=start)
+        self.n_accesses += len(batch)
+        return out
