@@ -206,7 +206,10 @@ class ExclusiveTierCache:
     - Miss: the entry is inserted into tier 0.
     - Inserting into tier k evicts the oldest entries of tier k until there is room; each
       evicted entry is demoted (inserted as most recent) into tier k + 1, which may evict
-      and demote in turn. Evictions from the last tier are dropped.
+      and demote in turn. Evictions from the last tier are dropped. The order is depth
+      first: each evicted entry (oldest first) is demoted completely, with the cascade it
+      triggers, before the next evicted entry is demoted. This matters only when an entry
+      skips a tier (see the pass-down rule), since then two tiers feed the same lower tier.
     - An entry larger than tier k's capacity passes straight down to tier k + 1 without
       evicting anything in tier k; an entry that fits no tier is dropped.
 
