@@ -265,7 +265,7 @@ class HitCurve:
             if not 0 <= value <= 1:
                 raise ValueError(f"{name} must be between 0 and 1; got {value}.")
             total = self.total_size if by_size else self.n_accesses
-            target = math.ceil(Fraction(value) * total)
+            target = math.ceil(Fraction(repr(float(value))) * total)  # the decimal the user wrote
         else:
             target = int(value)
         if target <= 0:

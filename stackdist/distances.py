@@ -55,7 +55,7 @@ def dense_keys(keys: Sequence[Any] | np.ndarray) -> DenseKeys:
     >>> dense_keys(["x", "y", "x"]).ids.tolist()
     [0, 1, 0]
     """
-    arr = np.asarray(keys) if not isinstance(keys, np.ndarray) else keys
+    arr = keys if isinstance(keys, np.ndarray) else _key_array(list(keys))
     if arr.ndim != 1:
         raise ValueError(f"keys must be one-dimensional; got shape {arr.shape}.")
     if arr.size == 0:
@@ -67,6 +67,17 @@ def dense_keys(keys: Sequence[Any] | np.ndarray) -> DenseKeys:
     mapping: dict[Any, int] = {}
     ids = np.fromiter((mapping.setdefault(k, len(mapping)) for k in arr.tolist()), np.int64, arr.size)
     return DenseKeys(ids, len(mapping), arr)
+
+
+def _key_array(items: list[Any]) -> np.ndarray:
+    """A 1-D array of the keys: integer dtype when every key is an int, else object."""
+    if items and all(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in items):
+        for dtype in (np.int64, np.uint64):
+            try:
+                return np.array(items, dtype=dtype)
+            except OverflowError:
+                pass
+    return np.fromiter(items, dtype=object, count=len(items))
 
 
 def _dense_integer_keys(arr: np.ndarray) -> DenseKeys:

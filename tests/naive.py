@@ -1,0 +1,76 @@
+"""Obviously correct references for the tests: a list stack and replays of kvlab's simulators."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from kvlab.kvsim import LRUCache
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+TRACES = DATA / "traces"
+SHARED_TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
+
+
+def naive_distances(keys, sizes=None) -> list:
+    """Stack distances from a plain Python list (most recent first); None when cold. O(n*k)."""
+    sizes = [1] * len(keys) if sizes is None else list(sizes)
+    stack: list = []
+    size_of: dict = {}
+    out = []
+    for key, size in zip(keys, sizes):
+        if key in size_of:
+            depth = stack.index(key)
+            out.append(size + sum(size_of[k] for k in stack[:depth]))
+            stack.pop(depth)
+        else:
+            out.append(None)
+        size_of[key] = size
+        stack.insert(0, key)
+    return out
+
+
+def lru_hits(keys, sizes, capacity, window=(0, None)) -> tuple[int, int]:
+    """(hits, hit size) of kvlab's LRUCache at one capacity, counted inside the window."""
+    start, stop = window
+    stop = len(keys) if stop is None else stop
+    cache = LRUCache(int(capacity))
+    sizes = [1] * len(keys) if sizes is None else sizes
+    hits = hit_size = 0
+    for i, (key, size) in enumerate(zip(keys, sizes)):
+        if cache.access(key, int(size)) and start <= i < stop:
+            hits += 1
+            hit_size += int(size)
+    return hits, hit_size
+
+
+def mooncake_block_stream(path: Path) -> np.ndarray:
+    """All hash ids of a Mooncake trace in request order (head first)."""
+    ids: list[int] = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                ids.extend(json.loads(line)["hash_ids"])
+    return np.array(ids, dtype=np.int64)
+
+
+def real_trace_paths() -> list[Path]:
+    """The real traces: the shared originals when present, else the bundled copies."""
+    base = SHARED_TRACES if (SHARED_TRACES / "mooncake_conversation_trace.jsonl").exists() else TRACES
+    return [base / "mooncake_conversation_trace.jsonl", base / "mooncake_synthetic_trace.jsonl"]
+
+
+def random_trace(rng: np.random.Generator, max_len: int = 80, max_keys: int = 12, size_kind: str = "varied"):
+    """A small random trace: keys, per-access sizes (fixed per key)."""
+    n = int(rng.integers(0, max_len + 1))
+    k = int(rng.integers(1, max_keys + 1))
+    keys = rng.integers(0, k, n)
+    if size_kind == "unit":
+        per_key = np.ones(k, np.int64)
+    elif size_kind == "equal":
+        per_key = np.full(k, int(rng.integers(1, 10)), np.int64)
+    else:
+        per_key = rng.integers(1, int(rng.choice([2, 4, 16, 64])) + 1, k)
+    return keys, per_key[keys]

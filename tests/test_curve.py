@@ -1,0 +1,152 @@
+"""HitCurve against kvlab's LRUCache replayed once per capacity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from naive import lru_hits, mooncake_block_stream, random_trace, real_trace_paths
+from stackdist import HitCurve, hit_curve
+from stackdist.curve import parse_window
+
+
+def every_capacity(keys, sizes) -> list[int]:
+    """0 to past the total size of the distinct keys, including just under and at every object size."""
+    keys, sizes = np.asarray(keys), np.asarray(sizes)
+    total = int(sizes[np.unique(keys, return_index=True)[1]].sum()) if sizes.size else 0
+    special = {s + d for s in np.unique(sizes).tolist() for d in (-1, 0, 1)}
+    return sorted(set(range(0, total + 3)) | {c for c in special if c >= 0})
+
+
+@pytest.mark.parametrize("size_kind", ["unit", "equal", "varied"])
+def test_curve_equals_lru_at_every_capacity(size_kind):
+    rng = np.random.default_rng({"unit": 1, "equal": 2, "varied": 3}[size_kind])
+    for _ in range(150):
+        keys, sizes = random_trace(rng, size_kind=size_kind)
+        start = int(rng.integers(0, keys.size + 1))
+        stop = int(rng.integers(start, keys.size + 1))
+        curve = hit_curve(keys, None if size_kind == "unit" else sizes, window=(start, stop))
+        caps = np.array(every_capacity(keys, sizes))
+        hits, hit_sizes = curve.hits_at(caps), curve.hit_size_at(caps)
+        steps = curve.steps()
+        for c, h, hs in zip(caps.tolist(), hits.tolist(), hit_sizes.tolist()):
+            assert (h, hs) == lru_hits(keys.tolist(), sizes.tolist(), c, (start, stop))
+            assert steps.at(c) == (h, hs)
+            assert curve.hits_at(c) == h  # scalar path
+
+
+def test_min_capacity_for_is_the_smallest_reaching_capacity():
+    rng = np.random.default_rng(9)
+    for _ in range(150):
+        keys, sizes = random_trace(rng)
+        curve = hit_curve(keys, sizes)
+        caps = every_capacity(keys, sizes)
+        hits = curve.hits_at(np.array(caps))
+        sizes_hit = curve.hit_size_at(np.array(caps))
+        for target in range(0, keys.size + 2):
+            expected = next((c for c, h in zip(caps, hits) if h >= target), None)
+            assert curve.min_capacity_for(hits=target) == expected
+        for target in range(0, int(sizes.sum()) + 2, 3):
+            expected = next((c for c, h in zip(caps, sizes_hit) if h >= target), None)
+            assert curve.min_capacity_for(hit_size=target) == expected
+
+
+def test_non_monotone_below_the_largest_object():
+    # C=4 holds a and b; at C=5 the big key c (size 5) is admitted and evicts them.
+    keys = ["a", "b", "c", "a", "b"]
+    sizes = [2, 2, 5, 2, 2]
+    curve = hit_curve(keys, sizes)
+    assert [curve.hits_at(c) for c in (3, 4, 5, 6, 8, 9)] == [0, 2, 0, 0, 0, 2]
+    for c in range(12):
+        assert curve.hits_at(c) == lru_hits(keys, sizes, c)[0]
+    assert curve.min_capacity_for(hits=2) == 4
+
+
+def test_cyclic_cliff_one_below_total_all_miss_at_total_all_hit():
+    docs, tokens = 10, 5011
+    keys = list(range(docs)) * 2
+    curve = hit_curve(keys, [tokens] * len(keys), window=(docs, None))
+    total = docs * tokens
+    assert curve.hits_at(total - 1) == 0 and curve.hits_at(total) == docs
+    assert curve.min_capacity_for(hit_rate=1.0) == total
+    assert lru_hits(keys, [tokens] * len(keys), total - 1, (docs, None)) == (0, 0)
+
+
+def test_totals_rates_and_ceiling():
+    curve = hit_curve([1, 2, 1, 3, 1], [1, 4, 1, 2, 1])
+    assert curve.n_accesses == 5 and curve.total_size == 9 and curve.cold_misses == 3
+    assert curve.ceiling_hits == 2 and curve.ceiling_hit_size == 2 and curve.ceiling_hit_rate == 0.4
+    assert curve.hit_rate_at(100) == 0.4 and curve.size_hit_rate_at(100) == pytest.approx(2 / 9)
+    assert curve.misses_at(0) == 5
+    assert curve.min_capacity_for(hit_rate=0.41) is None
+    assert curve.summary()["max_object_size"] == 4
+
+
+def test_empty_and_capacity_zero():
+    curve = hit_curve([])
+    assert curve.hits_at(0) == 0 and curve.hit_rate_at(10) == 0.0 and curve.min_capacity_for(hits=1) is None
+    assert curve.steps().capacities.tolist() == [0]
+    curve = hit_curve([7, 7, 7])
+    assert curve.hits_at(0) == 0 and curve.hits_at(1) == 2
+
+
+def test_rate_targets_are_exact_fractions():
+    curve = hit_curve([0, 1, 2] * 10)  # 27 reuses of 30 accesses, all at distance 3
+    assert curve.min_capacity_for(hit_rate=0.9) == 3
+    assert curve.min_capacity_for(hit_rate=0.9000001) is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({}, "exactly one target"), ({"hits": 1, "hit_rate": 0.5}, "exactly one target"), ({"hit_rate": 1.5}, "between 0 and 1")],
+)
+def test_min_capacity_for_argument_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        hit_curve([1, 1]).min_capacity_for(**kwargs)
+
+
+def test_capacity_errors():
+    curve = hit_curve([1, 1])
+    with pytest.raises(ValueError, match="non-negative"):
+        curve.hits_at(-1)
+    with pytest.raises(TypeError, match="integer"):
+        curve.hits_at("10")
+
+
+def test_windows():
+    assert parse_window("5:", 10) == (5, 10)
+    assert parse_window(":-2", 10) == (0, 8)
+    assert parse_window(slice(3, 1), 10) == (3, 3)
+    for bad in ("1:2:3", "a:b", (1, 2, 3), slice(0, 5, 2)):
+        with pytest.raises(ValueError, match="window must"):
+            parse_window(bad, 10)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(1, 8)), max_size=40),
+    st.lists(st.integers(0, 40), min_size=1, max_size=5),
+)
+def test_property_hits_equal_lru(accesses, capacities):
+    size_of: dict = {}
+    keys = [k for k, _ in accesses]
+    sizes = [size_of.setdefault(k, s) for k, s in accesses]
+    curve = hit_curve(keys, sizes)
+    for c in capacities:
+        assert (curve.hits_at(c), curve.hit_size_at(c)) == lru_hits(keys, sizes, c)
+    assert curve.hits_at(10**9) == curve.ceiling_hits
+
+
+@pytest.mark.parametrize("path", real_trace_paths(), ids=lambda p: p.stem)
+def test_real_trace_curve_equals_lru_at_a_spread_of_capacities(path):
+    ids = mooncake_block_stream(path)
+    curve = hit_curve(ids)
+    n_keys = int(np.unique(ids).size)
+    keys = ids.tolist()
+    for c in (0, 1, 37, 512, 4096, n_keys // 3, n_keys):
+        assert curve.hits_at(c) == lru_hits(keys, None, c)[0]
+    # Second half only (a warm-up window), one capacity.
+    half = ids.size // 2
+    assert hit_curve(ids, window=(half, None)).hits_at(2000) == lru_hits(keys, None, 2000, (half, None))[0]

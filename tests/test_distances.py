@@ -1,0 +1,142 @@
+"""stack_distances, the streaming form and the kernels against obviously correct references."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from naive import mooncake_block_stream, naive_distances, random_trace, real_trace_paths
+from stackdist import COLD, StackDistanceStream, dense_keys, stack_distances
+from stackdist import _kernels
+from stackdist._fenwick import Fenwick, FenwickStackDistance, SortedListStackDistance
+
+
+def as_optional(distances: np.ndarray) -> list:
+    return [None if d == COLD else int(d) for d in distances]
+
+
+@pytest.mark.parametrize("size_kind", ["unit", "equal", "varied"])
+def test_fast_path_equals_list_stack_and_fenwick_reference(size_kind):
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        keys, sizes = random_trace(rng, size_kind=size_kind)
+        expected = naive_distances(keys.tolist(), sizes.tolist())
+        assert FenwickStackDistance().distances(keys.tolist(), sizes.tolist()) == expected
+        assert as_optional(stack_distances(keys, sizes)) == expected
+        if size_kind == "unit":
+            assert as_optional(stack_distances(keys)) == expected
+            assert SortedListStackDistance().distances(keys.tolist()) == expected
+
+
+def test_long_trace_exercises_compaction_access_by_access():
+    # 200 keys, 20k accesses: the slots (2 x keys) run out and are compacted ~100 times.
+    rng = np.random.default_rng(11)
+    keys = rng.zipf(1.3, 20_000) % 200
+    sizes = (keys * 7919 % 13 + 1).astype(np.int64)
+    reference = FenwickStackDistance().distances(keys.tolist(), sizes.tolist())
+    assert as_optional(stack_distances(keys, sizes)) == reference
+
+
+def test_uncompiled_kernel_matches_compiled():
+    if not _kernels.HAVE_NUMBA:
+        pytest.skip("numba missing: the kernels already run as plain Python")
+    rng = np.random.default_rng(3)
+    keys, sizes = random_trace(rng, max_len=300, max_keys=40)
+    out_fast, out_slow = np.empty(keys.size, np.int64), np.empty(keys.size, np.int64)
+    from stackdist.distances import _ReplayState
+
+    for out, fn in ((out_fast, _kernels.replay), (out_slow, _kernels.replay.py_func)):
+        state = _ReplayState(int(keys.max()) + 1)
+        assert state.run(fn, keys, sizes, out) == _kernels.NO_ERROR
+    assert out_fast.tolist() == out_slow.tolist()
+
+
+def test_edge_cases():
+    assert stack_distances([]).tolist() == []
+    assert stack_distances([5]).tolist() == [COLD]
+    assert stack_distances([5, 5, 5], [3, 3, 3]).tolist() == [COLD, 3, 3]
+    # A cyclic scan over k keys: after the first pass every distance is k.
+    assert stack_distances(list(range(4)) * 3).tolist()[4:] == [4] * 8
+
+
+def test_keys_of_any_hashable_type_and_huge_ids():
+    huge = np.array([2**64 - 1, 2**63, 2**64 - 1, 5, 2**63], dtype=np.uint64)
+    assert as_optional(stack_distances(huge)) == [None, None, 2, None, 3]
+    negative = np.array([-5, 10**15, -5], dtype=np.int64)
+    assert as_optional(stack_distances(negative)) == [None, None, 2]
+    assert as_optional(stack_distances(["a", ("t", 1), "a"])) == [None, None, 2]
+    assert as_optional(stack_distances([b"x", b"y", b"x"])) == [None, None, 2]
+
+
+def test_dense_keys_are_first_appearance_ids_for_sparse_integers():
+    dk = dense_keys(np.array([10**12, 7, 10**12, -1], dtype=np.int64))
+    assert dk.ids.tolist() == [0, 1, 0, 2] and dk.n_keys == 3
+    rng = np.random.default_rng(0)
+    values = rng.integers(-(2**62), 2**62, 50_000)
+    values = values[rng.integers(0, values.size, 200_000)]
+    dk = dense_keys(values)
+    _, inverse = np.unique(values, return_inverse=True)
+    # Same partition into equal keys as np.unique.
+    pairs = np.unique(np.stack([dk.ids, inverse]), axis=1)
+    assert pairs.shape[1] == dk.n_keys == np.unique(values).size
+
+
+def test_size_change_is_an_error_naming_key_sizes_and_position():
+    with pytest.raises(ValueError, match=r"key 'b' has size 2 earlier but size 3 at position 3"):
+        stack_distances(["a", "b", "a", "b"], [1, 2, 1, 3])
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [([1, 0], "positive integers; got 0 at position 1"), ([1, 1.5], "non-integer"), ([1], "one entry per access")],
+)
+def test_bad_sizes(sizes, message):
+    with pytest.raises(ValueError, match=message):
+        stack_distances([1, 2], sizes)
+
+
+def test_stream_equals_batch_for_any_split_and_keeps_state_bounded():
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 50, 30_000)
+    sizes = keys % 5 + 1
+    expected = stack_distances(keys, sizes)
+    stream = StackDistanceStream()
+    cuts = np.sort(rng.integers(0, keys.size, 40))
+    got = [stream.feed(k, s) for k, s in zip(np.split(keys, cuts), np.split(sizes, cuts))]
+    assert np.concatenate(got).tolist() == expected.tolist()
+    assert stream.n_accesses == keys.size and stream.n_keys == 50
+    assert stream.state_nbytes < 8 * 1024  # O(distinct keys), not O(30k accesses)
+
+
+def test_stream_error_keeps_earlier_accesses():
+    stream = StackDistanceStream()
+    with pytest.raises(ValueError, match="at position 2"):
+        stream.feed(["a", "b", "a"], [1, 1, 2])
+    assert stream.n_accesses == 2
+    assert stream.feed(["a"], [1]).tolist() == [2]
+
+
+def test_fenwick_grows():
+    f = Fenwick()
+    values = [3, 0, 5, 7, 1, 2, 9]
+    for i, v in enumerate(values):
+        f.add(i, v)
+    assert [f.prefix_sum(i) for i in range(len(values))] == np.cumsum(values).tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 8), st.integers(1, 6)), max_size=60))
+def test_property_distance_matches_list_stack(accesses):
+    size_of: dict = {}
+    keys = [k for k, _ in accesses]
+    sizes = [size_of.setdefault(k, s) for k, s in accesses]
+    assert as_optional(stack_distances(keys, sizes)) == naive_distances(keys, sizes)
+
+
+@pytest.mark.parametrize("path", real_trace_paths(), ids=lambda p: p.stem)
+def test_real_trace_matches_sorted_list_reference(path):
+    ids = mooncake_block_stream(path)
+    reference = SortedListStackDistance().distances(ids.tolist())
+    assert as_optional(stack_distances(ids)) == reference
