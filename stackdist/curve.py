@@ -158,6 +158,7 @@ class HitCurve:
         self.max_object_size = int(self._levels[-1]) if self._levels.size else 0
         self._top = _Histogram.build(win_d, self._window_sizes)
         self._level_cache: dict[int, _Histogram] = {}
+        self._level_distance_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
     def from_trace(cls, keys: Any, sizes: Any = None, window: Any = None) -> HitCurve:
@@ -345,17 +346,45 @@ class HitCurve:
 
     # ----------------------------------------------------------------- levels
     def _level_histogram(self, k: int) -> _Histogram:
-        """The exact histogram for capacities in level k: a replay without keys larger than s_k."""
+        """The exact histogram for capacities in level k (see :meth:`_level_distances`)."""
         if k not in self._level_cache:
-            assert self._sizes is not None, "unit sizes have no level below the largest"
-            level = int(self._levels[k])
-            keep = self._sizes <= level
-            sub = DenseKeys(self._dense.ids[keep], self._dense.n_keys, None)
-            distances = _replay(sub, self._sizes[keep])
+            keep, distances = self._level_distances(k)
             start, stop = self.window
-            in_window = np.zeros(self._sizes.shape[0], bool)
-            in_window[start:stop] = True
-            w = in_window[keep]
+            w = np.zeros(keep.shape[0], bool)
+            w[start:stop] = True
+            w = w[keep]
             self._level_cache[k] = _Histogram.build(distances[w], self._sizes[keep][w])
         return self._level_cache[k]
 
+    def _level_distances(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Level k's replay: the accesses kept (sizes at most s_k) and their distances there."""
+        if k not in self._level_distance_cache:
+            assert self._sizes is not None, "unit sizes have no level below the largest"
+            keep = self._sizes <= int(self._levels[k])
+            sub = DenseKeys(self._dense.ids[keep], self._dense.n_keys, None)
+            self._level_distance_cache[k] = (keep, _replay(sub, self._sizes[keep]))
+        return self._level_distance_cache[k]
+
+    def hit_mask(self, capacity: int) -> np.ndarray:
+        """Which accesses of the whole trace (not only the window) hit at ``capacity``. Exact."""
+        capacity = int(capacity)
+        if capacity < 0:
+            raise ValueError(f"capacity must be non-negative; got {capacity}.")
+        if capacity >= self.max_object_size:
+            return self.distances <= capacity
+        mask = np.zeros(self.distances.shape[0], bool)
+        k = int(np.searchsorted(self._levels, capacity, side="right")) - 1
+        if k >= 0:
+            keep, distances = self._level_distances(k)
+            mask[keep] = distances <= capacity
+        return mask
+
+    @property
+    def keys(self) -> DenseKeys:
+        """The trace's keys as dense ids."""
+        return self._dense
+
+    @property
+    def sizes(self) -> np.ndarray | None:
+        """Per-access sizes of the whole trace (None for unit sizes)."""
+        return self._sizes
