@@ -1,0 +1,192 @@
+"""The document-scan scenario: read ``docs`` equal documents in passes through a two-tier cache.
+
+Keys are the document numbers ``0 .. docs-1`` and every document is ``tokens`` tokens.
+A ``fwd`` pass reads ``0 .. docs-1`` and a ``rev`` pass reads ``docs-1 .. 0``. One
+:class:`TwoTierCache` (GPU tier of ``gpu`` tokens, CPU tier of ``cpu`` tokens) carries over
+all passes; with ``cpu == 0`` it is a plain GPU LRU cache. The result, printed as one JSON
+object on stdout, has one entry per pass::
+
+    {"passes": [{"order": "fwd", "gpu_hits": 0, "cpu_hits": 0, "misses": 10, "hit_docs": []}, ...]}
+
+``hit_docs`` lists the documents that hit (in either tier) in the order they were read.
+
+Standard library only; runs as ``python -m kvlab.scenario``, as ``python3 kvlab/scenario.py``,
+and as ``python3 scenario.py`` when copied next to ``kvsim.py`` into an empty folder.
+
+>>> run_scenario(gpu=2, cpu=0, docs=3, tokens=1, passes=("fwd", "rev"))["passes"][1]
+{'order': 'rev', 'gpu_hits': 2, 'cpu_hits': 0, 'misses': 1, 'hit_docs': [2, 1]}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+try:  # imported as part of the kvlab package (python -m kvlab.scenario, import kvlab.scenario)
+    from .kvsim import TwoTierCache
+except ImportError:  # run as a script, in the repository or copied next to kvsim.py
+    from kvsim import TwoTierCache  # type: ignore[no-redef]
+
+__all__ = ["PASS_ORDERS", "run_scenario", "scenario_trace", "parse_passes", "main"]
+
+#: Allowed pass names: ``fwd`` reads 0..docs-1, ``rev`` reads docs-1..0.
+PASS_ORDERS: tuple[str, ...] = ("fwd", "rev")
+DEFAULT_GPU = 21520
+DEFAULT_CPU = 0
+DEFAULT_DOCS = 10
+DEFAULT_TOKENS = 5011
+DEFAULT_PASSES: tuple[str, ...] = ("fwd", "fwd", "rev")
+
+_PASSES_HINT = f"allowed values: {', '.join(PASS_ORDERS)} (comma-separated, e.g. fwd,fwd,rev)"
+
+EXAMPLES = """\
+examples:
+  python3 scenario.py                               # GPU 21520 tokens (4 docs), passes fwd,fwd,rev
+  python3 scenario.py --passes fwd,fwd              # cyclic re-read: LRU misses every document
+  python3 scenario.py --gpu 50110 --passes fwd,fwd  # the GPU holds all 10 docs: pass 2 all hits
+  python3 scenario.py --cpu 56000                   # add a CPU tier of 56000 tokens (11 docs)
+  python -m kvlab.scenario --docs 4 --tokens 100 --gpu 250 --passes fwd,rev
+"""
+
+
+def _require_int(value: object, name: str, minimum: int) -> int:
+    """Return ``value`` if it is an int (not bool) >= ``minimum``, else raise TypeError/ValueError."""
+    kind = "a non-negative" if minimum == 0 else "a positive"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be {kind} int, got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be {kind} int, got {value}.")
+    return value
+
+
+def parse_passes(passes: str | Sequence[str]) -> tuple[str, ...]:
+    """Return the pass names as a tuple; a string is split on commas (spaces around names ignored).
+
+    Raises ValueError for an empty list or a name outside :data:`PASS_ORDERS`.
+
+    >>> parse_passes("fwd, fwd,rev")
+    ('fwd', 'fwd', 'rev')
+    """
+    names = passes.split(",") if isinstance(passes, str) else list(passes)
+    cleaned = tuple(name.strip() if isinstance(name, str) else name for name in names)
+    if not cleaned or cleaned == ("",):
+        raise ValueError(f"passes must list at least one pass; {_PASSES_HINT}.")
+    for name in cleaned:
+        if name == "":
+            raise ValueError(f"passes must not contain an empty pass name; {_PASSES_HINT}.")
+        if name not in PASS_ORDERS:
+            raise ValueError(f"unknown pass name {name!r}; {_PASSES_HINT}.")
+    return cleaned
+
+
+def pass_keys(order: str, docs: int) -> list[int]:
+    """Return the document numbers one pass reads: ascending for fwd, descending for rev."""
+    return list(range(docs)) if order == "fwd" else list(range(docs - 1, -1, -1))
+
+
+def scenario_trace(docs: int, passes: str | Sequence[str]) -> list[int]:
+    """Return the whole key sequence of the scenario (all passes, concatenated).
+
+    >>> scenario_trace(3, ("fwd", "rev"))
+    [0, 1, 2, 2, 1, 0]
+    """
+    _require_int(docs, "docs", 1)
+    return [key for order in parse_passes(passes) for key in pass_keys(order, docs)]
+
+
+def run_scenario(
+    gpu: int = DEFAULT_GPU,
+    cpu: int = DEFAULT_CPU,
+    docs: int = DEFAULT_DOCS,
+    tokens: int = DEFAULT_TOKENS,
+    passes: str | Sequence[str] = DEFAULT_PASSES,
+) -> dict[str, list[dict[str, object]]]:
+    """Run all passes through one :class:`TwoTierCache` and return the per-pass counts.
+
+    Complexity: O(docs * len(passes)).
+    """
+    _require_int(gpu, "gpu", 0)
+    _require_int(cpu, "cpu", 0)
+    _require_int(docs, "docs", 1)
+    _require_int(tokens, "tokens", 1)
+    cache = TwoTierCache(gpu, cpu)  # one cache for all passes: it carries over
+    results = []
+    for order in parse_passes(passes):
+        counts = {"gpu": 0, "cpu": 0, "miss": 0}
+        hit_docs = []
+        for doc in pass_keys(order, docs):
+            tier = cache.access(doc, tokens)
+            counts[tier] += 1
+            if tier != "miss":
+                hit_docs.append(doc)
+        results.append(
+            {
+                "order": order,
+                "gpu_hits": counts["gpu"],
+                "cpu_hits": counts["cpu"],
+                "misses": counts["miss"],
+                "hit_docs": hit_docs,
+            }
+        )
+    return {"passes": results}
+
+
+def _int_argument(minimum: int) -> object:
+    """Return an argparse ``type`` callable accepting integers >= ``minimum``."""
+    kind = "a non-negative integer" if minimum == 0 else "a positive integer"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}")
+        return value
+
+    parse.__name__ = kind.replace(" ", "_")
+    return parse
+
+
+def _passes_argument(text: str) -> tuple[str, ...]:
+    """argparse ``type`` for --passes."""
+    try:
+        return parse_passes(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).rstrip(".")) from None
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """Return the command-line parser (with examples in the epilog)."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Simulate passes over equal-sized documents through a GPU (+ optional CPU) "
+        "LRU KV cache and print the per-pass hits as one JSON object.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--gpu", type=_int_argument(0), default=DEFAULT_GPU,
+                        help=f"GPU tier capacity in tokens, >= 0 (default {DEFAULT_GPU})")
+    parser.add_argument("--cpu", type=_int_argument(0), default=DEFAULT_CPU,
+                        help=f"CPU tier capacity in tokens, >= 0; 0 means no CPU tier (default {DEFAULT_CPU})")
+    parser.add_argument("--docs", type=_int_argument(1), default=DEFAULT_DOCS,
+                        help=f"number of documents, >= 1 (default {DEFAULT_DOCS})")
+    parser.add_argument("--tokens", type=_int_argument(1), default=DEFAULT_TOKENS,
+                        help=f"tokens per document, >= 1 (default {DEFAULT_TOKENS})")
+    parser.add_argument("--passes", type=_passes_argument, default=DEFAULT_PASSES,
+                        help="comma-separated pass orders, each fwd or rev (default fwd,fwd,rev)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Parse ``argv``, run the scenario and print the result JSON; return the exit code."""
+    args = build_parser(prog).parse_args(argv)
+    result = run_scenario(args.gpu, args.cpu, args.docs, args.tokens, args.passes)
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""Summarize measured TTFT lines: per config and pass, the median and mean ``ttft_ms``, and ratios.
+
+Usage: ``python3 summarize.py INPUT.jsonl OUTPUT.json``
+
+Input: one JSON object per line with the fields ``config``, ``pass``, ``doc``, ``doc_tokens``,
+``ttft_ms`` and ``total_ms``. Blank lines are skipped and other fields are ignored. Only
+``config`` (one of ``baseline``, ``lmcache``), ``pass`` (a non-empty string) and ``ttft_ms``
+(a finite number >= 0) are checked beyond being present; ``doc``, ``doc_tokens`` and
+``total_ms`` only have to be present. Output (JSON, indent 2, trailing newline)::
+
+    {"baseline": {PASS: {"n": N, "p50_ms": X, "mean_ms": Y}, ...},
+     "lmcache":  {PASS: {...}, ...},
+     "ratio":    {PASS: {"p50": R, "mean": R}, ...}}
+
+Choices (documented here because the format leaves them open):
+
+- **Configs.** The output has exactly the keys ``baseline``, ``lmcache`` and ``ratio``, so any
+  other config name is an error that names the allowed values (it is not silently dropped).
+- **Pass names** are used exactly as written, in the order of their first appearance anywhere
+  in the file; each config lists the passes it has, in that order. ``ratio`` lists the passes
+  present in both configs.
+- **Statistics.** ``p50_ms`` is the median (the mean of the two middle values for an even count),
+  ``mean_ms`` the arithmetic mean; both are rounded to one decimal with Python's ``round``.
+- **Ratios** are baseline / lmcache computed from the *unrounded* statistics, then rounded to
+  two decimals. A zero lmcache statistic gives ``null`` for that ratio.
+- **Errors.** A malformed line stops the run with ``FILE:LINE: reason`` on stderr and exit code 1;
+  a missing or unreadable input file also exits 1. The output file is written atomically (a
+  temporary file in the same folder, then ``os.replace``), so on any error no output file is
+  created or changed. Input with no data lines gives empty sections (and a warning on stderr).
+
+Standard library only; also runs when copied alone into an empty folder.
+
+>>> summary = summarize([
+...     '{"config": "baseline", "pass": "p1", "doc": 0, "doc_tokens": 8, "ttft_ms": 30, "total_ms": 90}',
+...     '{"config": "lmcache", "pass": "p1", "doc": 0, "doc_tokens": 8, "ttft_ms": 20, "total_ms": 80}',
+... ])
+>>> summary["ratio"]
+{'p1': {'p50': 1.5, 'mean': 1.5}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+__all__ = ["CONFIGS", "REQUIRED_FIELDS", "SummaryError", "summarize", "write_json_atomic", "write_bytes_atomic", "main"]
+
+#: The allowed ``config`` values, in output order.
+CONFIGS: tuple[str, ...] = ("baseline", "lmcache")
+#: Fields every data line must have.
+REQUIRED_FIELDS: tuple[str, ...] = ("config", "pass", "doc", "doc_tokens", "ttft_ms", "total_ms")
+
+_JSON_TYPE_NAMES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
+
+Summary = dict[str, dict[str, dict[str, object]]]
+
+
+class SummaryError(Exception):
+    """The input cannot be summarized; the message names the file (and line, for a bad line)."""
+
+
+def _parse_line(text: str, where: str) -> tuple[str, str, float]:
+    """Return ``(config, pass, ttft_ms)`` of one non-blank line, or raise SummaryError at ``where``."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SummaryError(f"{where}: invalid JSON: {error.msg} (column {error.colno})") from None
+    if not isinstance(record, dict):
+        kind = _JSON_TYPE_NAMES.get(type(record), "null")
+        raise SummaryError(f"{where}: each line must be a JSON object, got a JSON {kind}")
+    missing = [field for field in REQUIRED_FIELDS if field not in record]
+    if missing:
+        raise SummaryError(
+            f"{where}: missing required field(s) {', '.join(missing)}; every line needs {', '.join(REQUIRED_FIELDS)}"
+        )
+    config, pass_name, ttft = record["config"], record["pass"], record["ttft_ms"]
+    if config not in CONFIGS:
+        raise SummaryError(f"{where}: config must be one of {', '.join(CONFIGS)}, got {json.dumps(config)}")
+    if not isinstance(pass_name, str) or not pass_name:
+        raise SummaryError(f"{where}: pass must be a non-empty string, got {json.dumps(pass_name)}")
+    if isinstance(ttft, bool) or not isinstance(ttft, (int, float)) or not math.isfinite(ttft) or ttft < 0:
+        shown = ttft if isinstance(ttft, float) else json.dumps(ttft)
+        raise SummaryError(f"{where}: ttft_ms must be a finite number >= 0, got {shown}")
+    return config, pass_name, float(ttft)
+
+
+def _read_samples(lines: Iterable[str | bytes], name: str) -> tuple[list[str], dict[str, dict[str, list[float]]]]:
+    """Return the pass names in first-appearance order and the ttft samples per config and pass."""
+    pass_order: dict[str, None] = {}
+    samples: dict[str, dict[str, list[float]]] = {config: {} for config in CONFIGS}
+    for number, line in enumerate(lines, start=1):
+        where = f"{name}:{number}"
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise SummaryError(f"{where}: line is not valid UTF-8") from None
+        if not line.strip():
+            continue
+        config, pass_name, ttft = _parse_line(line.rstrip("\r\n"), where)
+        pass_order.setdefault(pass_name, None)
+        samples[config].setdefault(pass_name, []).append(ttft)
+    return list(pass_order), samples
+
+
+def _median(values: Sequence[float]) -> float:
+    """Median of a non-empty sequence: the middle value, or the mean of the two middle values."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    """``numerator / denominator`` rounded to 2 decimals, or None when the denominator is 0."""
+    return None if denominator == 0 else round(numerator / denominator, 2)
+
+
+def summarize(source: str | os.PathLike[str] | Iterable[str | bytes], *, name: str | None = None) -> Summary:
+    """Summarize a JSONL file (a path) or an iterable of lines (str or bytes) as described above.
+
+    ``name`` is used in error messages (default: the path, or ``<lines>``).
+    Raises SummaryError for a malformed line or an unreadable file.
+
+    Complexity: O(n log n) for n lines (sorting for the medians).
+    """
+    if isinstance(source, (str, os.PathLike)):
+        label = name if name is not None else os.fspath(source)
+        try:
+            with open(source, "rb") as handle:
+                pass_order, samples = _read_samples(handle, label)
+        except OSError as error:
+            raise SummaryError(f"{label}: cannot read the input file: {error.strerror or error}") from None
+    else:
+        pass_order, samples = _read_samples(source, name if name is not None else "<lines>")
+
+    exact: dict[str, dict[str, tuple[int, float, float]]] = {
+        config: {
+            pass_name: (len(values), _median(values), math.fsum(values) / len(values))
+            for pass_name in pass_order
+            if (values := samples[config].get(pass_name))
+        }
+        for config in CONFIGS
+    }
+    summary: Summary = {
+        config: {
+            pass_name: {"n": n, "p50_ms": round(p50, 1), "mean_ms": round(mean, 1)}
+            for pass_name, (n, p50, mean) in exact[config].items()
+        }
+        for config in CONFIGS
+    }
+    baseline, lmcache = exact["baseline"], exact["lmcache"]
+    summary["ratio"] = {
+        pass_name: {
+            "p50": _ratio(baseline[pass_name][1], lmcache[pass_name][1]),
+            "mean": _ratio(baseline[pass_name][2], lmcache[pass_name][2]),
+        }
+        for pass_name in pass_order
+        if pass_name in baseline and pass_name in lmcache
+    }
+    return summary
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then os.replace."""
+    target = Path(path)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, 0o666 & ~_current_umask())  # mkstemp creates 0600
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def write_json_atomic(path: str | os.PathLike[str], value: object) -> None:
+    """Write ``value`` as JSON (indent 2, trailing newline) to ``path`` atomically."""
+    write_bytes_atomic(path, (json.dumps(value, indent=2) + "\n").encode("utf-8"))
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """Return the command-line parser."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Summarize measured TTFT JSONL into per-config, per-pass median/mean and "
+        "baseline/lmcache ratios (see the module docstring for the rules).",
+        epilog="example:\n  python3 summarize.py data/ttft.jsonl results/measured.json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("input", metavar="INPUT.jsonl", help="measured lines, one JSON object per line")
+    parser.add_argument("output", metavar="OUTPUT.json", help="summary file to write (atomically)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Run the command line; return 0, or 1 for a data error (2 for usage errors, via argparse)."""
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    try:
+        summary = summarize(args.input)
+    except SummaryError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 1
+    try:
+        write_json_atomic(args.output, summary)
+    except OSError as error:
+        print(f"{parser.prog}: error: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    counts = ", ".join(f"{config} {len(summary[config])} pass(es)" for config in CONFIGS)
+    if not summary["baseline"] and not summary["lmcache"]:
+        print(f"{parser.prog}: warning: {args.input} has no data lines", file=sys.stderr)
+    print(f"{parser.prog}: wrote {args.output} ({counts})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
