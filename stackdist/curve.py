@@ -161,15 +161,16 @@ class HitCurve:
         self._level_distance_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
-    def from_trace(cls, keys: Any, sizes: Any = None, window: Any = None) -> HitCurve:
+    def from_trace(cls, keys: Any, sizes: Any = None, window: Any = None, progress: Any = None) -> HitCurve:
         """Replay ``keys`` (with ``sizes``, unit if None) once; keep the hits in ``window``.
 
         O(n log k) for the replay plus O(n) (unit sizes) or one sort (sized) for the curve.
+        ``progress``, if given, is called with (done, total) as the replay advances.
         """
         dense = dense_keys(keys)
         size_arr = _check_sizes(sizes, dense.ids.shape[0])
         start, stop = parse_window(window, dense.ids.shape[0])
-        distances = _replay(dense, size_arr)
+        distances = _replay(dense, size_arr, progress)
         return cls(dense, size_arr, distances, (start, stop))
 
     # ----------------------------------------------------------------- derived totals

@@ -15,7 +15,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,13 +173,26 @@ def stack_distances(keys: Sequence[Any] | np.ndarray, sizes: Sequence[int] | np.
     return _replay(dk, _check_sizes(sizes, dk.ids.shape[0]))
 
 
-def _replay(dense: DenseKeys, sizes: np.ndarray | None) -> np.ndarray:
-    """Stack distances of already-dense ids (the shared core of every replay)."""
-    out = np.empty(dense.ids.shape[0], np.int64)
+_CHUNK = 1 << 21
+
+
+def _replay(dense: DenseKeys, sizes: np.ndarray | None, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+    """Stack distances of already-dense ids (the shared core of every replay).
+
+    With ``progress`` the replay runs in chunks and reports (done, total) after each.
+    """
+    n = dense.ids.shape[0]
+    out = np.empty(n, np.int64)
     state = _ReplayState(dense.n_keys)
-    error = state.run(_kernels.replay, dense.ids, sizes, out)
-    if error >= 0:
-        _raise_size_mismatch(dense, sizes, state, error)
+    step = n if progress is None else _CHUNK
+    for lo in range(0, n, max(step, 1)):
+        hi = min(n, lo + step)
+        chunk_sizes = None if sizes is None else sizes[lo:hi]
+        error = state.run(_kernels.replay, dense.ids[lo:hi], chunk_sizes, out[lo:hi])
+        if error >= 0:
+            _raise_size_mismatch(dense, sizes, state, lo + error)
+        if progress is not None:
+            progress(hi, n)
     return out
 
 

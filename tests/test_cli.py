@@ -1,0 +1,106 @@
+"""The stackdist command: outputs equal the library, bad input gives clear errors and codes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from naive import lru_hits
+from stackdist.cli import main
+
+
+@pytest.fixture()
+def trace_csv(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("key,size\na,3\nb,2\na,3\nc,4\nb,2\na,3\n")
+    return path
+
+
+def run(capsys, *argv):
+    """(exit code, stdout, stderr) of the command, whether it returns or exits (argparse)."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_curve_json_matches_lru(capsys, trace_csv):
+    code, out, err = run(capsys, "curve", trace_csv, "--capacities", "0,2,3,5,9,12")
+    assert code == 0 and err == ""
+    result = json.loads(out)
+    keys, sizes = list("abacba"), [3, 2, 3, 4, 2, 3]
+    assert result["curve"]["hits"] == [lru_hits(keys, sizes, c)[0] for c in (0, 2, 3, 5, 9, 12)]
+    assert result["summary"]["accesses"] == 6
+
+
+def test_curve_csv_window_and_formats(capsys, tmp_path):
+    keys = np.array([1, 2, 3, 1, 2, 3, 1], dtype=np.int64)
+    np.save(tmp_path / "k.npy", keys)
+    (tmp_path / "k.jsonl").write_text("".join(json.dumps({"key": int(k)}) + "\n" for k in keys))
+    outputs = []
+    for name in ("k.npy", "k.jsonl"):
+        code, out, _ = run(capsys, "curve", tmp_path / name, "--capacities", "2,3", "--window", "3:", "--csv")
+        assert code == 0
+        outputs.append(list(csv.DictReader(io.StringIO(out))))
+    assert outputs[0] == outputs[1]
+    assert [int(r["hits"]) for r in outputs[0]] == [lru_hits(keys.tolist(), None, c, (3, None))[0] for c in (2, 3)]
+
+
+def test_tiers_json(capsys, trace_csv):
+    code, out, _ = run(capsys, "tiers", trace_csv, "--gpu", "3", "--gpu", "5", "--cpu", "0,4,9", "--exclusive")
+    assert code == 0
+    result = json.loads(out)
+    assert result["inclusive"]["gpu_capacity"] == [3, 5]
+    assert np.array(result["inclusive"]["misses"]).shape == (2, 3)
+    assert result["exclusive"]["exact"] is False
+
+
+def test_output_file_and_plot(capsys, tmp_path, trace_csv):
+    pytest.importorskip("matplotlib")
+    out_json, png = tmp_path / "o" / "c.json", tmp_path / "c.png"
+    code, out, _ = run(capsys, "curve", trace_csv, "--output", out_json, "--plot", png)
+    assert code == 0 and out == ""
+    assert json.loads(out_json.read_text())["summary"]["accesses"] == 6
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, _ = run(capsys, "tiers", trace_csv, "--gpu", "3", "--plot", tmp_path / "t.png", "--output", tmp_path / "t.json")
+    assert code == 0 and (tmp_path / "t.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["curve", "{missing}"], 1, "no such file"),
+        (["curve", "{bad}"], 1, "bad.csv:3:"),
+        (["curve", "{good}", "--capacities", "1,x"], 2, "--capacities must be a comma-separated list"),
+        (["curve", "{good}", "--targets", "1.5"], 2, "--targets must be"),
+        (["curve", "{good}", "--window", "1:2:3"], 1, "window must look like START:STOP"),
+        (["curve", "{good}", "--points", "1"], 2, "--points must be at least 2"),
+        (["curve", "{good}", "--format", "xml"], 2, "invalid choice"),
+        (["tiers", "{good}"], 2, "--gpu"),
+        (["tiers", "{good}", "--gpu", "-3"], 2, "--gpu must be"),
+        (["frobnicate"], 2, "invalid choice"),
+    ],
+)
+def test_bad_input(capsys, tmp_path, trace_csv, argv, code, message):
+    (tmp_path / "bad.csv").write_text("key,size\na,1\nb,zero\n")
+    paths = {"{missing}": str(tmp_path / "nope.csv"), "{bad}": str(tmp_path / "bad.csv"), "{good}": str(trace_csv)}
+    got, out, err = run(capsys, *[paths.get(a, a) for a in argv])
+    assert got == code
+    assert out == ""
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_help_has_examples_and_module_entry_point():
+    result = subprocess.run([sys.executable, "-m", "stackdist", "curve", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "examples:" in result.stdout
+    result = subprocess.run([sys.executable, "-m", "stackdist", "tiers", "x.csv"], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
