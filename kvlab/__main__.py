@@ -1,0 +1,74 @@
+"""The ``kvlab`` command: ``python -m kvlab COMMAND ...`` (console script ``kvlab``).
+
+Commands:
+
+- ``run-lab --out DIR [--measured FILE]``: write the lab's result files (see :mod:`kvlab.lab`).
+- ``scenario ...``: the document-scan scenario (same options as ``python -m kvlab.scenario``).
+- ``summarize INPUT.jsonl OUTPUT.json``: the TTFT summary (as ``python -m kvlab.summarize``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from . import lab, scenario, summarize
+
+EXAMPLES = """\
+examples:
+  python -m kvlab run-lab --out results/lab
+  python -m kvlab run-lab --out /tmp/lab --measured my_ttft.jsonl
+  python -m kvlab scenario --gpu 21520 --cpu 56000 --passes fwd,fwd,rev
+  python -m kvlab summarize data/ttft.jsonl /tmp/measured.json
+"""
+
+#: Subcommands handed whole to another module's ``main(argv, prog=...)``.
+DELEGATED: dict[str, Callable[..., int]] = {"scenario": scenario.main, "summarize": summarize.main}
+
+
+def _directory_argument(text: str) -> Path:
+    """argparse ``type`` for --out: a non-empty path."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a directory path, got an empty string")
+    return Path(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the top-level parser with its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="kvlab",
+        description="KV-cache offload lab: reference simulators, scenarios and the lab's result files.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, title="commands")
+    run_lab = commands.add_parser(
+        "run-lab",
+        help="write the lab's 7 result files into DIR",
+        description="Write cyclic.json, baseline.json, cliff.json, offload.json, cpu_cliff.json, "
+        "measured.json and ttft.jsonl into DIR (created if needed; each file written atomically).",
+    )
+    run_lab.add_argument("--out", required=True, type=_directory_argument, metavar="DIR",
+                         help="output folder (created if it does not exist)")
+    run_lab.add_argument("--measured", type=Path, default=lab.DEFAULT_MEASURED, metavar="FILE",
+                         help=f"measured TTFT JSONL to summarize and copy (default: {lab.DEFAULT_MEASURED})")
+    commands.add_parser("scenario", add_help=False, help="run the document-scan scenario (kvlab scenario --help)")
+    commands.add_parser("summarize", add_help=False, help="summarize measured TTFT JSONL (kvlab summarize --help)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch to a subcommand; return its exit code (2 for usage errors, via argparse)."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in DELEGATED:
+        return DELEGATED[arguments[0]](arguments[1:], prog=f"kvlab {arguments[0]}")
+    args = build_parser().parse_args(arguments)
+    if args.command == "run-lab":
+        return lab.run_lab_command(args.out, args.measured)
+    raise AssertionError(f"unhandled command {args.command!r}")  # argparse only accepts the commands above
+
+
+if __name__ == "__main__":
+    sys.exit(main())

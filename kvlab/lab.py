@@ -1,0 +1,186 @@
+"""Build the lab's result folder from the simulators and the measured TTFT file.
+
+``python -m kvlab run-lab --out DIR`` writes these files into DIR, every number computed by
+the code (never typed in), each file written atomically:
+
+- ``cyclic.json``: the default scenario with passes fwd,fwd (:func:`kvlab.scenario.run_scenario`).
+- ``baseline.json``: passes fwd,fwd,rev.
+- ``cliff.json``: second-pass hits (gpu + cpu) of fwd,fwd at each of :data:`CLIFF_GPU_CAPACITIES`.
+- ``offload.json``: GPU 21520 + CPU 56000, passes fwd,fwd,rev.
+- ``cpu_cliff.json``: second-pass misses of fwd,fwd with GPU 21520 at each of :data:`CPU_CLIFF_CAPACITIES`.
+- ``measured.json``: :func:`kvlab.summarize.summarize` of the measured file.
+- ``ttft.jsonl``: a byte copy of the measured file used, so the folder is self-contained.
+
+Capacity keys in the cliff files are strings (JSON object keys).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .scenario import DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_TOKENS, run_scenario
+from .summarize import Summary, SummaryError, summarize, write_bytes_atomic
+
+__all__ = [
+    "CLIFF_GPU_CAPACITIES",
+    "CPU_CLIFF_CAPACITIES",
+    "DEFAULT_MEASURED",
+    "LAB_FILES",
+    "build_lab",
+    "cliff_direct",
+    "cpu_cliff_direct",
+    "run_lab",
+    "run_lab_command",
+    "write_lab",
+]
+
+#: GPU capacities (tokens) of cliff.json; 50110 = 10 documents of 5011 tokens.
+CLIFF_GPU_CAPACITIES: tuple[int, ...] = (21520, 30000, 40000, 45000, 50109, 50110)
+#: CPU capacities (tokens) of cpu_cliff.json, with the GPU at 21520.
+CPU_CLIFF_CAPACITIES: tuple[int, ...] = (0, 20000, 30000, 40000, 50109, 50110, 56000)
+#: CPU capacity of offload.json.
+OFFLOAD_CPU = 56000
+CYCLIC_PASSES: tuple[str, ...] = ("fwd", "fwd")
+BASELINE_PASSES: tuple[str, ...] = ("fwd", "fwd", "rev")
+#: The bundled H200 measurements.
+DEFAULT_MEASURED = Path(__file__).resolve().parent.parent / "data" / "ttft.jsonl"
+#: The files run-lab writes, in this order.
+LAB_FILES: tuple[str, ...] = (
+    "cyclic.json", "baseline.json", "cliff.json", "offload.json", "cpu_cliff.json", "measured.json", "ttft.jsonl",
+)
+
+
+def _second_pass(gpu: int, cpu: int, docs: int, tokens: int) -> dict[str, object]:
+    """Return the second pass of a fwd,fwd scenario."""
+    return run_scenario(gpu=gpu, cpu=cpu, docs=docs, tokens=tokens, passes=CYCLIC_PASSES)["passes"][1]
+
+
+def cliff_direct(
+    capacities: Sequence[int] = CLIFF_GPU_CAPACITIES, docs: int = DEFAULT_DOCS, tokens: int = DEFAULT_TOKENS
+) -> dict[str, int]:
+    """Second-pass hits (gpu + cpu) of fwd,fwd per GPU capacity (no CPU tier), by direct simulation.
+
+    Complexity: O(len(capacities) * docs).
+
+    >>> cliff_direct([2, 3], docs=3, tokens=1)
+    {'2': 0, '3': 3}
+    """
+    result = {}
+    for capacity in capacities:
+        second = _second_pass(capacity, 0, docs, tokens)
+        result[str(capacity)] = second["gpu_hits"] + second["cpu_hits"]
+    return result
+
+
+def cpu_cliff_direct(
+    capacities: Sequence[int] = CPU_CLIFF_CAPACITIES,
+    gpu: int = DEFAULT_GPU,
+    docs: int = DEFAULT_DOCS,
+    tokens: int = DEFAULT_TOKENS,
+) -> dict[str, int]:
+    """Second-pass misses of fwd,fwd per CPU capacity with a fixed GPU tier, by direct simulation.
+
+    Complexity: O(len(capacities) * docs).
+
+    >>> cpu_cliff_direct([0, 3], gpu=1, docs=3, tokens=1)
+    {'0': 3, '3': 0}
+    """
+    return {str(capacity): _second_pass(gpu, capacity, docs, tokens)["misses"] for capacity in capacities}
+
+
+def load_measured(path: Path) -> tuple[bytes, Summary]:
+    """Read the measured file once; return its bytes and their summary (SummaryError if bad)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise SummaryError(f"{path}: cannot read the input file: {error.strerror or error}") from None
+    return data, summarize(data.splitlines(keepends=True), name=str(path))
+
+
+def _json_bytes(value: object) -> bytes:
+    return (json.dumps(value, indent=2) + "\n").encode("utf-8")
+
+
+def build_lab(measured: Path = DEFAULT_MEASURED) -> dict[str, bytes]:
+    """Compute every lab file in memory; return file name -> content, in :data:`LAB_FILES` order."""
+    measured_bytes, measured_summary = load_measured(measured)
+    values = {
+        "cyclic.json": run_scenario(passes=CYCLIC_PASSES),
+        "baseline.json": run_scenario(passes=BASELINE_PASSES),
+        "cliff.json": cliff_direct(),
+        "offload.json": run_scenario(gpu=DEFAULT_GPU, cpu=OFFLOAD_CPU, passes=BASELINE_PASSES),
+        "cpu_cliff.json": cpu_cliff_direct(),
+        "measured.json": measured_summary,
+    }
+    files = {name: _json_bytes(value) for name, value in values.items()}
+    files["ttft.jsonl"] = measured_bytes
+    assert tuple(files) == LAB_FILES
+    return files
+
+
+def write_lab(out_dir: Path, files: dict[str, bytes]) -> list[Path]:
+    """Create ``out_dir`` (and parents) and write each file atomically; return the written paths."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NotADirectoryError(20, "it exists and is not a directory", str(out_dir))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in files.items():
+        write_bytes_atomic(out_dir / name, content)
+        written.append(out_dir / name)
+    return written
+
+
+def run_lab(out_dir: Path, measured: Path = DEFAULT_MEASURED) -> list[Path]:
+    """Compute all files first, then write them into ``out_dir``; return the written paths.
+
+    Raises SummaryError (bad measured file) before writing anything, or OSError if the
+    folder or a file cannot be written.
+    """
+    return write_lab(out_dir, build_lab(measured))
+
+
+def human_summary(files: dict[str, bytes]) -> list[str]:
+    """Return a few readable lines describing the lab results (for stderr)."""
+    data = {name: json.loads(content) for name, content in files.items() if name.endswith(".json")}
+    cyclic2 = data["cyclic.json"]["passes"][1]
+    rev = data["baseline.json"]["passes"][2]
+    offload = data["offload.json"]["passes"]
+    ratios = ", ".join(f"{name} {ratio['p50']}" for name, ratio in data["measured.json"]["ratio"].items())
+    return [
+        f"cyclic  GPU {DEFAULT_GPU}, fwd,fwd: pass 2 hits {cyclic2['gpu_hits'] + cyclic2['cpu_hits']}"
+        f"/{DEFAULT_DOCS} (LRU thrashes)",
+        f"baseline fwd,fwd,rev: rev pass hits docs {rev['hit_docs']}",
+        "cliff   pass-2 hits by GPU tokens: " + ", ".join(f"{k}: {v}" for k, v in data["cliff.json"].items()),
+        f"offload GPU {DEFAULT_GPU} + CPU {OFFLOAD_CPU}: pass 2 cpu hits {offload[1]['cpu_hits']}, "
+        f"rev pass gpu {offload[2]['gpu_hits']} / cpu {offload[2]['cpu_hits']}",
+        "cpu_cliff pass-2 misses by CPU tokens: " + ", ".join(f"{k}: {v}" for k, v in data["cpu_cliff.json"].items()),
+        f"measured p50 TTFT ratio baseline/lmcache: {ratios or '(no pass in both configs)'}",
+    ]
+
+
+def run_lab_command(out_dir: Path, measured: Path = DEFAULT_MEASURED, prog: str = "kvlab run-lab") -> int:
+    """CLI body: write the lab, print the folder and the files (stdout) and a summary (stderr).
+
+    Returns 0, or 1 (with a message on stderr) for an unreadable/malformed measured file or a
+    folder/file that cannot be written.
+    """
+    try:
+        files = build_lab(measured)
+    except SummaryError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 1
+    try:
+        written = write_lab(out_dir, files)
+    except OSError as error:
+        print(f"{prog}: error: cannot write the lab files into {out_dir}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    print(out_dir)
+    for path in written:
+        print(path)
+    for text in human_summary(files):
+        print(f"{prog}: {text}", file=sys.stderr)
+    return 0
