@@ -16,6 +16,7 @@ Capacity keys in the cliff files are strings (JSON object keys).
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -97,7 +98,7 @@ def load_measured(path: Path) -> tuple[bytes, Summary]:
         data = Path(path).read_bytes()
     except OSError as error:
         raise SummaryError(f"{path}: cannot read the input file: {error.strerror or error}") from None
-    return data, summarize(data.splitlines(keepends=True), name=str(path))
+    return data, summarize(io.BytesIO(data), name=str(path))  # split into lines exactly as a file is
 
 
 def _json_bytes(value: object) -> bytes:
