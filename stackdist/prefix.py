@@ -82,8 +82,10 @@ def dense_ids(ids: np.ndarray | Sequence[Any]) -> tuple[np.ndarray, int]:
     """Map arbitrary ids to ``0..n_distinct-1`` (the engine's input form).
 
     Equal ids get equal dense ids and different ids different ones; dense ids follow the
-    sorted order of the distinct ids (``np.unique``). Works for int64, uint64 and string
-    (object) arrays. Complexity: O(n log n).
+    sorted order of the distinct ids. Works for integer arrays (any width, incl. uint64) and
+    for string (object) arrays. Complexity: O(n log n); numeric ids use one argsort (about 4x
+    faster than ``np.unique(..., return_inverse=True)`` on 9 M ids; ``np.unique`` without
+    ``return_inverse`` is slower still on numpy 2.4 for such ids).
 
     >>> dense, n = dense_ids(np.array([2**64 - 1, 7, 2**64 - 1], dtype=np.uint64))
     >>> dense.tolist(), n
@@ -94,7 +96,20 @@ def dense_ids(ids: np.ndarray | Sequence[Any]) -> tuple[np.ndarray, int]:
         raise UsageError(f"ids must be 1-D, got shape {array.shape}")
     if array.size == 0:
         return np.zeros(0, dtype=np.int64), 0
-    distinct, inverse = np.unique(array, return_inverse=True)
+    if array.dtype.kind in "iub":
+        order = np.argsort(array, kind="stable")
+        ordered = array[order]
+        starts_new = np.empty(ordered.shape[0], dtype=bool)
+        starts_new[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=starts_new[1:])
+        rank = np.cumsum(starts_new, dtype=np.int64) - 1
+        dense = np.empty(array.shape[0], dtype=np.int64)
+        dense[order] = rank
+        return dense, int(rank[-1]) + 1
+    try:
+        distinct, inverse = np.unique(array, return_inverse=True)
+    except TypeError:
+        raise UsageError("ids must be mutually comparable: all integers or all strings") from None
     return inverse.reshape(-1).astype(np.int64, copy=False), int(distinct.shape[0])
 
 
@@ -156,12 +171,17 @@ def _page_ids(block_ids: np.ndarray, coarse: np.ndarray, j: np.ndarray, k: int) 
     lo, hi = int(block_ids.min()), int(block_ids.max())
     if lo >= 0 and hi * k + (k - 1) <= _INT64_MAX:
         return block_ids.astype(np.int64)[coarse] * k + j
-    distinct, rank = np.unique(block_ids, return_inverse=True)
-    seeds = np.array([_digest_u64(int(b).to_bytes(8, "little", signed=b < 0), _PAGE_PERSON) for b in distinct.tolist()], dtype=np.uint64)
+    rank, n_distinct = dense_ids(block_ids)
+    distinct = np.empty(n_distinct, dtype=block_ids.dtype)
+    distinct[rank] = block_ids
+    seeds = np.array(
+        [_digest_u64(b.to_bytes(8, "little", signed=b < 0), _PAGE_PERSON) for b in distinct.tolist()],
+        dtype=np.uint64,
+    )
     mix = j.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    page_rank = rank.reshape(-1)[coarse]
+    page_rank = rank[coarse]
     hashed = seeds[page_rank] ^ mix
     pair_key = page_rank * k + j  # collision-free name of the pair (rank < n_blocks, small)
-    if np.unique(pair_key).shape[0] == np.unique(hashed).shape[0]:
+    if dense_ids(pair_key)[1] == dense_ids(hashed)[1]:
         return hashed
     return pair_key
