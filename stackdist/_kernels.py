@@ -235,3 +235,16 @@ def sorted_histogram(sorted_packed, shift):
         counts[m] += 1
         sums[m] += code & mask
     return values[: m + 1], counts[: m + 1], sums[: m + 1]
+
+
+@njit(cache=True, nogil=True)
+def segment_running_max(values, offsets):
+    """Running maximum of ``values`` restarted at every segment ``offsets[r]:offsets[r+1]``. O(n)."""
+    out = np.empty_like(values)
+    for r in range(offsets.shape[0] - 1):
+        best = values[offsets[r]] if offsets[r] < offsets[r + 1] else 0
+        for i in range(offsets[r], offsets[r + 1]):
+            if values[i] > best:
+                best = values[i]
+            out[i] = best
+    return out

@@ -74,3 +74,59 @@ def random_trace(rng: np.random.Generator, max_len: int = 80, max_keys: int = 12
     else:
         per_key = rng.integers(1, int(rng.choice([2, 4, 16, 64])) + 1, k)
     return keys, per_key[keys]
+
+
+def direct_requests(requests: list[list], capacity: int, semantics: str) -> list[tuple[int, list[bool]]]:
+    """The request-level reference: per request (hit prefix length, per-block hit flags).
+
+    engine: an OrderedDict of blocks (oldest first); each request is looked up against the cache
+    as it arrived, its hit is the longest contiguous prefix of cached blocks, then its blocks are
+    committed tail first (each one made most recent, evicting the oldest beyond the capacity).
+    per-access: kvlab's LRUCache over the block stream, head first; the prefix is the leading run
+    of hits.
+    """
+    from collections import OrderedDict
+
+    out = []
+    if semantics == "per-access":
+        cache = LRUCache(capacity)
+        for blocks in requests:
+            flags = [cache.access(b, 1) for b in blocks]
+            prefix = next((i for i, f in enumerate(flags) if not f), len(flags))
+            out.append((prefix, flags))
+        return out
+    cached: OrderedDict = OrderedDict()
+    for blocks in requests:
+        flags = [b in cached for b in blocks]
+        prefix = next((i for i, f in enumerate(flags) if not f), len(flags))
+        for b in reversed(blocks):
+            if b in cached:
+                cached.move_to_end(b)
+            else:
+                cached[b] = None
+                if len(cached) > capacity:
+                    cached.popitem(last=False)
+        out.append((prefix, [i < prefix for i in range(len(blocks))]))
+    return out
+
+
+def random_requests(rng: np.random.Generator, n_requests: int = 30, max_blocks: int = 8, branching: int = 3):
+    """Random prefix-chained requests: each block id names its whole prefix (a trie walk)."""
+    children: dict = {}
+    next_id = [0]
+
+    def child(parent, choice):
+        key = (parent, choice)
+        if key not in children:
+            children[key] = next_id[0]
+            next_id[0] += 1
+        return children[key]
+
+    requests = []
+    for _ in range(n_requests):
+        node, blocks = None, []
+        for _ in range(int(rng.integers(0, max_blocks + 1))):
+            node = child(node, int(rng.integers(0, branching)))
+            blocks.append(node)
+        requests.append(blocks)
+    return requests
