@@ -12,6 +12,13 @@ the code (never typed in), each file written atomically:
 - ``ttft.jsonl``: a byte copy of the measured file used, so the folder is self-contained.
 
 Capacity keys in the cliff files are strings (JSON object keys).
+
+The cliff files come from the stack-distance engine: ``cliff.json`` from one replay's hit curve
+(second-pass window, all six GPU capacities at once) and ``cpu_cliff.json`` from one two-tier
+curve at GPU 21520 (second-pass window, all seven CPU capacities at once). Each is verified
+against direct ``scenario`` simulation at every capacity, and so are the per-pass counts of
+``cyclic.json``, ``baseline.json`` and ``offload.json``; any mismatch raises
+:class:`LabMismatchError` (never a silent fallback).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .scenario import DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_TOKENS, run_scenario
+from .scenario import DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_TOKENS, run_scenario, scenario_trace
 from .summarize import Summary, SummaryError, summarize, write_bytes_atomic
 
 __all__ = [
@@ -31,8 +38,12 @@ __all__ = [
     "DEFAULT_MEASURED",
     "LAB_FILES",
     "build_lab",
+    "LabMismatchError",
     "cliff_direct",
+    "cliff_from_curve",
     "cpu_cliff_direct",
+    "cpu_cliff_from_curve",
+    "scenario_from_curves",
     "run_lab",
     "run_lab_command",
     "write_lab",
@@ -46,8 +57,9 @@ CPU_CLIFF_CAPACITIES: tuple[int, ...] = (0, 20000, 30000, 40000, 50109, 50110, 5
 OFFLOAD_CPU = 56000
 CYCLIC_PASSES: tuple[str, ...] = ("fwd", "fwd")
 BASELINE_PASSES: tuple[str, ...] = ("fwd", "fwd", "rev")
-#: The bundled H200 measurements.
-DEFAULT_MEASURED = Path(__file__).resolve().parent.parent / "data" / "ttft.jsonl"
+#: The bundled H200 measurements (the repository's copy; from an installed package, ./data).
+_REPO_MEASURED = Path(__file__).resolve().parent.parent / "data" / "ttft.jsonl"
+DEFAULT_MEASURED = _REPO_MEASURED if _REPO_MEASURED.exists() else Path("data") / "ttft.jsonl"
 #: The files run-lab writes, in this order.
 LAB_FILES: tuple[str, ...] = (
     "cyclic.json", "baseline.json", "cliff.json", "offload.json", "cpu_cliff.json", "measured.json", "ttft.jsonl",
@@ -92,6 +104,78 @@ def cpu_cliff_direct(
     return {str(capacity): _second_pass(gpu, capacity, docs, tokens)["misses"] for capacity in capacities}
 
 
+class LabMismatchError(AssertionError):
+    """The engine's curve and direct simulation disagree: a bug, never papered over."""
+
+
+def _second_pass_curve(docs: int, tokens: int):
+    """The fwd,fwd trace as a stack-distance hit curve over the second pass."""
+    from stackdist import hit_curve
+
+    keys = scenario_trace(docs, CYCLIC_PASSES)
+    return hit_curve(keys, [tokens] * len(keys), window=(docs, 2 * docs))
+
+
+def cliff_from_curve(
+    capacities: Sequence[int] = CLIFF_GPU_CAPACITIES, docs: int = DEFAULT_DOCS, tokens: int = DEFAULT_TOKENS
+) -> dict[str, int]:
+    """Second-pass hits of fwd,fwd at every GPU capacity, read off one replay's curve.
+
+    >>> cliff_from_curve([2, 3], docs=3, tokens=1)
+    {'2': 0, '3': 3}
+    """
+    hits = _second_pass_curve(docs, tokens).hits_at(list(capacities))
+    return {str(c): int(h) for c, h in zip(capacities, hits)}
+
+
+def cpu_cliff_from_curve(
+    capacities: Sequence[int] = CPU_CLIFF_CAPACITIES,
+    gpu: int = DEFAULT_GPU,
+    docs: int = DEFAULT_DOCS,
+    tokens: int = DEFAULT_TOKENS,
+) -> dict[str, int]:
+    """Second-pass misses of fwd,fwd at every CPU capacity, from one two-tier curve at ``gpu``.
+
+    >>> cpu_cliff_from_curve([0, 3], gpu=1, docs=3, tokens=1)
+    {'0': 3, '3': 0}
+    """
+    from stackdist.tiers import inclusive_tiers
+
+    tier = inclusive_tiers(gpu_capacities=[gpu], curve=_second_pass_curve(docs, tokens))[0]
+    return {str(c): int(m) for c, m in zip(capacities, tier.misses_at(list(capacities)))}
+
+
+def scenario_from_curves(
+    gpu: int = DEFAULT_GPU, cpu: int = 0, docs: int = DEFAULT_DOCS, tokens: int = DEFAULT_TOKENS,
+    passes: Sequence[str] = BASELINE_PASSES,
+) -> dict[str, object]:
+    """The same object as :func:`kvlab.scenario.run_scenario`, computed by the engine."""
+    from stackdist.tiers import OUTCOMES, inclusive_tiers
+
+    keys = scenario_trace(docs, passes)
+    tier = inclusive_tiers(keys, [tokens] * len(keys), [gpu])[0]
+    outcome = tier.outcomes(cpu)
+    result = []
+    for p, order in enumerate(passes):
+        part = outcome[p * docs : (p + 1) * docs]
+        read = keys[p * docs : (p + 1) * docs]
+        counts = {name: int((part == code).sum()) for code, name in enumerate(OUTCOMES)}
+        result.append({
+            "order": order,
+            "gpu_hits": counts["gpu"],
+            "cpu_hits": counts["cpu"],
+            "misses": counts["miss"],
+            "hit_docs": [k for k, o in zip(read, part.tolist()) if o != 2],
+        })
+    return {"passes": result}
+
+
+def _verified(name: str, derived: object, direct: object) -> object:
+    if derived != direct:
+        raise LabMismatchError(f"{name}: the engine's curve gives {derived} but direct simulation gives {direct}")
+    return derived
+
+
 def load_measured(path: Path) -> tuple[bytes, Summary]:
     """Read the measured file once; return its bytes and their summary (SummaryError if bad)."""
     try:
@@ -108,14 +192,16 @@ def _json_bytes(value: object) -> bytes:
 def build_lab(measured: Path = DEFAULT_MEASURED) -> dict[str, bytes]:
     """Compute every lab file in memory; return file name -> content, in :data:`LAB_FILES` order."""
     measured_bytes, measured_summary = load_measured(measured)
-    values = {
-        "cyclic.json": run_scenario(passes=CYCLIC_PASSES),
-        "baseline.json": run_scenario(passes=BASELINE_PASSES),
-        "cliff.json": cliff_direct(),
-        "offload.json": run_scenario(gpu=DEFAULT_GPU, cpu=OFFLOAD_CPU, passes=BASELINE_PASSES),
-        "cpu_cliff.json": cpu_cliff_direct(),
-        "measured.json": measured_summary,
+    runs = {
+        "cyclic.json": dict(passes=CYCLIC_PASSES),
+        "baseline.json": dict(passes=BASELINE_PASSES),
+        "offload.json": dict(gpu=DEFAULT_GPU, cpu=OFFLOAD_CPU, passes=BASELINE_PASSES),
     }
+    values = {name: _verified(name, run_scenario(**kw), scenario_from_curves(**kw)) for name, kw in runs.items()}
+    values["cliff.json"] = _verified("cliff.json", cliff_from_curve(), cliff_direct())
+    values["cpu_cliff.json"] = _verified("cpu_cliff.json", cpu_cliff_from_curve(), cpu_cliff_direct())
+    values["measured.json"] = measured_summary
+    values = {name: values[name] for name in LAB_FILES if name in values}
     files = {name: _json_bytes(value) for name, value in values.items()}
     files["ttft.jsonl"] = measured_bytes
     assert tuple(files) == LAB_FILES
@@ -171,7 +257,7 @@ def run_lab_command(out_dir: Path, measured: Path = DEFAULT_MEASURED, prog: str 
     """
     try:
         files = build_lab(measured)
-    except SummaryError as error:
+    except (SummaryError, LabMismatchError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
     try:

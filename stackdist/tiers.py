@@ -46,7 +46,10 @@ import numpy as np
 from .curve import HitCurve
 from .distances import DenseKeys, _replay
 
+OUTCOMES = ("gpu", "cpu", "miss")
+
 __all__ = [
+    "OUTCOMES",
     "InclusiveTierCurve",
     "inclusive_tiers",
     "inclusive_grid",
@@ -71,6 +74,16 @@ class InclusiveTierCurve:
     gpu_hits: int
     gpu_hit_size: int
     cpu: HitCurve
+    gpu_hit_mask: np.ndarray  # over the whole trace
+
+    def outcomes(self, cpu_capacity: int) -> np.ndarray:
+        """Where every access of the whole trace was served at ``cpu_capacity``:
+        0 = GPU hit, 1 = CPU hit, 2 = miss (the codes of :data:`OUTCOMES`)."""
+        out = np.full(self.gpu_hit_mask.shape[0], 2, np.int8)
+        out[self.gpu_hit_mask] = 0
+        misses = np.flatnonzero(~self.gpu_hit_mask)
+        out[misses[self.cpu.hit_mask(cpu_capacity)]] = 1
+        return out
 
     def cpu_hits_at(self, cpu_capacity: Any) -> Any:
         """CPU-tier hits in the window at ``cpu_capacity`` (scalar or array)."""
@@ -145,7 +158,7 @@ def inclusive_tiers(
         cpu = HitCurve(sub, sub_sizes, _replay(sub, sub_sizes), (int(before[start]), int(before[stop])))
         in_window = gpu_hit[start:stop]
         gpu_hit_size = int(np.count_nonzero(in_window)) if curve.sizes is None else int(curve.sizes[start:stop][in_window].sum())
-        result.append(InclusiveTierCurve(int(gpu), curve.n_accesses, int(np.count_nonzero(in_window)), gpu_hit_size, cpu))
+        result.append(InclusiveTierCurve(int(gpu), curve.n_accesses, int(np.count_nonzero(in_window)), gpu_hit_size, cpu, gpu_hit))
     return result
 
 

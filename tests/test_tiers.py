@@ -129,3 +129,14 @@ def test_real_trace_tiers_at_a_few_points(path):
             direct = two_tier_counts(keys, [1] * len(keys), tier.gpu_capacity, cpu)
             assert (tier.gpu_hits, tier.cpu_hits_at(cpu)) == (direct["gpu"], direct["cpu"])
             assert exclusive_hits(curve, [tier.gpu_capacity, cpu])["tier_hits"] == exclusive_counts(keys, [1] * len(keys), [tier.gpu_capacity, cpu])[0]
+
+
+def test_outcomes_access_by_access():
+    rng = np.random.default_rng(70)
+    for _ in range(30):
+        keys, sizes = random_trace(rng, max_len=50, max_keys=8)
+        for gpu, cpu in ((0, 5), (6, 10), (12, 0), (3, 40)):
+            tier = inclusive_tiers(keys, sizes, [gpu])[0]
+            cache = TwoTierCache(gpu, cpu)
+            expected = [cache.access(int(k), int(s)) for k, s in zip(keys, sizes)]
+            assert [("gpu", "cpu", "miss")[o] for o in tier.outcomes(cpu)] == expected
