@@ -85,6 +85,12 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _shown_text(text: str) -> str:
+    """A short quoted rendering of a bad text field for error messages."""
+    shown = repr(text)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
 def _json_line(raw: bytes) -> Any:
     """Parse one line as JSON, turning a decode error into a _LineError."""
     try:
@@ -129,9 +135,13 @@ def _count_field(obj: dict[str, Any], name: str, default: int | None = None) -> 
 def _time_field(obj: dict[str, Any], name: str) -> float:
     """A non-negative finite number field (a timestamp)."""
     value = _field(obj, name)
-    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+    try:
+        seconds = float(value) if type(value) in (int, float) else math.nan
+    except OverflowError:  # an integer beyond float range
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
         raise _LineError(f"'{name}' must be a non-negative number, got {_shown(value)}")
-    return float(value)
+    return seconds
 
 
 def _int_array(values: list[int], big: bool) -> np.ndarray:
@@ -236,15 +246,20 @@ def _sniff_delimiter(lines: list[tuple[int, str]]) -> str:
 
 def _parse_size(text: str) -> int:
     """A size field: a decimal integer in 1..2**63-1."""
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= INT64_MAX:
-        raise _LineError(f"size must be a positive integer, got {text!r}")
+    digits = text.lstrip("0")
+    if not (text.isascii() and text.isdigit()) or len(digits) > 19 or not 1 <= int(text) <= INT64_MAX:
+        raise _LineError(f"size must be a positive integer, got {_shown_text(text)}")
     return int(text)
 
 
 def _is_int_literal(text: str) -> bool:
-    """True for an optionally signed ASCII decimal integer such as ``-12`` or ``007``."""
+    """True for an optionally signed ASCII decimal integer of at most 20 significant digits.
+
+    Longer literals cannot fit 64 bits (and ``int()`` refuses very long ones), so such keys
+    stay strings.
+    """
     body = text[1:] if text[:1] in ("+", "-") else text
-    return body.isascii() and body.isdigit()
+    return body.isascii() and body.isdigit() and len(body.lstrip("0")) <= 20
 
 
 def _read_access_delimited(path: str | os.PathLike[str], delimiter: str | None) -> AccessTrace:
@@ -369,7 +384,10 @@ _NPY_SHAPES = (
 
 def _read_access_npy(path: str | os.PathLike[str]) -> AccessTrace:
     """Read the .npy form of an access trace (allow_pickle=False)."""
-    _read_bytes(path)  # uniform errors for a missing file or a directory
+    if not os.path.exists(path):
+        raise TraceFormatError(path, None, "no such file")
+    if os.path.isdir(path):
+        raise TraceFormatError(path, None, "is a directory, not a trace file")
     try:
         array = np.load(path, allow_pickle=False)
     except ValueError as exc:
@@ -414,7 +432,10 @@ def _npy_sizes(path: str | os.PathLike[str], column: np.ndarray) -> np.ndarray:
     if column.dtype.kind not in "iu":
         raise TraceFormatError(path, None, f"sizes must be integers, got dtype {column.dtype}")
     if column.size:
-        bad = np.flatnonzero((column < 1) | (column > INT64_MAX)) if column.dtype.kind == "u" else np.flatnonzero(column < 1)
+        out_of_range = column < 1
+        if column.dtype == np.uint64:
+            out_of_range |= column > INT64_MAX
+        bad = np.flatnonzero(out_of_range)
         if bad.size:
             row = int(bad[0])
             raise TraceFormatError(
@@ -565,7 +586,9 @@ class RequestTrace:
         is_last[self.offsets[1:][lengths > 0] - 1] = True
         if np.any(self.block_tokens[~is_last] != self.block_size):
             raise ValueError("every block except a request's last must hold block_size tokens")
-        per_request = np.add.reduceat(self.block_tokens, self.offsets[:-1][lengths > 0]) if self.n_blocks else np.zeros(0, np.int64)
+        if self.n_blocks == 0:
+            return
+        per_request = np.add.reduceat(self.block_tokens, self.offsets[:-1][lengths > 0])
         if np.any(per_request > self.input_length[lengths > 0]):
             raise ValueError("a request's blocks hold more tokens than its input_length")
 

@@ -102,6 +102,10 @@ def test_integer_keys_too_wide_for_one_dtype_become_strings(tmp_path):
 def test_integer_literals_compare_as_numbers_but_mixed_keys_are_strings(tmp_path):
     assert read_access_trace(write(tmp_path, "a.csv", "007\n7\n-3\n+4\n")).keys.tolist() == [7, 7, -3, 4]
     assert read_access_trace(write(tmp_path, "b.csv", "007\nx\n")).keys.tolist() == ["007", "x"]
+    long_key = "9" * 5000  # beyond int()'s default digit limit
+    assert read_access_trace(write(tmp_path, "d.csv", f"{long_key}\n1\n")).keys.tolist() == [long_key, "1"]
+    padded = read_access_trace(write(tmp_path, "e.csv", "0000000000000000000000000042\n42\n"))
+    assert padded.keys.tolist() == [42, 42]
     # Python's int() accepts "1_000"; a key reader must not.
     assert read_access_trace(write(tmp_path, "c.csv", "1_000\n5\n")).keys.tolist() == ["1_000", "5"]
 
@@ -125,6 +129,7 @@ def test_format_argument_overrides_extension_and_empty_file(tmp_path):
         ("t.csv", "a,1\nb,1.5\n", 2, "size must be a positive integer, got '1.5'"),
         ("t.csv", "a,-1\n", 1, "size must be a positive integer, got '-1'"),
         ("t.csv", "a,9223372036854775808\n", 1, "size must be a positive integer, got '9223372036854775808'"),
+        ("t.csv", "a," + "9" * 5000 + "\n", 1, "size must be a positive integer, got '" + "9" * 36 + "..."),
         ("t.csv", "a,1,2\n", 1, "expected 1 or 2 columns (key[,size]), got 3"),
         ("t.csv", "a,1\n,3\n", 2, "missing key (the first column is empty)"),
         ("t.tsv", "a\t\n", 1, "size must be a positive integer, got ''"),
@@ -269,6 +274,7 @@ GOOD = '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [0
         ('{"timestamp": -1, "input_length": 1, "hash_ids": [1]}', "'timestamp' must be a non-negative number, got -1"),
         ('{"timestamp": NaN, "input_length": 1, "hash_ids": [1]}', "'timestamp' must be a non-negative number, got NaN"),
         ('{"timestamp": true, "input_length": 1, "hash_ids": [1]}', "'timestamp' must be a non-negative number, got true"),
+        ('{"timestamp": 1' + '0' * 400 + ', "input_length": 1, "hash_ids": [1]}', "'timestamp' must be a non-negative number, got 1" + "0" * 36 + "..."),
         ('{"timestamp": 0, "input_length": 12.0, "hash_ids": [1]}', "'input_length' must be a non-negative integer, got 12.0"),
         ('{"timestamp": 0, "input_length": true, "hash_ids": [1]}', "'input_length' must be a non-negative integer, got true"),
         ('{"timestamp": 0, "input_length": -5, "hash_ids": []}', "'input_length' must be a non-negative integer, got -5"),
