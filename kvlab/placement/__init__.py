@@ -1,0 +1,65 @@
+"""Three-tier (GPU HBM / CPU DRAM / SSD) KV-cache placement simulator.
+
+Modules, in the order data flows:
+
+- :mod:`~kvlab.placement.workloads`: seeded generators (chat, agent, docqa) and Mooncake replay.
+- :mod:`~kvlab.placement.policies`: recency, reuse frequency, predicted reuse, EWMA next touch.
+- :mod:`~kvlab.placement.hierarchy`: the tiers, exclusive or inclusive, counting block moves.
+- :mod:`~kvlab.placement.calibration`: the latency model, calibrated from ``data/fixtures``.
+- :mod:`~kvlab.placement.simulator`: requests, links, prefetch, TTFT/TPOT.
+- :mod:`~kvlab.placement.cost`: prices, sessions per GPU, composition sweep, SLO capacity.
+- :mod:`~kvlab.placement.experiments`: the paper's grid (``python -m kvlab.placement``).
+
+>>> from kvlab.placement import SimConfig, chat, simulate
+>>> summary = simulate(chat(n_sessions=2, accesses_per_session=100), SimConfig(capacities=(32, 256, 2048))).to_dict()
+>>> sorted(summary["hit_rates"])
+['dram', 'hbm', 'ssd']
+"""
+
+from .calibration import LatencyModel, derive_from_fixtures, kv_bytes_per_token
+from .cost import (
+    DEFAULT_PRICES_USD_PER_GB,
+    capacity_ratios,
+    composition_sweep,
+    cost_per_session_usd,
+    max_sessions_meeting_slo,
+    pareto_frontier,
+    sessions_per_gpu,
+    slo_capacity,
+    tier_cost_usd,
+)
+from .hierarchy import TieredCache
+from .policies import POLICIES, EWMANextTouch, Policy, PredictedReuse, Recency, ReuseFrequency, make_policy
+from .simulator import SimConfig, SimResult, simulate
+from .workloads import Workload, agent, chat, docqa, from_mooncake
+
+__all__ = [
+    "DEFAULT_PRICES_USD_PER_GB",
+    "EWMANextTouch",
+    "LatencyModel",
+    "POLICIES",
+    "Policy",
+    "PredictedReuse",
+    "Recency",
+    "ReuseFrequency",
+    "SimConfig",
+    "SimResult",
+    "TieredCache",
+    "Workload",
+    "agent",
+    "capacity_ratios",
+    "chat",
+    "composition_sweep",
+    "cost_per_session_usd",
+    "derive_from_fixtures",
+    "docqa",
+    "from_mooncake",
+    "kv_bytes_per_token",
+    "make_policy",
+    "max_sessions_meeting_slo",
+    "pareto_frontier",
+    "sessions_per_gpu",
+    "simulate",
+    "slo_capacity",
+    "tier_cost_usd",
+]
