@@ -9,6 +9,8 @@ the ground truth that faster engines are checked against.
   a miss is stored in both tiers).
 - :class:`ExclusiveTierCache`: two or more tiers where each entry lives in at most one
   tier; hits are promoted to the top tier and evictions are demoted one tier down.
+- :class:`EnginePrefixCache`: a prefix cache of unit-size blocks with engine (vLLM) request
+  semantics: the hit is the longest cached prefix, then the blocks are committed tail first.
 
 Sizes are positive ints (tokens or bytes); capacities are non-negative ints. An entry
 larger than a tier's capacity is never stored in that tier and evicts nothing there.
@@ -27,9 +29,9 @@ False
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 
-__all__ = ["LRUCache", "TwoTierCache", "ExclusiveTierCache", "MISS"]
+__all__ = ["LRUCache", "TwoTierCache", "ExclusiveTierCache", "EnginePrefixCache", "MISS"]
 
 #: Tier index that :meth:`ExclusiveTierCache.access` returns for a miss.
 MISS = -1
@@ -289,3 +291,75 @@ class ExclusiveTierCache:
             keys = set(tier.keys())
             assert not (keys & seen), sorted(map(repr, keys & seen))
             seen |= keys
+
+
+class EnginePrefixCache:
+    """A prefix cache of unit-size blocks with engine semantics (vLLM's free-block queue).
+
+    A request is a sequence of prefix-chained block ids, head first. ``lookup(blocks)`` returns
+    the length of the longest contiguous prefix of ``blocks`` that is cached, as the cache was
+    when the request arrived (nothing changes). ``commit(blocks)`` then stores the request tail
+    first: each block is made the most recent (or inserted, evicting the oldest block beyond
+    the capacity), so the head ends the most recent and the tail is evicted first, as when
+    vLLM frees a finished request's blocks. ``access`` is ``lookup`` then ``commit``. With
+    capacity 0 nothing is stored. ``block in cache`` does not change the order.
+
+    Complexity: O(k) per lookup, commit or access of k blocks (``collections.OrderedDict``).
+
+    >>> cache = EnginePrefixCache(3)
+    >>> cache.access(["a", "ab", "abc"]), cache.access(["a", "ab", "abd"])
+    (0, 2)
+    >>> cache.keys()  # oldest first: "abc" is evicted, the head "a" is the most recent
+    ['abd', 'ab', 'a']
+    """
+
+    def __init__(self, capacity_blocks: int) -> None:
+        self.capacity: int = _require_capacity(capacity_blocks, "capacity_blocks")
+        self._blocks: OrderedDict[Hashable, None] = OrderedDict()
+
+    def lookup(self, blocks: Iterable[Hashable]) -> int:
+        """Return how many leading blocks of ``blocks`` are cached (the hit prefix); no change."""
+        prefix = 0
+        for block in blocks:
+            if block not in self._blocks:
+                break
+            prefix += 1
+        return prefix
+
+    def commit(self, blocks: Iterable[Hashable]) -> None:
+        """Store ``blocks`` tail first: each becomes the most recent, the oldest beyond capacity go."""
+        ordered = blocks if isinstance(blocks, Sequence) else list(blocks)
+        for block in reversed(ordered):
+            if block in self._blocks:
+                self._blocks.move_to_end(block)
+            elif self.capacity > 0:
+                if len(self._blocks) >= self.capacity:
+                    self._blocks.popitem(last=False)
+                self._blocks[block] = None
+
+    def access(self, blocks: Iterable[Hashable]) -> int:
+        """Serve one request: return its hit prefix length (``lookup``), then ``commit`` it."""
+        ordered = blocks if isinstance(blocks, Sequence) else list(blocks)
+        prefix = self.lookup(ordered)
+        self.commit(ordered)
+        return prefix
+
+    def __contains__(self, block: object) -> bool:
+        return block in self._blocks
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def keys(self) -> list[Hashable]:
+        """Return the cached blocks from the oldest (next to evict) to the newest."""
+        return list(self._blocks)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(capacity_blocks={self.capacity}, blocks={len(self)})"
+
+    def _check(self) -> None:
+        """Assert the invariants in O(n): an OrderedDict of at most ``capacity`` blocks."""
+        assert isinstance(self._blocks, OrderedDict)
+        assert isinstance(self.capacity, int) and self.capacity >= 0, self.capacity
+        assert len(self._blocks) <= self.capacity, (len(self._blocks), self.capacity)
+        assert all(value is None for value in self._blocks.values())
