@@ -12,7 +12,8 @@ State layout (shared by the batch and streaming forms):
 - ``slot_of[k]``: the Fenwick slot of key ``k``'s most recent access, or -1 before its first.
 - ``size_of[k]``: key ``k``'s size (fixed per key), 0 before its first access.
 - ``key_at[j]``: the key whose most recent access sits in slot ``j``, or -1.
-- ``tree``: a Fenwick tree (1-based, length ``cap + 1``) of sizes over slots.
+- ``tree``: a Fenwick tree (1-based, length ``cap + 1``) of sizes over slots; only the
+  nodes of used slots are valid (see :func:`replay`).
 - ``scalars = [next_free_slot, total_size_of_live_keys]``.
 
 Slots are handed out in access order, so the keys above slot ``p`` are exactly the distinct
@@ -44,7 +45,7 @@ NO_ERROR = -1
 
 @njit(cache=True, nogil=True, inline="always")
 def _prefix_sum(tree, slot):
-    """Sum of the sizes in slots 0..slot (inclusive)."""
+    """Sum of the sizes in slots 0..slot (inclusive). O(log slot)."""
     total = 0
     i = slot + 1
     while i > 0:
@@ -54,12 +55,26 @@ def _prefix_sum(tree, slot):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _add(tree, slot, delta):
-    n = tree.shape[0]
+def _remove(tree, slot, used, size):
+    """Subtract ``size`` at ``slot`` from every built node above it (nodes 1..used)."""
     i = slot + 1
-    while i < n:
-        tree[i] += delta
+    while i <= used:
+        tree[i] -= size
         i += i & (-i)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _append(tree, slot, size):
+    """Build node ``slot + 1`` for a new last slot holding ``size``: its value plus its children
+    (nodes i-1, i-2, i-4, ... below its low bit). O(1) amortized."""
+    i = slot + 1
+    low = i & (-i)
+    acc = size
+    j = 1
+    while j < low:
+        acc += tree[i - j]
+        j <<= 1
+    tree[i] = acc
 
 
 @njit(cache=True, nogil=True)
@@ -74,14 +89,29 @@ def compact(slot_of, size_of, key_at, tree, scalars):
             key_at[live] = k
             slot_of[k] = live
             live += 1
-    tree[:] = 0
     for j in range(live):
-        tree[j + 1] = size_of[key_at[j]]
-    for i in range(1, cap + 1):
-        parent = i + (i & (-i))
-        if parent <= cap:
-            tree[parent] += tree[i]
+        _append(tree, j, size_of[key_at[j]])
     scalars[0] = live
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _move_to_top(k, s, t, total, slot_of, size_of, key_at, tree, scalars):
+    """Make key ``k`` (size ``s``) the most recent: free its slot, take slot ``t``. Returns (t, total)."""
+    p = slot_of[k]
+    if p < 0:
+        size_of[k] = s
+    else:
+        _remove(tree, p, t, s)
+        key_at[p] = -1
+        total -= s
+    if t == key_at.shape[0]:
+        scalars[0] = t
+        compact(slot_of, size_of, key_at, tree, scalars)
+        t = scalars[0]
+    _append(tree, t, s)
+    slot_of[k] = t
+    key_at[t] = k
+    return t + 1, total + s
 
 
 @njit(cache=True, nogil=True)
@@ -90,9 +120,12 @@ def replay(ids, sizes, unit, slot_of, size_of, key_at, tree, scalars, out):
 
     ``sizes[i]`` is access ``i``'s size unless ``unit`` (then every size is 1). The return value
     is the index of the first access whose size differs from its key's earlier size (nothing
-    after it is processed), or -1. O(log cap) per access, amortized compaction included.
+    from it on is processed), or -1. O(log cap) per access, amortized compaction included.
+
+    Only the tree nodes of used slots (1..t) are kept up to date: a new last slot builds its
+    node from its children, and a removal stops at the last used node, so appending is O(1)
+    and a removal costs O(log(t - p)) rather than O(log cap).
     """
-    cap = key_at.shape[0]
     t = scalars[0]
     total = scalars[1]
     for i in range(ids.shape[0]):
@@ -101,25 +134,13 @@ def replay(ids, sizes, unit, slot_of, size_of, key_at, tree, scalars, out):
         p = slot_of[k]
         if p < 0:
             out[i] = COLD
-            size_of[k] = s
-        else:
-            if size_of[k] != s:
-                scalars[0] = t
-                scalars[1] = total
-                return i
-            out[i] = total - _prefix_sum(tree, p) + s
-            _add(tree, p, -s)
-            key_at[p] = -1
-            total -= s
-        if t == cap:
+        elif size_of[k] != s:
             scalars[0] = t
-            compact(slot_of, size_of, key_at, tree, scalars)
-            t = scalars[0]
-        _add(tree, t, s)
-        slot_of[k] = t
-        key_at[t] = k
-        total += s
-        t += 1
+            scalars[1] = total
+            return i
+        else:
+            out[i] = total - _prefix_sum(tree, p) + s
+        t, total = _move_to_top(k, s, t, total, slot_of, size_of, key_at, tree, scalars)
     scalars[0] = t
     scalars[1] = total
     return NO_ERROR
@@ -134,7 +155,6 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, key_at, tree, sc
     committed tail first, so the head ends most recent. A block's depth is its own size plus the
     sizes of the distinct blocks above it (COLD if never seen). Returns -1 or an error index.
     """
-    cap = key_at.shape[0]
     t = scalars[0]
     total = scalars[1]
     for r in range(offsets.shape[0] - 1):
@@ -146,31 +166,15 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, key_at, tree, sc
             p = slot_of[k]
             if p < 0:
                 out[i] = COLD
+            elif size_of[k] != s:
+                scalars[0] = t
+                scalars[1] = total
+                return i
             else:
-                if size_of[k] != s:
-                    scalars[0] = t
-                    scalars[1] = total
-                    return i
                 out[i] = total - _prefix_sum(tree, p) + s
         for i in range(hi - 1, lo - 1, -1):
-            k = ids[i]
             s = 1 if unit else sizes[i]
-            p = slot_of[k]
-            if p < 0:
-                size_of[k] = s
-            else:
-                _add(tree, p, -s)
-                key_at[p] = -1
-                total -= s
-            if t == cap:
-                scalars[0] = t
-                compact(slot_of, size_of, key_at, tree, scalars)
-                t = scalars[0]
-            _add(tree, t, s)
-            slot_of[k] = t
-            key_at[t] = k
-            total += s
-            t += 1
+            t, total = _move_to_top(ids[i], s, t, total, slot_of, size_of, key_at, tree, scalars)
     scalars[0] = t
     scalars[1] = total
     return NO_ERROR
@@ -248,3 +252,27 @@ def segment_running_max(values, offsets):
                 best = values[i]
             out[i] = best
     return out
+
+
+@njit(cache=True, nogil=True)
+def finite_max(distances):
+    """The largest distance that is not COLD, or -1 when there is none. O(n)."""
+    best = -1
+    for d in distances:
+        if d != COLD and d > best:
+            best = d
+    return best
+
+
+@njit(cache=True, nogil=True)
+def dense_histogram(distances, sizes, unit, max_distance):
+    """Counting histogram of the finite distances: hits and hit sizes per distance value. O(n + max)."""
+    counts = np.zeros(max_distance + 1, np.int64)
+    sums = np.zeros(max_distance + 1 if not unit else 1, np.int64)
+    for i in range(distances.shape[0]):
+        d = distances[i]
+        if d != COLD:
+            counts[d] += 1
+            if not unit:
+                sums[d] += sizes[i]
+    return counts, sums

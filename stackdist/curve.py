@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 
 from . import _kernels
-from .distances import COLD, DenseKeys, _check_sizes, _replay, dense_keys
+from .distances import COLD, DenseKeys, _check_sizes, _replay, dense_keys, unique_sorted
 
 __all__ = ["HitCurve", "CurveSteps", "parse_window"]
 
-_BINCOUNT_LIMIT = 1 << 26
+_COUNTING_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -64,24 +64,27 @@ class _Histogram:
 
     @classmethod
     def build(cls, distances: np.ndarray, sizes: np.ndarray | None) -> _Histogram:
-        """O(n) for unit sizes (counting); otherwise one sort of packed (distance, size) codes."""
-        finite = distances[distances != COLD]
-        if finite.size == 0:
+        """O(n + largest distance) by counting when the distances are small (at most twice the
+        trace length, or 2**20), else one sort of packed (distance, size) codes."""
+        largest = int(_kernels.finite_max(distances))
+        if largest < 0:
             empty = np.zeros(0, np.int64)
             return cls(empty, empty, empty)
-        if sizes is None and int(finite.max()) < _BINCOUNT_LIMIT:
-            counts = np.bincount(finite)
-            values = np.flatnonzero(counts).astype(np.int64)
-            cum = np.cumsum(counts[values])
-            return cls(values, cum, cum)
-        hit_sizes = np.ones_like(finite) if sizes is None else sizes[distances != COLD]
+        unit = sizes is None
+        if largest <= max(2 * distances.shape[0], _COUNTING_LIMIT):
+            counts, sums = _kernels.dense_histogram(distances, np.ones(1, np.int64) if unit else sizes, unit, largest)
+            values = np.flatnonzero(counts)
+            cum_hits = np.cumsum(counts[values])
+            return cls(values, cum_hits, cum_hits if unit else np.cumsum(sums[values]))
+        finite = distances != COLD
+        d = distances[finite]
+        hit_sizes = np.ones_like(d) if unit else sizes[finite]
         shift = max(1, int(hit_sizes.max()).bit_length())
-        if int(finite.max()).bit_length() + shift <= 63:
-            packed = np.sort((finite << shift) | hit_sizes)
-            values, counts, sums = _kernels.sorted_histogram(packed, shift)
+        if largest.bit_length() + shift <= 63:
+            values, counts, sums = _kernels.sorted_histogram(np.sort((d << shift) | hit_sizes), shift)
         else:
-            order = np.argsort(finite, kind="stable")
-            sorted_d = finite[order]
+            order = np.argsort(d, kind="stable")
+            sorted_d = d[order]
             starts = np.flatnonzero(np.r_[True, sorted_d[1:] != sorted_d[:-1]])
             values = sorted_d[starts]
             counts = np.diff(np.r_[starts, sorted_d.size])
@@ -103,6 +106,17 @@ class _Histogram:
         cum = self.cum_sizes if by_size else self.cum_hits
         i = int(np.searchsorted(cum, target, side="left"))
         return int(self.values[i]) if i < cum.size else None
+
+
+def _size_levels(dense: DenseKeys, sizes: np.ndarray | None) -> np.ndarray:
+    """The distinct object sizes, sorted (via one size per key: O(n) plus a sort of the keys)."""
+    if dense.ids.size == 0:
+        return np.zeros(0, np.int64)
+    if sizes is None:
+        return np.ones(1, np.int64)
+    per_key = np.zeros(dense.n_keys, np.int64)
+    per_key[dense.ids] = sizes
+    return unique_sorted(per_key[per_key > 0])
 
 
 def parse_window(window: Any, n: int) -> tuple[int, int]:
@@ -152,9 +166,7 @@ class HitCurve:
         self.n_accesses = stop - start
         self.total_size = self.n_accesses if sizes is None else int(self._window_sizes.sum())
         self.cold_misses = int(np.count_nonzero(win_d == COLD))
-        self._levels = np.zeros(0, np.int64) if distances.size == 0 else (
-            np.ones(1, np.int64) if sizes is None else np.unique(sizes)
-        )
+        self._levels = _size_levels(dense, sizes)
         self.max_object_size = int(self._levels[-1]) if self._levels.size else 0
         self._top = _Histogram.build(win_d, self._window_sizes)
         self._level_cache: dict[int, _Histogram] = {}
@@ -206,7 +218,7 @@ class HitCurve:
         if np.any(below):
             hits, sizes = hits.copy(), sizes.copy()
             level_of = np.searchsorted(self._levels, caps, side="right") - 1
-            for level in np.unique(level_of[below]):
+            for level in unique_sorted(level_of[below]):
                 sel = below & (level_of == level)
                 if level < 0:
                     hits[sel], sizes[sel] = 0, 0
@@ -301,7 +313,7 @@ class HitCurve:
             hist = self._top if hi is None else self._level_histogram(k)
             inside = hist.values[(hist.values > lo) & (True if hi is None else hist.values < hi)]
             caps += [np.array([lo], np.int64), inside]
-        capacities = np.unique(np.concatenate(caps))
+        capacities = unique_sorted(np.concatenate(caps))
         if not below_largest and self.max_object_size:
             capacities = capacities[(capacities == 0) | (capacities >= self.max_object_size)]
         hits, sizes = self._evaluate(capacities)
@@ -327,9 +339,9 @@ class HitCurve:
         if points < 2:
             raise ValueError(f"points must be at least 2; got {points}.")
         last = int(self._top.values[-1]) if self._top.values.size else self.max_object_size
-        grid = np.unique(np.linspace(0, max(last, 1), points).round().astype(np.int64))
+        grid = unique_sorted(np.linspace(0, max(last, 1), points).round().astype(np.int64))
         extra = self._levels[self._levels <= last] if self._levels.size <= points else np.zeros(0, np.int64)
-        return np.unique(np.concatenate([grid, extra, [last]]))
+        return unique_sorted(np.concatenate([grid, extra, [last]]))
 
     def summary(self) -> dict[str, Any]:
         """Totals of the window as a JSON-ready dict."""

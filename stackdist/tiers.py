@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from .curve import HitCurve
-from .distances import DenseKeys, _replay
+from .distances import DenseKeys, _replay, unique_sorted
 
 OUTCOMES = ("gpu", "cpu", "miss")
 
@@ -186,7 +186,7 @@ def _band_edges(curve: HitCurve, capacities: Sequence[int]) -> tuple[np.ndarray,
     sizes = curve.sizes
     if sizes is None or sizes.size == 0:
         return np.cumsum(caps), True
-    distinct = np.unique(sizes)
+    distinct = unique_sorted(sizes)
     if distinct.size == 1:
         s = int(distinct[0])
         return np.cumsum(caps // s * s), True

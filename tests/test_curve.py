@@ -150,3 +150,20 @@ def test_real_trace_curve_equals_lru_at_a_spread_of_capacities(path):
     # Second half only (a warm-up window), one capacity.
     half = ids.size // 2
     assert hit_curve(ids, window=(half, None)).hits_at(2000) == lru_hits(keys, None, 2000, (half, None))[0]
+
+
+def test_histogram_counting_and_sorting_paths_agree(monkeypatch):
+    from stackdist import curve as curve_module
+
+    rng = np.random.default_rng(12)
+    for scale in (1, 10**6, 2**40):
+        keys = rng.integers(0, 40, 3000)
+        sizes = (keys + 1) * scale
+        expected = hit_curve(keys, sizes)
+        probe = np.unique(expected.distances[expected.distances != expected.distances.max()])[::7]
+        monkeypatch.setattr(curve_module, "_COUNTING_LIMIT", -1)
+        forced = hit_curve(keys, sizes)
+        monkeypatch.undo()
+        assert forced.hits_at(probe).tolist() == expected.hits_at(probe).tolist()
+        assert forced.hit_size_at(probe).tolist() == expected.hit_size_at(probe).tolist()
+        assert forced.hits_at(probe[::5]).tolist() == [lru_hits(keys.tolist(), sizes.tolist(), c)[0] for c in probe[::5]]
