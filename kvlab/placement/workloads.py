@@ -331,8 +331,9 @@ def docqa(
 def from_mooncake(path: str | Path, block_size: int = 512, reblock: int | None = None) -> Workload:
     """Replay a Mooncake trace read by ``stackdist.traces.read_mooncake`` (optionally re-blocked).
 
-    The session key of a request is the id of its second block (its first block is the shared
-    system prompt in the conversation trace), or of its only block.
+    The session key of a request is the trace's session id when it has one, else the id of its
+    second coarse block (the first is the shared system prompt in the conversation trace), or
+    of its first block. Every block counts as a full block (a partial tail still takes a page).
     """
     try:
         from stackdist.traces import read_mooncake  # type: ignore[import-not-found]
@@ -343,21 +344,28 @@ def from_mooncake(path: str | Path, block_size: int = 512, reblock: int | None =
         from stackdist.prefix import reblock as reblock_trace  # type: ignore[import-not-found]
 
         trace = reblock_trace(trace, reblock)
-    blocks = np.asarray(trace.block_ids, dtype=np.int64)
+    ids = np.asarray(trace.block_ids)
+    blocks = ids.view(np.int64) if ids.dtype == np.uint64 else ids.astype(np.int64)  # bijective
     offsets = np.asarray(trace.offsets, dtype=np.int64)
-    starts, ends = offsets[:-1], offsets[1:]
-    second = np.where(ends - starts >= 2, np.minimum(starts + 1, len(blocks) - 1), starts)
-    session = blocks[second] if len(blocks) else np.zeros(0, np.int64)
-    block_tokens = trace.block_tokens if isinstance(trace.block_tokens, (int, np.integer)) else reblock or block_size
+    arrival = np.asarray(trace.timestamps_s, dtype=np.float64)
+    if np.any(np.diff(arrival) < 0):
+        raise ValueError(f"{path}: timestamps must not decrease (requests are replayed in file order).")
+    if trace.session_ids is not None:
+        session = np.asarray(trace.session_ids, dtype=np.int64)
+    else:
+        starts, ends = offsets[:-1], offsets[1:]
+        skip = max(1, block_size // int(trace.block_size))  # pages of the first coarse block
+        pick = np.where(ends - starts > skip, starts + skip, starts)
+        session = blocks[np.minimum(pick, max(0, len(blocks) - 1))] if len(blocks) else np.zeros(len(starts), np.int64)
     return Workload(
         name=f"mooncake:{Path(path).stem}",
         blocks=blocks,
         offsets=offsets,
         input_tokens=np.asarray(trace.input_length, dtype=np.int64),
         output_tokens=np.asarray(trace.output_length, dtype=np.int64),
-        arrival_s=np.asarray(trace.timestamps_s, dtype=np.float64),
-        session=np.asarray(session, dtype=np.int64),
-        block_tokens=int(block_tokens),
+        arrival_s=arrival,
+        session=session,
+        block_tokens=int(trace.block_size),
         params={"path": str(path), "block_size": block_size, "reblock": reblock},
     )
 

@@ -1,0 +1,195 @@
+"""Command line: ``python -m kvlab.placement {experiments,simulate,calibration} ...``.
+
+Exit status: 0 on success, 2 for a usage error (bad argument), 1 for a data error (missing or
+malformed trace / fixture file). Results go to stdout (or files), progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+EPILOG = """examples:
+  python -m kvlab.placement experiments --out results/placement
+  python -m kvlab.placement experiments --quick --out /tmp/placement --no-plots
+  python -m kvlab.placement experiments --out results/placement \\
+      --mooncake data/traces/mooncake_conversation_trace.jsonl
+  python -m kvlab.placement simulate --workload chat --policy lfu --capacities 424,3392,27136
+  python -m kvlab.placement simulate --workload docqa --param n_docs=8 --prefetch oracle --lookahead 1
+  python -m kvlab.placement simulate --workload mooncake:data/traces/mooncake_synthetic_trace.jsonl
+  python -m kvlab.placement calibration
+"""
+
+
+class UsageError(Exception):
+    """A bad command-line argument (exit status 2)."""
+
+
+def _capacities(text: str) -> tuple[int, ...]:
+    try:
+        caps = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--capacities must be 1 to 3 comma-separated non-negative ints (HBM,DRAM,SSD blocks), got {text!r}."
+        ) from None
+    if not 1 <= len(caps) <= 3 or any(c < 0 for c in caps):
+        raise argparse.ArgumentTypeError(
+            f"--capacities must be 1 to 3 comma-separated non-negative ints (HBM,DRAM,SSD blocks), got {text!r}."
+        )
+    return caps
+
+
+def _param(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--param must look like name=value, got {text!r}.")
+    name, value = text.split("=", 1)
+    try:
+        parsed: Any = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    return name.strip(), parsed
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (also used by the tests)."""
+    from .policies import POLICIES
+    from .simulator import MODES, PREFETCHERS
+
+    parser = argparse.ArgumentParser(
+        prog="python -m kvlab.placement",
+        description="Three-tier (HBM/DRAM/SSD) KV-cache placement simulator.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    exp = sub.add_parser("experiments", help="rerun the paper's grid; write results.json and PNG figures",
+                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    exp.add_argument("--out", required=True, help="output directory (created if missing)")
+    exp.add_argument("--quick", action="store_true", help="tiny workloads (seconds; used by the tests)")
+    exp.add_argument("--mooncake", action="append", default=[], metavar="PATH", help="also replay this Mooncake trace")
+    exp.add_argument("--gpu-sessions", type=float, default=1.0,
+                     help="HBM capacity in mean session footprints (default 1.0); DRAM 8x, SSD 64x")
+    exp.add_argument("--slo-ms", type=float, default=40.0, help="TTFT p99 SLO for the SLO sweeps (default 40)")
+    exp.add_argument("--sweep-steps", type=int, default=None, help="composition sweep grid steps (default 8, quick 3)")
+    exp.add_argument("--seed", type=int, default=0)
+    exp.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
+
+    sim = sub.add_parser("simulate", help="one simulation; prints a JSON summary to stdout",
+                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sim.add_argument("--workload", default="chat", help="chat, agent, docqa or mooncake:PATH (default chat)")
+    sim.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
+                     help="generator parameter, e.g. n_sessions=12 (repeatable)")
+    sim.add_argument("--capacities", type=_capacities, default=None,
+                     help="HBM,DRAM,SSD capacities in blocks (default: 1:8:64 with HBM = one session footprint)")
+    sim.add_argument("--policy", choices=sorted(POLICIES), default="lru")
+    sim.add_argument("--organisation", choices=["exclusive", "inclusive"], default="exclusive")
+    sim.add_argument("--mode", choices=MODES, default="prefix")
+    sim.add_argument("--prefetch", choices=PREFETCHERS, default="none")
+    sim.add_argument("--lookahead", type=int, default=2)
+    sim.add_argument("--block-size", type=int, default=512, help="Mooncake block size (default 512)")
+    sim.add_argument("--reblock", type=int, default=None, help="re-block a Mooncake trace to this many tokens")
+    sim.add_argument("--hf-eager", action="store_true", help="add HF-eager host overhead to the latency model")
+
+    cal = sub.add_parser("calibration", help="print the latency defaults next to the values derived from the fixtures")
+    cal.add_argument("--fixtures", default=None, help="fixture directory (default data/fixtures of this checkout)")
+    return parser
+
+
+def _load_workload(args: argparse.Namespace) -> Any:
+    from .workloads import GENERATORS, from_mooncake
+
+    params = dict(args.param)
+    if args.workload.startswith("mooncake:"):
+        if params:
+            raise UsageError("--param applies to the generators (chat, agent, docqa), not to mooncake:PATH.")
+        return from_mooncake(args.workload.split(":", 1)[1], block_size=args.block_size, reblock=args.reblock)
+    if args.workload not in GENERATORS:
+        raise UsageError(f"--workload must be one of chat, agent, docqa or mooncake:PATH; got {args.workload!r}.")
+    try:
+        return GENERATORS[args.workload](**params)
+    except TypeError as exc:
+        raise UsageError(f"--param: {exc}.") from None
+    except ValueError as exc:
+        raise UsageError(f"--param: {exc}") from None
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from .calibration import LatencyModel
+    from .experiments import capacities_for
+    from .simulator import SimConfig, simulate
+
+    workload = _load_workload(args)
+    caps = args.capacities or capacities_for(workload, 1.0)
+    latency = LatencyModel.hf_eager() if args.hf_eager else LatencyModel()
+    try:
+        config = SimConfig(capacities=caps, policy=args.policy, organisation=args.organisation, mode=args.mode,
+                           prefetch=args.prefetch, lookahead=args.lookahead, latency=latency)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"simulating {workload.name}: {workload.n_requests} requests, {workload.n_accesses} block accesses",
+          file=sys.stderr)
+    summary = simulate(workload, config).to_dict()
+    summary["workload_summary"] = workload.summary()
+    json.dump(summary, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _calibration(args: argparse.Namespace) -> int:
+    from .calibration import DEFAULT_FIXTURES, LatencyModel, derive_from_fixtures
+
+    derived = derive_from_fixtures(args.fixtures or DEFAULT_FIXTURES)
+    hardware, hf = LatencyModel(), LatencyModel.hf_eager()
+    rows = []
+    for name, value in derived.items():
+        default = getattr(hf if name in ("host_floor_ms", "launch_overhead_ms", "cached_prefix_penalty_ms") else hardware, name)
+        rows.append({"field": name, "default": default, "derived": value})
+    json.dump(rows, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "experiments":
+            from .experiments import run_experiments
+            from .plots import MatplotlibMissing
+
+            if args.gpu_sessions <= 0:
+                raise UsageError(f"--gpu-sessions must be positive, got {args.gpu_sessions}.")
+            if args.sweep_steps is not None and args.sweep_steps < 1:
+                raise UsageError(f"--sweep-steps must be a positive int, got {args.sweep_steps}.")
+            try:
+                run_experiments(args.out, quick=args.quick, mooncake=args.mooncake, gpu_sessions=args.gpu_sessions,
+                                slo_ms=args.slo_ms, sweep_steps=args.sweep_steps, seed=args.seed,
+                                plots=not args.no_plots)
+            except MatplotlibMissing as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+            return 0
+        if args.command == "simulate":
+            return _simulate(args)
+        return _calibration(args)
+    except UsageError as exc:
+        parser.print_usage(sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # malformed data (stackdist.errors.TraceFormatError is a ValueError)
+        if type(exc).__name__ == "UsageError":
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

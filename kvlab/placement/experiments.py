@@ -1,0 +1,261 @@
+"""The paper's grid on our generators: policies x organisations x prefetch x workloads.
+
+:func:`run_experiments` writes ``results.json`` and PNG figures into a directory (atomically)
+and returns the results. Tier capacities follow the paper's 1:8:64 ratio with the HBM tier set
+to ``gpu_sessions`` times the workload's mean per-session footprint (its largest request).
+Claims are evaluated from the simulated numbers in ``results["claims"]``; nothing is typed in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from .calibration import LatencyModel, kv_bytes_per_token
+from .cost import (
+    DEFAULT_PRICES_USD_PER_GB,
+    capacity_ratios,
+    composition_sweep,
+    cost_per_session_usd,
+    max_sessions_meeting_slo,
+    pareto_frontier,
+    sessions_per_gpu,
+    slo_capacity,
+)
+from .policies import POLICIES
+from .simulator import PREFETCHERS, SimConfig, simulate
+from .workloads import Workload, agent, chat, docqa, from_mooncake
+
+__all__ = ["run_experiments", "default_workloads", "write_json_atomic", "RATIO"]
+
+RATIO = (1, 8, 64)
+ORGS = ("exclusive", "inclusive")
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def default_workloads(quick: bool, seed: int = 0, mooncake: list[str] | None = None) -> list[Workload]:
+    """The generators at the documented sizes (tiny ones when ``quick``), plus Mooncake files."""
+    if quick:
+        workloads = [
+            chat(n_sessions=2, accesses_per_session=300, seed=seed),
+            agent(n_agents=2, steps_per_agent=15, system_tokens=256, tool_output_tokens_mean=120.0, seed=seed),
+            docqa(n_docs=4, n_questions=30, doc_tokens=512, seed=seed),
+        ]
+    else:
+        workloads = [chat(seed=seed), agent(seed=seed), docqa(seed=seed)]
+    for path in mooncake or []:
+        workloads.append(from_mooncake(path))
+    return workloads
+
+
+def capacities_for(workload: Workload, gpu_sessions: float) -> tuple[int, int, int]:
+    """1:8:64 tiers with HBM = ``gpu_sessions`` x mean session footprint (>= 1 block)."""
+    c0 = max(1, round(gpu_sessions * workload.session_footprint_blocks()))
+    return (c0, RATIO[1] * c0, RATIO[2] * c0)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` via a temporary file in the same directory and ``os.replace``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=False)
+            handle.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _grid(workload: Workload, caps: tuple[int, int, int], latency: LatencyModel) -> list[dict[str, Any]]:
+    rows = []
+    for policy in POLICIES:
+        for org in ORGS:
+            for prefetch in PREFETCHERS:
+                cfg = SimConfig(capacities=caps, policy=policy, organisation=org, prefetch=prefetch, latency=latency)
+                rows.append(simulate(workload, cfg).to_dict())
+    return rows
+
+
+def _pick(rows: list[dict[str, Any]], policy: str, org: str = "exclusive", prefetch: str = "none") -> dict[str, Any]:
+    for row in rows:
+        if row["config"]["policy"].split("(")[0] == policy and row["config"]["organisation"] == org \
+                and row["config"]["prefetch"] == prefetch:
+            return row
+    raise KeyError((policy, org, prefetch))
+
+
+def _claims(grid: dict[str, list[dict[str, Any]]], capacity: dict[str, Any], contended: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate the paper's claims from the simulated rows (exclusive organisation unless noted)."""
+    claims: dict[str, Any] = {}
+    claims["capacity_not_policy"] = capacity
+    decode = {}
+    for name, rows in grid.items():
+        row = _pick(rows, "lru")
+        decode[name] = {"tpot_ms_mean": row["tpot_ms_mean"], "stall_share": row["stall_share"]}
+    claims["decode_compute_bound"] = {"paper_tpot_ms": 13.24, "paper_stall_share_below": 0.01, "ours": decode}
+    ratios = {}
+    for name, rows in grid.items():
+        per_org = {}
+        for org in ORGS:
+            b = {p: _pick(rows, p, org)["migration_bytes_total"] for p in POLICIES}
+            p50 = {p: _pick(rows, p, org)["ttft_ms"]["p50"] for p in POLICIES}
+            hbm = {p: _pick(rows, p, org)["hit_rates"]["hbm"] for p in POLICIES}
+            per_org[org] = {
+                "migration_gb": {p: v / 1e9 for p, v in b.items()},
+                "lfu_over_lru_bytes": b["lfu"] / b["lru"] if b["lru"] else None,
+                "ttft_p50_ms": p50,
+                "hbm_hit_rate": hbm,
+                "fewest_bytes": min(b, key=b.get),
+                "lowest_ttft_p50": min(p50, key=p50.get),
+                "predicted_identical_to_lru": _pick(rows, "predicted", org)["migration_bytes"] == _pick(rows, "lru", org)["migration_bytes"]
+                and _pick(rows, "predicted", org)["hits"] == _pick(rows, "lru", org)["hits"],
+                "ewma_bytes_over_lfu": b["ewma"] / b["lfu"] if b["lfu"] else None,
+            }
+        ratios[name] = per_org
+    claims["policies"] = {"paper": {"chat_lru_gb": 27.38, "chat_lfu_gb": 62.99, "ratio": 2.30}, "ours": ratios}
+    prefetch = {}
+    for name, rows in grid.items():
+        beats = []
+        for policy in POLICIES:
+            for org in ORGS:
+                base = _pick(rows, policy, org)["ttft_ms"]
+                for mode in ("causal", "oracle"):
+                    got = _pick(rows, policy, org, mode)["ttft_ms"]
+                    beats.append({
+                        "policy": policy, "organisation": org, "prefetch": mode,
+                        "p50_gain_ms": base["p50"] - got["p50"], "p99_gain_ms": base["p99"] - got["p99"],
+                        "mean_gain_ms": base["mean"] - got["mean"],
+                    })
+        prefetch[name] = {
+            "cases": beats,
+            "oracle_beats_none_on_mean": sum(1 for b in beats if b["prefetch"] == "oracle" and b["mean_gain_ms"] > 0),
+            "causal_beats_none_on_mean": sum(1 for b in beats if b["prefetch"] == "causal" and b["mean_gain_ms"] > 0),
+            "cases_per_mode": len(beats) // 2,
+        }
+    claims["prefetch"] = {"by_workload": prefetch, "contended_link": contended}
+    return claims
+
+
+def _contended(workload: Workload, caps: tuple[int, int, int], latency: LatencyModel, scales: list[float]) -> list[dict[str, Any]]:
+    """LRU exclusive with each prefetcher while arrivals are compressed by ``scale``."""
+    out = []
+    for scale in scales:
+        squeezed = replace(workload, arrival_s=workload.arrival_s * scale)
+        for prefetch in PREFETCHERS:
+            row = simulate(squeezed, SimConfig(capacities=caps, prefetch=prefetch, latency=latency)).to_dict()
+            out.append({"arrival_scale": scale, "prefetch": prefetch, "ttft_ms": row["ttft_ms"],
+                        "link_wait_ms_mean": row["link_wait_ms_mean"]})
+    return out
+
+
+def _capacity_claim(
+    workloads: list[Workload], latency: LatencyModel, gpu_sessions: float, slo_ms: float, quick: bool, seed: int,
+) -> dict[str, Any]:
+    bpt = kv_bytes_per_token()
+    arithmetic = capacity_ratios(RATIO)
+    per_workload = {}
+    for w in workloads:
+        caps = capacities_for(w, gpu_sessions)
+        footprint = w.session_footprint_blocks()
+        block_bytes = w.block_tokens * bpt
+        gpu_only = (caps[0], 0, 0)
+        tiered_rows = [simulate(w, SimConfig(capacities=caps, policy=p, latency=latency)).to_dict() for p in POLICIES]
+        gpu_rows = [simulate(w, SimConfig(capacities=gpu_only, policy=p, latency=latency)).to_dict() for p in POLICIES]
+        per_workload[w.name] = {
+            "capacities": list(caps),
+            "blocks_per_session": footprint,
+            "sessions_gpu_only": sessions_per_gpu(gpu_only, footprint),
+            "sessions_tiered": sessions_per_gpu(caps, footprint),
+            "cost_per_session_gpu_only_usd": cost_per_session_usd(gpu_only, footprint, block_bytes),
+            "cost_per_session_tiered_usd": cost_per_session_usd(caps, footprint, block_bytes),
+            "ttft_p99_ms_gpu_only_by_policy": {p: r["ttft_ms"]["p99"] for p, r in zip(POLICIES, gpu_rows)},
+            "ttft_p99_ms_tiered_by_policy": {p: r["ttft_ms"]["p99"] for p, r in zip(POLICIES, tiered_rows)},
+            "miss_rate_gpu_only_by_policy": {p: r["miss_rate"] for p, r in zip(POLICIES, gpu_rows)},
+            "miss_rate_tiered_by_policy": {p: r["miss_rate"] for p, r in zip(POLICIES, tiered_rows)},
+        }
+    chat_per_session = 300 if quick else 1000
+    base = chat(n_sessions=6, accesses_per_session=chat_per_session, seed=seed)
+    c0 = capacities_for(base, gpu_sessions)[0]
+    n_max = 8 if quick else 256
+
+    def make(n: int) -> Workload:
+        return chat(n_sessions=n, accesses_per_session=chat_per_session, seed=seed)
+
+    slo = {
+        "slo_ttft_p99_ms": slo_ms,
+        "hbm_blocks": c0,
+        "n_max": n_max,
+        "sessions_gpu_only": max_sessions_meeting_slo(make, SimConfig(capacities=(c0, 0, 0), latency=latency), slo_ms, n_max),
+        "sessions_tiered": max_sessions_meeting_slo(
+            make, SimConfig(capacities=(c0, RATIO[1] * c0, RATIO[2] * c0), latency=latency), slo_ms, n_max),
+    }
+    return {"paper": {"sessions_ratio": 73.02, "cost_per_session_ratio": 62.04}, "arithmetic_1_8_64": arithmetic,
+            "per_workload": per_workload, "slo_sessions_chat": slo}
+
+
+def run_experiments(
+    out: str | Path, quick: bool = False, mooncake: list[str] | None = None, gpu_sessions: float = 1.0,
+    slo_ms: float = 40.0, sweep_steps: int | None = None, seed: int = 0, plots: bool = True,
+) -> dict[str, Any]:
+    """Run the grid, the capacity/cost claims, the composition sweep and the SLO sweep."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    latency = LatencyModel()
+    workloads = default_workloads(quick, seed, mooncake)
+    grid: dict[str, list[dict[str, Any]]] = {}
+    for w in workloads:
+        _log(f"grid: {w.name} ({w.n_requests} requests, {w.n_accesses} block accesses)")
+        grid[w.name] = _grid(w, capacities_for(w, gpu_sessions), latency)
+    _log("capacity and SLO sessions")
+    capacity = _capacity_claim(workloads, latency, gpu_sessions, slo_ms, quick, seed)
+    chat_w = workloads[0]
+    caps = capacities_for(chat_w, gpu_sessions)
+    _log("contended link")
+    contended = _contended(chat_w, caps, latency, [1.0, 0.01] if not quick else [1.0, 0.05])
+    steps = sweep_steps or (3 if quick else 8)
+    budget = sum(caps)
+    _log(f"composition sweep: budget {budget} blocks, {steps} steps")
+    sweep = composition_sweep(chat_w, budget, steps, SimConfig(latency=latency))
+    frontier = pareto_frontier(sweep)
+    hbm_grid = sorted({max(1, round(caps[0] * f)) for f in (0.125, 0.25, 0.5, 1, 2, 4)})
+    _log("SLO capacity as the SSD deepens")
+    slo = slo_capacity(chat_w, slo_ms, hbm_grid, [0, 8, 16, 32, 64], SimConfig(latency=latency))
+    results = {
+        "description": "kvlab.placement experiments: the paper's grid on our generators",
+        "quick": quick,
+        "seed": seed,
+        "gpu_sessions": gpu_sessions,
+        "prices_usd_per_gb_assumed": dict(zip(("hbm", "dram", "ssd"), DEFAULT_PRICES_USD_PER_GB)),
+        "latency_model": latency.to_dict(),
+        "kv_bytes_per_token": kv_bytes_per_token(),
+        "workloads": [w.summary() for w in workloads],
+        "grid": grid,
+        "claims": _claims(grid, capacity, {"chat_lru_exclusive": contended}),
+        "composition_sweep": {"workload": chat_w.name, "budget_blocks": budget, "steps": steps, "points": sweep,
+                              "frontier": frontier},
+        "slo_capacity": {"workload": chat_w.name, "slo_ttft_p99_ms": slo_ms, "hbm_grid": hbm_grid, "rows": slo},
+        "elapsed_s": None,
+    }
+    results["elapsed_s"] = round(time.time() - started, 1)
+    write_json_atomic(out / "results.json", results)
+    if plots:
+        from .plots import write_figures
+
+        write_figures(results, out)
+    _log(f"wrote {out / 'results.json'} in {results['elapsed_s']} s")
+    return results
+

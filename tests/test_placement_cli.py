@@ -1,0 +1,91 @@
+"""The kvlab.placement command line: experiments --quick, simulate, calibration, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvlab.placement.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "kvlab.placement", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=120)
+
+
+def test_experiments_quick_writes_json_and_figures(tmp_path: Path) -> None:
+    proc = run("experiments", "--quick", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    results = json.loads((out / "results.json").read_text())
+    for name in ("migration_bytes.png", "hit_split.png", "frontier.png", "slo_capacity.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [w["name"] for w in results["workloads"]] == ["chat", "agent", "docqa"]
+    assert len(results["grid"]["chat"]) == 4 * 2 * 3
+    claims = results["claims"]
+    assert claims["capacity_not_policy"]["arithmetic_1_8_64"]["sessions_ratio"] == 73.0
+    assert set(claims["policies"]["ours"]["chat"]["exclusive"]["migration_gb"]) == {"lru", "lfu", "predicted", "ewma"}
+    points = results["composition_sweep"]["points"]
+    assert len(points) == 6 and results["composition_sweep"]["frontier"]  # 3 steps, HBM > 0: 3 + 2 + 1
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
+    assert proc.stdout == ""  # data to files, progress to stderr
+    assert "wrote" in proc.stderr
+
+
+def test_simulate_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", "--workload", "chat", "--param", "n_sessions=2", "--param", "accesses_per_session=100",
+                 "--policy", "lfu", "--capacities", "16,128,1024"])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["config"]["capacities"] == [16, 128, 1024] and summary["config"]["policy"] == "lfu"
+
+
+def test_calibration_prints_defaults_next_to_derived(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calibration"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["field"] for r in rows} >= {"prefill_fixed_ms", "h2d_gbps", "host_floor_ms"}
+    assert all(abs(r["default"] - r["derived"]) <= 2e-4 * abs(r["derived"]) for r in rows)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["simulate", "--policy", "arc"], "argument --policy: invalid choice: 'arc'"),
+    (["simulate", "--capacities", "1,x"], "--capacities must be 1 to 3 comma-separated non-negative ints"),
+    (["simulate", "--workload", "tweets"], "--workload must be one of chat, agent, docqa or mooncake:PATH; got 'tweets'."),
+    (["simulate", "--param", "n_sessions=0"], "--param: n_sessions must be a positive number, got 0."),
+    (["simulate", "--param", "colour=1"], "--param: chat() got an unexpected keyword argument 'colour'"),
+    (["simulate", "--lookahead", "0"], "lookahead must be a positive int, got 0."),
+    (["experiments", "--out", "/tmp/x", "--gpu-sessions", "0"], "--gpu-sessions must be positive, got 0.0."),
+])
+def test_usage_errors_exit_2_with_a_message(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        sys.exit(main(argv))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_missing_trace_is_a_data_error_exit_1(tmp_path: Path) -> None:
+    proc = run("simulate", "--workload", f"mooncake:{tmp_path / 'none.jsonl'}")
+    assert proc.returncode == 1
+    assert "none.jsonl: no such file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n{"timestamp": 1}\n')
+    proc = run("simulate", "--workload", f"mooncake:{bad}")
+    assert proc.returncode == 1
+    assert "bad.jsonl:2:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_help_has_examples() -> None:
+    proc = run("experiments", "--help")
+    assert proc.returncode == 0 and "examples:" in proc.stdout and "--quick" in proc.stdout
