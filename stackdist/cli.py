@@ -150,7 +150,8 @@ def run_curve(args: argparse.Namespace) -> int:
         steps = curve.steps(below_largest=curve.summary()["distinct_sizes"] <= 64)
         x = np.r_[steps.capacities, max(int(steps.capacities[-1]) * 1.05, 1)]
         y = np.r_[steps.hits, steps.hits[-1]] / max(curve.n_accesses, 1)
-        plot_curves(args.plot, [("LRU hit rate", x, y)], xlabel="capacity (trace size units)", targets=targets,
+        plot_curves(args.plot, [("LRU hit rate", x, y)], xlabel="capacity (trace size units)",
+                    hlines=[(f"hit rate {t:g}", t) for t in targets],
                     title=f"{args.trace}: exact LRU hit curve")
     return 0
 

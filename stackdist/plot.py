@@ -40,23 +40,32 @@ def plot_curves(
     xlabel: str,
     ylabel: str = "hit rate",
     title: str = "",
-    targets: Sequence[float] = (),
+    hlines: Sequence[tuple[str, float]] = (),
     vlines: Sequence[tuple[str, float]] = (),
+    xscale: str = "linear",
 ) -> None:
-    """Step curves ``(label, x, y)`` on one axis, with horizontal target lines, saved as PNG."""
+    """Step curves ``(label, x, y)`` on one axis, with labelled horizontal and vertical marker
+    lines, saved atomically as a PNG."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for label, x, y in series:
         ax.step(x, y, where="post", label=label)
-    for t in targets:
-        ax.axhline(t, color="grey", lw=0.8, ls=":")
-        ax.annotate(f"{t:g}", (0, t), xycoords=("axes fraction", "data"), fontsize=8, color="grey", va="bottom")
+    for i, (label, y) in enumerate(hlines):
+        ax.axhline(y, color="grey", lw=0.8, ls=":")
+        ax.annotate(label, (0.01 + 0.16 * i, y), xycoords=("axes fraction", "data"), fontsize=7, color="dimgrey", va="bottom")
     for label, x in vlines:
         ax.axvline(x, color="tab:red", lw=0.8, ls="--")
         ax.annotate(label, (x, 0.02), xycoords=("data", "axes fraction"), fontsize=8, rotation=90, color="tab:red")
+    if xscale == "symlog":
+        positive = [float(np.min(x[x > 0])) for _, x, _ in series if np.any(np.asarray(x) > 0)]
+        ax.set_xscale("symlog", linthresh=min(positive) if positive else 1.0)
+        ax.set_xlim(left=0)
+    else:
+        ax.set_xscale(xscale)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_ylim(0, 1.02)
+    top = max([float(np.max(y)) for _, _, y in series if np.size(y)] + [y for _, y in hlines] + [0.0])
+    ax.set_ylim(0, min(1.02, top * 1.15 + 0.02))
     ax.grid(alpha=0.3)
     if title:
         ax.set_title(title)

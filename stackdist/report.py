@@ -1,0 +1,231 @@
+"""The planner's report: every answer for one request trace, as a JSON-ready dict.
+
+Built from one replay per semantics (:mod:`stackdist.plan`); all capacities are exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .distances import unique_sorted
+from .geometry import DEFAULT_MODEL, ModelGeometry
+from .plan import DEFAULT_PRICES_PER_GB, PrefixCurve, PrefixReplay, replay_requests, tier_plan
+from .traces import RequestTrace
+
+__all__ = ["PlanOptions", "build_report", "parse_duration", "warmup_mask"]
+
+COVERAGE_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
+
+
+@dataclass
+class PlanOptions:
+    """What to compute; every field has the CLI's default."""
+
+    semantics: Sequence[str] = ("engine", "per-access")
+    geometry: ModelGeometry = DEFAULT_MODEL
+    targets: Sequence[float] = (0.9, 0.95, 0.99)
+    coverage_target: float = 1.0
+    warmup_requests: int = 0
+    warmup_seconds: float = 0.0
+    window_seconds: float | None = None
+    tier_targets: Sequence[float] = (0.5, 0.9, 0.99)
+    prices_per_gb: dict[str, float] | None = None
+    curve_points: int = 120
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_duration(text: str, name: str) -> float:
+    """Seconds from ``"90"``, ``"90s"``, ``"10m"`` or ``"1.5h"``.
+
+    >>> parse_duration("10m", "--window"), parse_duration("90", "--window")
+    (600.0, 90.0)
+    """
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    body, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1.0)
+    try:
+        value = float(body) * unit
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a duration like 90, 90s, 10m or 1.5h; got {text!r}.")
+    return value
+
+
+def warmup_mask(trace: RequestTrace, requests: int = 0, seconds: float = 0.0) -> np.ndarray:
+    """The requests that count: not among the first ``requests`` and not before ``seconds``."""
+    mask = np.ones(trace.n_requests, bool)
+    mask[: max(0, requests)] = False
+    if seconds > 0 and trace.n_requests:
+        mask &= trace.timestamps_s >= trace.timestamps_s.min() + seconds
+    return mask
+
+
+class _Units:
+    """Capacity conversions: blocks -> tokens -> bytes -> GiB."""
+
+    def __init__(self, block_size: int, geometry: ModelGeometry) -> None:
+        self.block_size = block_size
+        self.bytes_per_block = block_size * geometry.kv_bytes_per_token
+
+    def describe(self, blocks: int | None) -> dict[str, Any] | None:
+        if blocks is None:
+            return None
+        return {"blocks": int(blocks), "tokens": int(blocks) * self.block_size, "gib": int(blocks) * self.bytes_per_block / 2**30}
+
+
+def _curve_points(curve: PrefixCurve, points: int, marks: Sequence[int]) -> np.ndarray:
+    top = max(curve.saturation_blocks, 1)
+    grid = unique_sorted(np.round(np.geomspace(1, top, max(points - 1, 1))).astype(np.int64))
+    return unique_sorted(np.concatenate([[0], grid, np.asarray([m for m in marks if m is not None], np.int64)]))
+
+
+def _working_sets(curve: PrefixCurve, units: _Units, targets: Sequence[float]) -> list[dict[str, Any]]:
+    rows = []
+    for t in targets:
+        rows.append({
+            "target": t,
+            "token_hit_rate": units.describe(curve.min_capacity_for(token_hit_rate=t)),
+            "fraction_of_ceiling": units.describe(curve.min_capacity_for(fraction_of_ceiling=t)),
+        })
+    return rows
+
+
+def _coverage(curve: PrefixCurve, units: _Units, target: float) -> dict[str, Any]:
+    needs = curve.coverage_needs(target)
+    reusable = needs > 0
+    out: dict[str, Any] = {"target": target, "n_requests": int(needs.size), "n_requests_with_reuse": int(reusable.sum())}
+    for label, selected in (("all_requests", needs), ("requests_with_reuse", needs[reusable])):
+        ordered = np.sort(selected)
+        row = {}
+        for q in COVERAGE_QUANTILES:
+            k = math.ceil(q * ordered.size - 1e-12)
+            row[f"p{q * 100:g}"] = units.describe(int(ordered[k - 1]) if k > 0 else 0)
+        out[label] = row
+    return out
+
+
+def _curve_table(curve: PrefixCurve, units: _Units, caps: np.ndarray) -> dict[str, list]:
+    return {
+        "capacity_blocks": caps.tolist(),
+        "capacity_gib": (caps * units.bytes_per_block / 2**30).tolist(),
+        "block_hit_rate": np.asarray(curve.block_hit_rate_at(caps)).tolist(),
+        "reuse_hit_rate": np.asarray(curve.reuse_hit_rate_at(caps)).tolist(),
+        "prefix_token_hit_rate": np.asarray(curve.prefix_token_hit_rate_at(caps)).tolist(),
+    }
+
+
+def _time_windows(replay: PrefixReplay, counted: np.ndarray, width: float, units: _Units, targets: Sequence[float]) -> list[dict[str, Any]]:
+    ts = replay.trace.timestamps_s
+    if not counted.any():
+        return []
+    start = float(ts[counted].min())
+    index = np.floor((ts - start) / width).astype(np.int64)
+    rows = []
+    for w in range(int(index[counted].max()) + 1):
+        in_window = counted & (index == w)
+        cumulative = counted & (index <= w)
+        row: dict[str, Any] = {"start_s": start + w * width, "end_s": start + (w + 1) * width, "requests": int(in_window.sum())}
+        for label, mask in (("window", in_window), ("cumulative", cumulative)):
+            curve = PrefixCurve(replay, mask)
+            row[label] = {
+                "ceiling_token_hit_rate": curve.ceiling_token_hit_rate,
+                "working_set_fraction_of_ceiling": {
+                    f"{t:g}": units.describe(curve.min_capacity_for(fraction_of_ceiling=t)) for t in targets
+                },
+            }
+        rows.append(row)
+    return rows
+
+
+def _semantics_report(replay: PrefixReplay, counted: np.ndarray, options: PlanOptions, units: _Units) -> dict[str, Any]:
+    curve = PrefixCurve(replay, counted)
+    working = _working_sets(curve, units, options.targets)
+    marks = [w[k]["blocks"] for w in working for k in ("token_hit_rate", "fraction_of_ceiling") if w[k]]
+    report = {
+        "summary": curve.summary(),
+        "working_set": working,
+        "coverage": _coverage(curve, units, options.coverage_target),
+        "tier_plan": tier_plan(curve, options.geometry, options.tier_targets, options.prices_per_gb),
+        "curve": _curve_table(curve, units, _curve_points(curve, options.curve_points, marks)),
+    }
+    if options.window_seconds:
+        report["time_windows"] = _time_windows(replay, counted, options.window_seconds, units, options.targets)
+    return report
+
+
+def _comparison(curves: dict[str, PrefixCurve], units: _Units, targets: Sequence[float]) -> dict[str, Any]:
+    """How far apart per-access and engine semantics are on the same trace."""
+    engine, per_access = curves["engine"], curves["per-access"]
+    rows = []
+    for t in targets:
+        e = engine.min_capacity_for(fraction_of_ceiling=t)
+        p = per_access.min_capacity_for(fraction_of_ceiling=t)
+        rows.append({
+            "fraction_of_ceiling": t,
+            "engine": units.describe(e),
+            "per_access": units.describe(p),
+            "per_access_over_engine": (p / e) if e and p is not None else None,
+        })
+    caps = _curve_points(engine, 40, [])
+    gap = np.asarray(engine.prefix_token_hit_rate_at(caps)) - np.asarray(per_access.prefix_token_hit_rate_at(caps))
+    worst = int(np.argmax(np.abs(gap))) if gap.size else 0
+    return {
+        "working_sets": rows,
+        "max_prefix_token_hit_rate_gap": {"engine_minus_per_access": float(gap[worst]) if gap.size else 0.0,
+                                          "at": units.describe(int(caps[worst]) if gap.size else 0)},
+        "per_access_block_hit_rate_at_engine_ws": [
+            {"fraction_of_ceiling": r["fraction_of_ceiling"],
+             "per_access_block_hit_rate": float(per_access.block_hit_rate_at(r["engine"]["blocks"])) if r["engine"] else None,
+             "per_access_prefix_token_hit_rate": float(per_access.prefix_token_hit_rate_at(r["engine"]["blocks"])) if r["engine"] else None,
+             "engine_prefix_token_hit_rate": float(engine.prefix_token_hit_rate_at(r["engine"]["blocks"])) if r["engine"] else None}
+            for r in rows
+        ],
+    }
+
+
+def build_report(
+    trace: RequestTrace, options: PlanOptions, progress_factory: Callable[[str], Any] | None = None
+) -> dict[str, Any]:
+    """The whole plan for ``trace``: per semantics, the ceilings, working sets, coverage, tier
+    plan, curve and (optionally) time windows; plus how the two semantics differ."""
+    units = _Units(trace.block_size, options.geometry)
+    counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds)
+    report: dict[str, Any] = {
+        "trace": {
+            "source": trace.source,
+            "requests": trace.n_requests,
+            "blocks": trace.n_blocks,
+            "distinct_blocks": int(unique_sorted(trace.block_ids).size),
+            "block_size_tokens": trace.block_size,
+            "input_tokens": int(trace.input_length.sum()),
+            "span_s": float(np.ptp(trace.timestamps_s)) if trace.n_requests else 0.0,
+            "skipped_lines": trace.skipped,
+            **options.extra,
+        },
+        "model": {
+            "name": options.geometry.name,
+            "kv_bytes_per_token": options.geometry.kv_bytes_per_token,
+            "bytes_per_block": units.bytes_per_block,
+        },
+        "counted": {"requests": int(counted.sum()), "warmup_requests": options.warmup_requests, "warmup_seconds": options.warmup_seconds},
+        "prices_per_gb_usd": dict(DEFAULT_PRICES_PER_GB, **(options.prices_per_gb or {})),
+        "semantics": {},
+    }
+    curves = {}
+    for semantics in options.semantics:
+        progress = progress_factory(f"replay ({semantics})") if progress_factory else None
+        try:
+            replay = replay_requests(trace, semantics, progress)
+        finally:
+            if progress is not None:
+                progress.close()
+        curves[semantics] = PrefixCurve(replay, counted)
+        report["semantics"][semantics] = _semantics_report(replay, counted, options, units)
+    if len(curves) == 2:
+        report["comparison"] = _comparison(curves, units, options.targets)
+    return report
