@@ -1,18 +1,46 @@
 """stackdist: exact LRU hit curves for KV-cache capacity planning, from one replay.
 
-A tour:
+A short tour. Stack distances (a cold access gets the sentinel ``COLD``):
 
 >>> import stackdist
->>> d = stackdist.stack_distances([0, 1, 2, 0, 1, 2])
->>> d[3:].tolist()
+>>> stackdist.stack_distances([0, 1, 2, 0, 1, 2])[3:].tolist()
 [3, 3, 3]
+
+The exact LRU hit curve, every capacity at once (here ten 5011-token documents read twice,
+hits counted in the second pass only):
+
+>>> curve = stackdist.hit_curve(list(range(10)) * 2, [5011] * 20, window=(10, None))
+>>> curve.hits_at([50109, 50110]).tolist()
+[0, 10]
+>>> curve.min_capacity_for(hit_rate=1.0)
+50110
+
+Two tiers (GPU + an inclusive CPU tier), every CPU capacity at once per GPU capacity:
+
+>>> tier = stackdist.inclusive_tiers(list(range(10)) * 2, [5011] * 20, [21520], window=(10, None))[0]
+>>> tier.misses_at([50109, 50110]).tolist()
+[10, 0]
+
+Request traces with prefix-cache semantics (``engine`` or ``per-access``):
+
+>>> trace = stackdist.read_mooncake("data/traces/mooncake_synthetic_trace.jsonl")  # doctest: +SKIP
+>>> plan = stackdist.PrefixCurve(stackdist.replay_requests(trace, "engine"))       # doctest: +SKIP
+>>> plan.min_capacity_for(fraction_of_ceiling=0.9)                                  # doctest: +SKIP
 """
 
 from .curve import CurveSteps, HitCurve, parse_window
 from .distances import COLD, StackDistanceStream, dense_keys, engine_depths, stack_distances
+from .errors import TraceFormatError, UsageError
+from .geometry import DEFAULT_MODEL, ModelGeometry, from_hf_config, geometry_for
+from .plan import PrefixCurve, PrefixReplay, coverage_needs, replay_requests, tier_plan
+from .prefix import chain_hashes, reblock
+from .tiers import compare_organisations, exclusive_grid, exclusive_hits, inclusive_grid, inclusive_tiers
+from .traces import AccessTrace, RequestTrace, read_access_trace, read_mooncake, read_qwen, read_requests, read_token_ids
+
+__version__ = "0.1.0"
 
 
-def hit_curve(keys, sizes=None, window=None) -> HitCurve:
+def hit_curve(keys, sizes=None, window=None) -> HitCurve:  # type: ignore[no-untyped-def]
     """The exact LRU hit curve of a trace (every capacity at once), hits counted in ``window``.
 
     Shorthand for :meth:`HitCurve.from_trace`.
@@ -23,6 +51,40 @@ def hit_curve(keys, sizes=None, window=None) -> HitCurve:
     return HitCurve.from_trace(keys, sizes, window)
 
 
-__version__ = "0.1.0"
-
-__all__ = ["COLD", "CurveSteps", "HitCurve", "StackDistanceStream", "hit_curve", "parse_window", "dense_keys", "engine_depths", "stack_distances", "__version__"]
+__all__ = [
+    "COLD",
+    "AccessTrace",
+    "CurveSteps",
+    "DEFAULT_MODEL",
+    "HitCurve",
+    "ModelGeometry",
+    "PrefixCurve",
+    "PrefixReplay",
+    "RequestTrace",
+    "StackDistanceStream",
+    "TraceFormatError",
+    "UsageError",
+    "__version__",
+    "chain_hashes",
+    "compare_organisations",
+    "coverage_needs",
+    "dense_keys",
+    "engine_depths",
+    "exclusive_grid",
+    "exclusive_hits",
+    "from_hf_config",
+    "geometry_for",
+    "hit_curve",
+    "inclusive_grid",
+    "inclusive_tiers",
+    "parse_window",
+    "read_access_trace",
+    "read_mooncake",
+    "read_qwen",
+    "read_requests",
+    "read_token_ids",
+    "reblock",
+    "replay_requests",
+    "stack_distances",
+    "tier_plan",
+]

@@ -232,11 +232,31 @@ def engine_depths(
         raise ValueError(
             f"offsets must be non-decreasing, start at 0 and end at the number of accesses ({dk.ids.shape[0]})."
         )
-    out = np.empty(dk.ids.shape[0], np.int64)
-    state = _ReplayState(dk.n_keys)
-    error = state.run(_kernels.arrival_depths, dk.ids, size_arr, out, offs)
-    if error >= 0:
-        _raise_size_mismatch(dk, size_arr, state, error)
+    return _engine_replay(dk, size_arr, offs)
+
+
+_CHUNK_BLOCKS = 1 << 21
+
+
+def _engine_replay(
+    dense: DenseKeys, sizes: np.ndarray | None, offsets: np.ndarray, progress: Callable[[int, int], None] | None = None
+) -> np.ndarray:
+    """Arrival-time depths of dense ids, whole requests at a time in chunks of about 2M blocks."""
+    n = dense.ids.shape[0]
+    out = np.empty(n, np.int64)
+    state = _ReplayState(dense.n_keys)
+    n_req = offsets.shape[0] - 1
+    r = 0
+    while r < n_req:
+        stop = min(max(int(np.searchsorted(offsets, offsets[r] + _CHUNK_BLOCKS, side="right")) - 1, r + 1), n_req)
+        lo, hi = int(offsets[r]), int(offsets[stop])
+        chunk_sizes = None if sizes is None else sizes[lo:hi]
+        error = state.run(_kernels.arrival_depths, dense.ids[lo:hi], chunk_sizes, out[lo:hi], offsets[r : stop + 1] - lo)
+        if error >= 0:
+            _raise_size_mismatch(dense, sizes, state, lo + error)
+        if progress is not None:
+            progress(hi, n)
+        r = stop
     return out
 
 

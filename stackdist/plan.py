@@ -44,7 +44,7 @@ import numpy as np
 
 from . import _kernels
 from .curve import _Histogram
-from .distances import COLD, _replay, _ReplayState, dense_keys
+from .distances import COLD, _engine_replay, _replay, dense_keys
 from .geometry import ModelGeometry
 from .traces import RequestTrace
 
@@ -60,7 +60,6 @@ __all__ = [
 
 SEMANTICS = ("engine", "per-access")
 DEFAULT_PRICES_PER_GB = {"hbm": 187.50, "dram": 3.50, "ssd": 0.08}  # assumptions, US$ per GB (1e9 B)
-_CHUNK_BLOCKS = 1 << 21
 
 
 def _exact_fraction(value: float, name: str) -> Fraction:
@@ -98,25 +97,9 @@ def replay_requests(
     if semantics == "per-access":
         depths = _replay(dense, None, progress)
     else:
-        depths = _engine_replay(dense.ids, dense.n_keys, trace.offsets, progress)
+        depths = _engine_replay(dense, None, trace.offsets, progress)
     effective = _kernels.segment_running_max(depths, trace.offsets)
     return PrefixReplay(trace, semantics, depths, effective)
-
-
-def _engine_replay(ids: np.ndarray, n_keys: int, offsets: np.ndarray, progress: Callable[[int, int], None] | None) -> np.ndarray:
-    out = np.empty(ids.shape[0], np.int64)
-    state = _ReplayState(n_keys)
-    n_req = offsets.shape[0] - 1
-    r = 0
-    while r < n_req:
-        stop = int(np.searchsorted(offsets, offsets[r] + _CHUNK_BLOCKS, side="right")) - 1
-        stop = min(max(stop, r + 1), n_req)
-        lo, hi = int(offsets[r]), int(offsets[stop])
-        state.run(_kernels.arrival_depths, ids[lo:hi], None, out[lo:hi], offsets[r : stop + 1] - lo)
-        if progress is not None:
-            progress(hi, ids.shape[0])
-        r = stop
-    return out
 
 
 def _request_mask(trace: RequestTrace, requests: Any) -> np.ndarray:

@@ -140,3 +140,44 @@ def test_real_trace_matches_sorted_list_reference(path):
     ids = mooncake_block_stream(path)
     reference = SortedListStackDistance().distances(ids.tolist())
     assert as_optional(stack_distances(ids)) == reference
+
+
+def naive_engine_depths(requests, size_of):
+    """Per request: depths read from a list stack (most recent first), then a tail-first commit."""
+    stack, out = [], []
+    for blocks in requests:
+        for b in blocks:
+            if b in stack:
+                depth = stack.index(b)
+                out.append(size_of[b] + sum(size_of[k] for k in stack[:depth]))
+            else:
+                out.append(None)
+        for b in reversed(blocks):
+            if b in stack:
+                stack.remove(b)
+            stack.insert(0, b)
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1 << 21, 3])
+def test_engine_depths_equal_list_stack(monkeypatch, chunk):
+    from stackdist import distances
+
+    monkeypatch.setattr(distances, "_CHUNK_BLOCKS", chunk)
+    rng = np.random.default_rng(17)
+    for _ in range(150):
+        n_keys = int(rng.integers(1, 15))
+        size_of = rng.integers(1, 6, n_keys).tolist()
+        requests = [rng.permutation(n_keys)[: int(rng.integers(0, min(n_keys, 5) + 1))].tolist() for _ in range(int(rng.integers(1, 12)))]
+        keys = [b for r in requests for b in r]
+        offsets = np.r_[0, np.cumsum([len(r) for r in requests])]
+        got = distances.engine_depths(keys, offsets, [size_of[k] for k in keys] if keys else None)
+        assert as_optional(got) == naive_engine_depths(requests, size_of)
+
+
+@pytest.mark.parametrize("offsets", [[0, 3], [1, 2], [0, 2, 1, 2], []])
+def test_engine_depths_bad_offsets(offsets):
+    from stackdist import engine_depths
+
+    with pytest.raises(ValueError, match="offsets must be non-decreasing"):
+        engine_depths([1, 2], offsets)
