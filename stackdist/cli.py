@@ -26,12 +26,14 @@ EXAMPLES_CURVE = """examples:
   stackdist curve trace.jsonl --capacities 1000,2000,4096
   stackdist curve trace.npy --points 200 --window 100000: --csv
   stackdist curve trace.csv --targets 0.5,0.9 --plot curve.png --output curve.json
+  stackdist curve data/traces/mooncake_conversation_trace.jsonl --format mooncake --capacities 1000,10000
 """
 
 EXAMPLES_TIERS = """examples:
   stackdist tiers trace.csv --gpu 4096                 # CPU curve for a 4096-unit GPU tier
   stackdist tiers trace.csv --gpu 2048 --gpu 4096 --cpu 0,8192,16384
   stackdist tiers trace.jsonl --gpu 4096 --exclusive --plot tiers.png
+  stackdist tiers data/traces/mooncake_conversation_trace.jsonl --format mooncake --gpu 8000 --cpu 0,20000,40000
 """
 
 
@@ -62,8 +64,10 @@ def _rate_list(text: str, name: str) -> list[float]:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("trace", help="key[,size] trace: .csv/.tsv/.txt, .jsonl or .npy")
-    p.add_argument("--format", choices=["csv", "tsv", "jsonl", "npy"], help="override the format guessed from the extension")
+    p.add_argument("trace", help="key[,size] trace (.csv/.tsv/.txt, .jsonl, .npy) or a request trace (see --format)")
+    p.add_argument("--format", choices=["csv", "tsv", "jsonl", "npy", "mooncake", "qwen", "tokens"],
+                   help="override the format guessed from the extension; mooncake/qwen/tokens replay the request "
+                   "trace's block stream (head first, one unit per block)")
     p.add_argument("--window", metavar="START:STOP", help="count hits only for accesses START..STOP-1 (Python slice rules)")
     p.add_argument("--output", "-o", metavar="FILE", default="-", help="write the JSON here (atomically) instead of stdout")
     p.add_argument("--plot", metavar="PNG", help="also draw the curve(s) to this PNG (needs matplotlib)")
@@ -99,12 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load_curve(args: argparse.Namespace) -> HitCurve:
-    from .traces import read_access_trace
+    from .traces import REQUEST_FORMATS, read_access_trace, read_requests
 
-    trace = read_access_trace(args.trace, args.format)
+    if args.format in REQUEST_FORMATS:
+        keys, sizes = read_requests(args.trace, args.format).block_ids, None
+    else:
+        trace = read_access_trace(args.trace, args.format)
+        keys, sizes = trace.keys, trace.sizes
     progress = Progress("replay")
     try:
-        return HitCurve.from_trace(trace.keys, trace.sizes, args.window, progress=progress)
+        return HitCurve.from_trace(keys, sizes, args.window, progress=progress)
     finally:
         progress.close()
 

@@ -104,3 +104,13 @@ def test_help_has_examples_and_module_entry_point():
     assert result.returncode == 0 and "examples:" in result.stdout
     result = subprocess.run([sys.executable, "-m", "stackdist", "tiers", "x.csv"], capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_request_trace_formats_replay_the_block_stream(capsys):
+    from naive import lru_hits, mooncake_block_stream, real_trace_paths
+
+    path = real_trace_paths()[1]
+    code, out, _ = run(capsys, "curve", path, "--format", "mooncake", "--capacities", "3000")
+    assert code == 0
+    ids = mooncake_block_stream(path).tolist()
+    assert json.loads(out)["curve"]["hits"] == [lru_hits(ids, None, 3000)[0]]
