@@ -5,6 +5,7 @@ Commands:
 - ``run-lab --out DIR [--measured FILE]``: write the lab's result files (see :mod:`kvlab.lab`).
 - ``scenario ...``: the document-scan scenario (same options as ``python -m kvlab.scenario``).
 - ``summarize INPUT.jsonl OUTPUT.json``: the TTFT summary (as ``python -m kvlab.summarize``).
+- ``block-lab ...``: the passes at block granularity, both prefix semantics (see :mod:`kvlab.blocklab`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,21 @@ examples:
   python -m kvlab run-lab --out /tmp/lab --measured my_ttft.jsonl
   python -m kvlab scenario --gpu 21520 --cpu 56000 --passes fwd,fwd,rev
   python -m kvlab summarize data/ttft.jsonl /tmp/measured.json
+  python -m kvlab block-lab --json -
 """
 
+
+def _block_lab_main(argv: Sequence[str], prog: str) -> int:
+    """``kvlab block-lab``: imported on use, so the other commands do not load numpy."""
+    from . import blocklab
+
+    return blocklab.main(argv, prog=prog)
+
+
 #: Subcommands handed whole to another module's ``main(argv, prog=...)``.
-DELEGATED: dict[str, Callable[..., int]] = {"scenario": scenario.main, "summarize": summarize.main}
+DELEGATED: dict[str, Callable[..., int]] = {
+    "scenario": scenario.main, "summarize": summarize.main, "block-lab": _block_lab_main,
+}
 
 
 def _directory_argument(text: str) -> Path:
