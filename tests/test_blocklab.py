@@ -362,3 +362,11 @@ def test_run_block_lab_rejects_bad_python_arguments():
         run_block_lab(gpu="1")
     with pytest.raises(ValueError, match="unknown pass name 'up'"):
         run_block_lab(passes="up")
+
+
+def test_the_readme_section_pastes_the_current_output(monkeypatch, capsys, repo_root):
+    monkeypatch.chdir(repo_root)  # the table names the fixture relative to the current folder
+    assert blocklab.main([]) == 0
+    table = capsys.readouterr().out
+    section = (repo_root / "docs" / "blocklab.md").read_text()
+    assert f"$ python -m kvlab block-lab\n{table}```" in section
