@@ -275,6 +275,7 @@ def direct_hits(trace: RequestTrace, capacity_blocks: int) -> dict[str, dict[str
 
 
 def _append(fields: dict[str, list[int]], *values: int) -> None:
+    """Append one request's values, in :data:`HIT_FIELDS` order."""
     for name, value in zip(HIT_FIELDS, values):
         fields[name].append(int(value))
 
@@ -421,6 +422,7 @@ def _display_path(path: str | Path) -> str:
 
 
 def _fixture_int(data: dict[str, Any], key: str, path: str | Path, where: str) -> int:
+    """Return ``data[key]`` if it is a positive int, else FixtureError naming ``where``."""
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise FixtureError(f"{path}: {where} must be a positive int, got {value!r}")
@@ -428,6 +430,7 @@ def _fixture_int(data: dict[str, Any], key: str, path: str | Path, where: str) -
 
 
 def _fixture_ms(column: dict[str, Any], key: str, path: str | Path, where: str) -> float:
+    """Return ``column[key]`` if it is a positive finite number, else FixtureError."""
     value = column.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise FixtureError(f"{path}: {where}.{key} must be a positive number of ms, got {value!r}")
@@ -555,6 +558,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def _table_row(entry: dict[str, Any]) -> str:
+    """One request's table line: the whole-document outcome, then each semantics' columns."""
     engine, access = entry["engine"], entry["per-access"]
     return (
         f"{entry['doc']:>3} {'hit' if entry['whole_document_hit'] else 'miss':>5} | "
@@ -567,6 +571,7 @@ def _table_row(entry: dict[str, Any]) -> str:
 
 
 def _ms(ttft: dict[str, Any], key: str) -> str:
+    """A TTFT cell to 0.1 ms, marked ``*`` where the interpolation joins two attention paths."""
     mark = "*" if ttft["mixes_attention_paths"] else " "
     return f"{ttft[key]:>5.1f}{mark}"
 
