@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help=f"measured TTFT JSONL to summarize and copy (default: {lab.DEFAULT_MEASURED})")
     commands.add_parser("scenario", add_help=False, help="run the document-scan scenario (kvlab scenario --help)")
     commands.add_parser("summarize", add_help=False, help="summarize measured TTFT JSONL (kvlab summarize --help)")
+    commands.add_parser("block-lab", add_help=False, help="the passes at 16-token block granularity (kvlab block-lab --help)")
     return parser
 
 

@@ -162,7 +162,7 @@ def test_cli_out_is_a_file_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[
     ("argv", "expected"),
     [
         ([], "the following arguments are required: command"),
-        (["bogus"], "invalid choice: 'bogus' (choose from 'run-lab', 'scenario', 'summarize')"),
+        (["bogus"], "invalid choice: 'bogus' (choose from 'run-lab', 'scenario', 'summarize', 'block-lab')"),
         (["run-lab"], "the following arguments are required: --out"),
         (["run-lab", "--out", ""], "argument --out: must be a directory path, got an empty string"),
         (["run-lab", "--out", "x", "--docs", "3"], "unrecognized arguments: --docs 3"),
