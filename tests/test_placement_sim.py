@@ -273,6 +273,8 @@ def test_composition_sweep_covers_every_split() -> None:
     splits = sorted(tuple(p["capacities"]) for p in points)
     assert splits == sorted((4 * i, 4 * j, 12 - 4 * i - 4 * j) for i in range(1, 4) for j in range(0, 4 - i))
     assert all(sum(s) == 12 for s in splits)
+    odd = [tuple(p["capacities"]) for p in composition_sweep(w, 10, 3, SimConfig())]
+    assert len(odd) == 6 and all(sum(s) == 10 and min(s) >= 0 for s in odd) and all(s[0] > 0 for s in odd)
 
 
 def test_slo_capacity_and_slo_sessions() -> None:

@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="HBM capacity in mean session footprints (default 1.0); DRAM 8x, SSD 64x")
     exp.add_argument("--slo-ms", type=float, default=40.0, help="TTFT p99 SLO for the SLO sweeps (default 40)")
     exp.add_argument("--sweep-steps", type=int, default=None, help="composition sweep grid steps (default 8, quick 3)")
+    exp.add_argument("--sweep-fraction", type=float, default=0.5,
+                     help="composition sweep budget as a fraction of the chat workload's distinct blocks (default 0.5)")
     exp.add_argument("--seed", type=int, default=0)
     exp.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
 
@@ -163,11 +165,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             if args.gpu_sessions <= 0:
                 raise UsageError(f"--gpu-sessions must be positive, got {args.gpu_sessions}.")
+            if not args.sweep_fraction > 0:
+                raise UsageError(f"--sweep-fraction must be positive, got {args.sweep_fraction}.")
             if args.sweep_steps is not None and args.sweep_steps < 1:
                 raise UsageError(f"--sweep-steps must be a positive int, got {args.sweep_steps}.")
             try:
                 run_experiments(args.out, quick=args.quick, mooncake=args.mooncake, gpu_sessions=args.gpu_sessions,
                                 slo_ms=args.slo_ms, sweep_steps=args.sweep_steps, seed=args.seed,
+                                sweep_fraction=args.sweep_fraction,
                                 plots=not args.no_plots)
             except MatplotlibMissing as exc:
                 print(f"error: {exc}", file=sys.stderr)

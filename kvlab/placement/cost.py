@@ -85,7 +85,7 @@ def composition_sweep(
     """Simulate every split ``(h, d, s)`` of ``budget_blocks`` in ``steps`` equal parts.
 
     ``(steps + 1) * (steps + 2) / 2`` simulations; splits with no HBM are skipped (a GPU needs
-    some HBM for KV). Each point: capacities, cost, TTFT p50/p99, hit rates, migration bytes.
+    some HBM for KV). Each point: capacities, cost, TTFT p50/mean/p99, hit rates, migration bytes.
     """
     if steps < 1 or budget_blocks < steps:
         raise ValueError(f"steps must be >= 1 and budget_blocks >= steps, got steps={steps}, budget_blocks={budget_blocks}.")
@@ -93,13 +93,15 @@ def composition_sweep(
     unit = budget_blocks / steps
     for i in range(1, steps + 1):
         for j in range(0, steps + 1 - i):
-            caps = (round(i * unit), round(j * unit), budget_blocks - round(i * unit) - round(j * unit))
+            hbm, upper = round(i * unit), round((i + j) * unit)  # monotone rounding: no negative tier
+            caps = (hbm, upper - hbm, budget_blocks - upper)
             summary = simulate(workload, replace(config, capacities=caps)).to_dict()
             block_bytes = workload.block_tokens * summary["config"]["bytes_per_token"]
             points.append({
                 "capacities": list(caps),
                 "cost_usd": tier_cost_usd(caps, block_bytes, prices),
                 "ttft_p50_ms": summary["ttft_ms"]["p50"],
+                "ttft_mean_ms": summary["ttft_ms"]["mean"],
                 "ttft_p99_ms": summary["ttft_ms"]["p99"],
                 "hit_rates": summary["hit_rates"],
                 "migration_bytes_total": summary["migration_bytes_total"],

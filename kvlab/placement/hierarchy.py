@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from .policies import Policy, make_policy
+from .policies import Policy, Recency, make_policy
 
 __all__ = ["TieredCache", "ORGANISATIONS", "MISS"]
 
@@ -88,6 +88,13 @@ class TieredCache:
         self.dropped = 0
         self.now = 0
         self._track = self.policy.tracks_accesses
+        if isinstance(self.policy, Recency) and self.exclusive:
+            # Fast path (same results; the generic path is tested to agree): plain OrderedDicts.
+            self._orders = [tier._order for tier in self.tiers]
+            self.access = self._access_exclusive_lru  # type: ignore[method-assign]
+        elif isinstance(self.policy, Recency):
+            self._orders = [tier._order for tier in self.tiers]
+            self.access = self._access_inclusive_lru  # type: ignore[method-assign]
 
     # ----------------------------------------------------------------- queries
     def locate(self, block: Hashable) -> int:
@@ -143,6 +150,51 @@ class TieredCache:
         self._insert_exclusive(top, block, self.down)
         return t
 
+    def _access_exclusive_lru(self, block: Hashable, usable: bool = True) -> int:
+        """:meth:`access` for exclusive LRU tiers, inlined on the tiers' OrderedDicts."""
+        where = self._where
+        t = where.get(block, MISS)
+        top = self.top
+        orders = self._orders
+        if t == top:
+            orders[t].move_to_end(block)
+            if usable and t:
+                up = self.up
+                for link in range(t):
+                    up[link] += 1
+            return t
+        if top == len(orders):
+            return MISS
+        if t > 0:
+            del orders[t][block]
+        if usable and t > 0:
+            up = self.up
+            for link in range(t):
+                up[link] += 1
+        elif top:
+            down = self.down
+            for link in range(top):
+                down[link] += 1
+        caps, next_active, down = self.capacities, self._next_active, self.down
+        k = top
+        order = orders[k]
+        order[block] = None
+        where[block] = k
+        while len(order) > caps[k]:
+            victim = order.popitem(last=False)[0]
+            j = next_active[k]
+            if j == len(orders):
+                del where[victim]
+                self.dropped += 1
+                break
+            for link in range(k, j):
+                down[link] += 1
+            k = j
+            order = orders[k]
+            order[victim] = None
+            where[victim] = k
+        return t
+
     def _insert_exclusive(self, k: int, block: Hashable, down: list[int]) -> None:
         """Insert ``block`` into tier k and demote victims down the active tiers."""
         tiers, caps, where, next_active = self.tiers, self.capacities, self._where, self._next_active
@@ -186,6 +238,44 @@ class TieredCache:
             else:
                 self._insert_dropping(k, block)
                 deepest = k
+        down = self.down
+        for link in range(deepest):
+            down[link] += 1
+        return t
+
+    def _access_inclusive_lru(self, block: Hashable, usable: bool = True) -> int:
+        """:meth:`access` for inclusive LRU tiers, inlined on the tiers' OrderedDicts."""
+        orders, caps, active = self._orders, self.capacities, self.active
+        t = MISS
+        for k in active:
+            if block in orders[k]:
+                t = k
+                break
+        if t >= 0 and usable:
+            orders[t].move_to_end(block)
+            up = self.up
+            for link in range(t):
+                up[link] += 1
+            for k in active:
+                if k >= t:
+                    break
+                order = orders[k]
+                order[block] = None
+                if len(order) > caps[k]:
+                    order.popitem(last=False)
+                    self.dropped += 1
+            return t
+        deepest = -1
+        for k in active:
+            order = orders[k]
+            if block in order:
+                order.move_to_end(block)
+            else:
+                order[block] = None
+                deepest = k
+                if len(order) > caps[k]:
+                    order.popitem(last=False)
+                    self.dropped += 1
         down = self.down
         for link in range(deepest):
             down[link] += 1
