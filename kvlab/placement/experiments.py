@@ -9,6 +9,7 @@ Claims are evaluated from the simulated numbers in ``results["claims"]``; nothin
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -58,8 +59,8 @@ def default_workloads(quick: bool, seed: int = 0, mooncake: list[str] | None = N
 
 
 def capacities_for(workload: Workload, gpu_sessions: float) -> tuple[int, int, int]:
-    """1:8:64 tiers with HBM = ``gpu_sessions`` x mean session footprint (>= 1 block)."""
-    c0 = max(1, round(gpu_sessions * workload.session_footprint_blocks()))
+    """1:8:64 tiers with HBM = ``gpu_sessions`` x mean session footprint, rounded up (>= 1 block)."""
+    c0 = max(1, math.ceil(gpu_sessions * workload.session_footprint_blocks()))
     return (c0, RATIO[1] * c0, RATIO[2] * c0)
 
 
@@ -161,6 +162,11 @@ def _contended(workload: Workload, caps: tuple[int, int, int], latency: LatencyM
     return out
 
 
+def _finite(value: float) -> float | None:
+    """JSON has no infinity: None stands for "no session fits"."""
+    return value if math.isfinite(value) else None
+
+
 def _capacity_claim(
     workloads: list[Workload], latency: LatencyModel, gpu_sessions: float, slo_ms: float, quick: bool, seed: int,
 ) -> dict[str, Any]:
@@ -179,8 +185,8 @@ def _capacity_claim(
             "blocks_per_session": footprint,
             "sessions_gpu_only": sessions_per_gpu(gpu_only, footprint),
             "sessions_tiered": sessions_per_gpu(caps, footprint),
-            "cost_per_session_gpu_only_usd": cost_per_session_usd(gpu_only, footprint, block_bytes),
-            "cost_per_session_tiered_usd": cost_per_session_usd(caps, footprint, block_bytes),
+            "cost_per_session_gpu_only_usd": _finite(cost_per_session_usd(gpu_only, footprint, block_bytes)),
+            "cost_per_session_tiered_usd": _finite(cost_per_session_usd(caps, footprint, block_bytes)),
             "ttft_p99_ms_gpu_only_by_policy": {p: r["ttft_ms"]["p99"] for p, r in zip(POLICIES, gpu_rows)},
             "ttft_p99_ms_tiered_by_policy": {p: r["ttft_ms"]["p99"] for p, r in zip(POLICIES, tiered_rows)},
             "miss_rate_gpu_only_by_policy": {p: r["miss_rate"] for p, r in zip(POLICIES, gpu_rows)},
@@ -230,7 +236,7 @@ def run_experiments(
     chat_w = workloads[0]
     caps = capacities_for(chat_w, gpu_sessions)
     _log("contended link")
-    contended = _contended(chat_w, caps, latency, [1.0, 0.01] if not quick else [1.0, 0.05])
+    contended = _contended(chat_w, caps, latency, [1.0, 1e-3, 1e-4])
     steps = sweep_steps or (3 if quick else 8)
     budget = max(steps, round(sweep_fraction * chat_w.n_distinct_blocks))
     _log(f"composition sweep: budget {budget} blocks, {steps} steps")

@@ -260,7 +260,8 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
         new_tokens = in_tokens[r] - cached_tokens
         first_token = transfer_end + lat.prefill_ms(new_tokens, cached_tokens) / 1e3
         ttft[r] = (first_token - arrival) * 1e3
-        wait[r] = (transfer_end - arrival) * 1e3 - _pure_transfer_ms(lat, up, block_bytes)
+        waited = (transfer_end - arrival) * 1e3 - _pure_transfer_ms(lat, up, block_bytes)
+        wait[r] = waited if waited > 1e-9 else 0.0  # float noise of the subtraction
         if n_tiers > 1 and down[0]:
             d2h.send(first_token, lat.transfer_ms("d2h", down[0] * block_bytes) / 1e3)
         if n_tiers > 2 and down[1]:
