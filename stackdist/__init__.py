@@ -29,11 +29,12 @@ Request traces with prefix-cache semantics (``engine`` or ``per-access``):
 """
 
 from .curve import CurveSteps, HitCurve, parse_window
-from .distances import COLD, StackDistanceStream, dense_keys, engine_depths, stack_distances
+from .distances import COLD, dense_keys, engine_depths, stack_distances
 from .errors import TraceFormatError, UsageError
 from .geometry import DEFAULT_MODEL, ModelGeometry, from_hf_config, geometry_for
 from .plan import PrefixCurve, PrefixReplay, coverage_needs, replay_requests, tier_plan
 from .prefix import chain_hashes, reblock
+from .stream import StackDistanceStream
 from .tiers import compare_organisations, exclusive_grid, exclusive_hits, inclusive_grid, inclusive_tiers
 from .traces import AccessTrace, RequestTrace, read_access_trace, read_mooncake, read_qwen, read_requests, read_token_ids
 

@@ -24,7 +24,7 @@ import numpy as np
 from . import _kernels
 from ._kernels import COLD
 
-__all__ = ["COLD", "stack_distances", "engine_depths", "dense_keys", "DenseKeys", "StackDistanceStream", "unique_sorted"]
+__all__ = ["COLD", "stack_distances", "engine_depths", "dense_keys", "DenseKeys", "unique_sorted"]
 
 _DIRECT_ID_LIMIT = 1 << 22
 
@@ -258,51 +258,3 @@ def _engine_replay(
             progress(hi, n)
         r = stop
     return out
-
-
-class StackDistanceStream:
-    """Feed accesses in batches; get each batch's stack distances; state O(distinct keys).
-
-    Keys may be any hashables; they are mapped to dense ids with a dict that holds one entry
-    per distinct key seen. The replay state (a Fenwick tree over compacted slots) is at most
-    twice the number of distinct keys, whatever the trace length.
-
-    >>> s = StackDistanceStream()
-    >>> s.feed(["a", "b"]).tolist() == [COLD, COLD]
-    True
-    >>> s.feed(["a"]).tolist()
-    [2]
-    >>> s.n_accesses, s.n_keys
-    (3, 2)
-    """
-
-    def __init__(self) -> None:
-        self._ids: dict[Any, int] = {}
-        self._state = _ReplayState(0)
-        self.n_accesses = 0
-
-    @property
-    def n_keys(self) -> int:
-        """Distinct keys seen so far."""
-        return len(self._ids)
-
-    @property
-    def state_nbytes(self) -> int:
-        """Bytes held by the replay arrays (excluding the key dict)."""
-        return self._state.nbytes
-
-    def feed(self, keys: Iterable[Any], sizes: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
-        """Replay one batch; return its distances. Amortized O(b log k) for b accesses."""
-        batch = list(keys.tolist() if isinstance(keys, np.ndarray) else keys)
-        size_arr = _check_sizes(sizes, len(batch))
-        ids = np.fromiter((self._ids.setdefault(k, len(self._ids)) for k in batch), np.int64, len(batch))
-        self._state.reserve(len(self._ids))
-        out = np.empty(len(batch), np.int64)
-        error = self._state.run(_kernels.replay, ids, size_arr, out)
-        if error >= 0:  # the accesses before the bad one stay replayed
-            start = self.n_accesses
-            self.n_accesses += error
-            dk = DenseKeys(ids, len(self._ids), batch)
-            _raise_size_mismatch(dk, size_arr, self._state, error, offset=start)
-        self.n_accesses += len(batch)
-        return out

@@ -181,3 +181,36 @@ def test_engine_depths_bad_offsets(offsets):
 
     with pytest.raises(ValueError, match="offsets must be non-decreasing"):
         engine_depths([1, 2], offsets)
+
+
+@pytest.mark.parametrize("size_kind", ["unit", "equal", "varied"])
+def test_stream_curve_equals_hit_curve_of_the_prefix(size_kind):
+    from stackdist import hit_curve
+
+    rng = np.random.default_rng(19)
+    for _ in range(30):
+        keys, sizes = random_trace(rng, max_len=120, max_keys=15, size_kind=size_kind)
+        sizes_arg = None if size_kind == "unit" else sizes
+        stream = StackDistanceStream()
+        cuts = np.sort(rng.integers(0, keys.size + 1, 3))
+        for part_keys, part_sizes in zip(np.split(keys, cuts), np.split(sizes, cuts)):
+            stream.feed(part_keys, None if sizes_arg is None else part_sizes)
+            seen = stream.n_accesses
+            curve = hit_curve(keys[:seen], None if sizes_arg is None else sizes[:seen])
+            low = 0 if size_kind != "varied" else stream.max_object_size
+            for c in range(low, int(sizes.sum()) + 2, 3):
+                assert stream.hits_at(c) == curve.hits_at(c)
+                assert stream.hit_size_at(c) == curve.hit_size_at(c)
+            for target in range(0, seen + 1, 4):
+                expected = curve.min_capacity_for(hits=target)
+                if expected is not None and size_kind == "varied" and target > 0:
+                    expected = next((c for c in range(stream.max_object_size, int(sizes.sum()) + 2) if curve.hits_at(c) >= target), None)
+                assert stream.min_capacity_for(hits=target) == expected
+
+
+def test_stream_refuses_inexact_capacities():
+    stream = StackDistanceStream()
+    stream.feed(["a", "b", "a"], [1, 5, 1])
+    with pytest.raises(ValueError, match="exact only at capacities of at least the largest object seen"):
+        stream.hits_at(4)
+    assert stream.hits_at(6) == 1 and stream.hit_rate_at(6) == pytest.approx(1 / 3)

@@ -1,0 +1,145 @@
+"""The streaming form: feed accesses in batches, query the hit curve at any time.
+
+State: the replay (a Fenwick tree over compacted slots, at most twice the distinct keys), a dict
+from key to dense id, and the distance histogram so far, whose bins are distinct distance values:
+at most the number of distinct keys for unit sizes, and at most the total size of the distinct
+keys otherwise. None of it grows with the number of accesses.
+
+Exactness: a stream cannot replay its past, so the curve is exact at capacities at or above the
+largest object seen (where the one replay is exact, see :mod:`stackdist.curve`); for a smaller
+capacity with varied sizes, queries raise a ``ValueError`` saying so instead of answering
+approximately. With unit or equal sizes every capacity is exact.
+
+>>> s = StackDistanceStream()
+>>> s.feed(["a", "b"]).tolist() == [COLD, COLD]
+True
+>>> s.feed(["a"]).tolist()
+[2]
+>>> s.n_accesses, s.n_keys, s.hits_at(2), s.hits_at(1)
+(3, 2, 1, 0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from . import _kernels
+from .curve import _Histogram
+from .distances import COLD, DenseKeys, _check_sizes, _raise_size_mismatch, _ReplayState, unique_sorted
+
+__all__ = ["StackDistanceStream"]
+
+
+def _merge(a: _Histogram, b: _Histogram) -> _Histogram:
+    """The histogram of two disjoint sets of accesses. O((|a| + |b|) log)."""
+    if a.values.size == 0:
+        return b
+    if b.values.size == 0:
+        return a
+    values = np.concatenate([a.values, b.values])
+    counts = np.concatenate([np.diff(a.cum_hits, prepend=0), np.diff(b.cum_hits, prepend=0)])
+    sums = np.concatenate([np.diff(a.cum_sizes, prepend=0), np.diff(b.cum_sizes, prepend=0)])
+    order = np.argsort(values, kind="stable")
+    values, counts, sums = values[order], counts[order], sums[order]
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    return _Histogram(values[starts], np.cumsum(np.add.reduceat(counts, starts)), np.cumsum(np.add.reduceat(sums, starts)))
+
+
+class StackDistanceStream:
+    """Feed accesses in batches; get each batch's stack distances and the curve so far.
+
+    Keys may be any hashables. Amortized O(b log k) per batch of b accesses over k distinct keys,
+    plus O(h) to merge the batch into a histogram of h bins.
+    """
+
+    def __init__(self) -> None:
+        self._ids: dict[Any, int] = {}
+        self._state = _ReplayState(0)
+        self._histogram = _Histogram(*(np.zeros(0, np.int64),) * 3)
+        self.n_accesses = 0
+        self.total_size = 0
+        self.cold_misses = 0
+        self.max_object_size = 0
+        self._sizes_seen: set[int] = set()
+
+    @property
+    def n_keys(self) -> int:
+        """Distinct keys seen so far."""
+        return len(self._ids)
+
+    @property
+    def state_nbytes(self) -> int:
+        """Bytes held by the replay arrays and the histogram (excluding the key dict)."""
+        h = self._histogram
+        return self._state.nbytes + h.values.nbytes + h.cum_hits.nbytes + h.cum_sizes.nbytes
+
+    def feed(self, keys: Iterable[Any], sizes: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+        """Replay one batch (unit sizes when ``sizes`` is None); return its distances.
+
+        A key whose size changes is a ``ValueError``; the accesses before it stay replayed.
+        """
+        batch = list(keys.tolist() if isinstance(keys, np.ndarray) else keys)
+        size_arr = _check_sizes(sizes, len(batch))
+        ids = np.fromiter((self._ids.setdefault(k, len(self._ids)) for k in batch), np.int64, len(batch))
+        self._state.reserve(len(self._ids))
+        out = np.empty(len(batch), np.int64)
+        error = self._state.run(_kernels.replay, ids, size_arr, out)
+        done = len(batch) if error < 0 else error
+        self._account(out[:done], None if size_arr is None else size_arr[:done])
+        if error >= 0:
+            _raise_size_mismatch(DenseKeys(ids, len(self._ids), batch), size_arr, self._state, error, offset=self.n_accesses - done)
+        return out
+
+    def _account(self, distances: np.ndarray, sizes: np.ndarray | None) -> None:
+        self.n_accesses += distances.size
+        self.total_size += distances.size if sizes is None else int(sizes.sum())
+        self.cold_misses += int(np.count_nonzero(distances == COLD))
+        if distances.size:
+            self._sizes_seen.update([1] if sizes is None else unique_sorted(sizes).tolist())
+            self.max_object_size = max(self._sizes_seen)
+        self._histogram = _merge(self._histogram, _Histogram.build(distances, sizes))
+
+    # ----------------------------------------------------------------- queries
+    def _exact_at(self, capacity: int) -> None:
+        if capacity < self.max_object_size and len(self._sizes_seen) > 1:
+            raise ValueError(
+                f"a stream's curve is exact only at capacities of at least the largest object seen "
+                f"({self.max_object_size}); got {capacity}. Replay the trace with HitCurve for smaller capacities."
+            )
+
+    def hits_at(self, capacity: int) -> int:
+        """Hits so far at ``capacity`` (exact; see the module docstring for small capacities)."""
+        self._exact_at(int(capacity))
+        if int(capacity) < self.max_object_size:
+            return 0  # equal sizes: nothing fits below the one object size
+        return int(self._histogram.at(np.asarray(int(capacity)))[0])
+
+    def hit_size_at(self, capacity: int) -> int:
+        """Total size of the hits so far at ``capacity``."""
+        self._exact_at(int(capacity))
+        if int(capacity) < self.max_object_size:
+            return 0
+        return int(self._histogram.at(np.asarray(int(capacity)))[1])
+
+    def hit_rate_at(self, capacity: int) -> float:
+        """Hits / accesses so far (0.0 before any access)."""
+        return self.hits_at(capacity) / self.n_accesses if self.n_accesses else 0.0
+
+    def min_capacity_for(self, *, hit_rate: float | None = None, hits: int | None = None) -> int | None:
+        """The smallest capacity reaching the target so far (at or above the largest object when
+        sizes vary, where the curve is exact), or None if none does."""
+        if (hit_rate is None) == (hits is None):
+            raise ValueError("give exactly one target: hit_rate or hits.")
+        if hit_rate is not None:
+            if not 0 <= hit_rate <= 1:
+                raise ValueError(f"hit_rate must be between 0 and 1; got {hit_rate}.")
+            hits = math.ceil(Fraction(repr(float(hit_rate))) * self.n_accesses)
+        if hits <= 0:
+            return 0
+        reach = self._histogram.first_reaching(int(hits), by_size=False)
+        return None if reach is None else max(reach, self.max_object_size)
