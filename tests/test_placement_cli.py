@@ -26,6 +26,7 @@ def test_experiments_quick_writes_json_and_figures(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "out"
     results = json.loads((out / "results.json").read_text())
+    assert (out / "claims.md").read_text().startswith("| # | paper's claim |")
     for name in ("migration_bytes.png", "hit_split.png", "frontier.png", "slo_capacity.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [w["name"] for w in results["workloads"]] == ["chat", "agent", "docqa"]

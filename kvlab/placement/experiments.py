@@ -33,7 +33,7 @@ from .policies import POLICIES
 from .simulator import PREFETCHERS, SimConfig, simulate
 from .workloads import Workload, agent, chat, docqa, from_mooncake
 
-__all__ = ["run_experiments", "default_workloads", "write_json_atomic", "RATIO"]
+__all__ = ["run_experiments", "default_workloads", "write_json_atomic", "claims_markdown", "RATIO"]
 
 RATIO = (1, 8, 64)
 ORGS = ("exclusive", "inclusive")
@@ -70,7 +70,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=False)
+            json.dump(data, handle, indent=2, allow_nan=False)
             handle.write("\n")
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
@@ -265,6 +265,7 @@ def run_experiments(
     }
     results["elapsed_s"] = round(time.time() - started, 1)
     write_json_atomic(out / "results.json", results)
+    _write_text_atomic(out / "claims.md", claims_markdown(results))
     if plots:
         from .plots import write_figures
 
@@ -272,3 +273,69 @@ def run_experiments(
     _log(f"wrote {out / 'results.json'} in {results['elapsed_s']} s")
     return results
 
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _gb(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def claims_markdown(results: dict[str, Any]) -> str:
+    """A claim-by-claim markdown table computed from ``results`` (exclusive tiers, no prefetch)."""
+    claims = results["claims"]
+    names = list(results["grid"])
+    lines = ["| # | paper's claim | ours (computed) |", "|---|---|---|"]
+    cap = claims["capacity_not_policy"]
+    arith = cap["arithmetic_1_8_64"]
+    spread = []
+    for name, row in cap["per_workload"].items():
+        tiered, gpu = row["miss_rate_tiered_by_policy"], row["miss_rate_gpu_only_by_policy"]
+        spread.append(f"{name}: miss rate GPU-only {min(gpu.values()):.3f}-{max(gpu.values()):.3f} vs tiered "
+                      f"{min(tiered.values()):.3f}-{max(tiered.values()):.3f} across policies")
+    slo = cap["slo_sessions_chat"]
+    lines.append(
+        f"| 1 | gains from capacity, not policy: 73.02x sessions, 62.04x cost/session at 1:8:64 | capacity arithmetic "
+        f"gives {arith['sessions_ratio']:.2f}x and {arith['cost_per_session_ratio']:.2f}x for any policy; "
+        + "; ".join(spread)
+        + f"; sessions meeting TTFT p99 <= {slo['slo_ttft_p99_ms']:g} ms (chat, HBM {slo['hbm_blocks']} blocks, "
+        f"N <= {slo['n_max']}): GPU-only {slo['sessions_gpu_only']}, tiered {slo['sessions_tiered']} |")
+    dec = claims["decode_compute_bound"]["ours"]
+    lines.append("| 2 | batch-1 decode compute-bound (13.24 ms/token), stall < 1% of TPOT | "
+                 + "; ".join(f"{n}: TPOT {d['tpot_ms_mean']:.2f} ms, stall {100 * d['stall_share']:.2f}%" for n, d in dec.items())
+                 + " |")
+    pol = claims["policies"]["ours"]
+    for org in ("exclusive", "inclusive"):
+        chat_row = pol[names[0]][org]
+        gb = chat_row["migration_gb"]
+        lines.append(
+            f"| 3 ({org}) | chat: recency moves 2.30x less than frequency (27.38 vs 62.99 GB) | {names[0]}: LRU "
+            f"{_gb(gb['lru'])} GB, LFU {_gb(gb['lfu'])} GB (LFU/LRU {chat_row['lfu_over_lru_bytes']:.2f}x) |")
+        wins = []
+        for name in names[1:]:
+            row = pol[name][org]
+            wins.append(f"{name}: fewest bytes {row['fewest_bytes']}, lowest TTFT p50 {row['lowest_ttft_p50']} "
+                        f"(LFU/LRU bytes {row['lfu_over_lru_bytes']:.2f}x)")
+        lines.append(f"| 4 ({org}) | reuse frequency wins agents and document QA | " + "; ".join(wins) + " |")
+        same = [f"{n}: {'identical' if pol[n][org]['predicted_identical_to_lru'] else 'differs'} "
+                f"({_gb(pol[n][org]['migration_gb']['predicted'])} vs {_gb(pol[n][org]['migration_gb']['lru'])} GB)"
+                for n in names]
+        lines.append(f"| 5 ({org}) | predicted reuse is byte-identical to recency | " + "; ".join(same) + " |")
+        ewma = [f"{n}: EWMA/LFU bytes {pol[n][org]['ewma_bytes_over_lfu']:.2f}x" for n in names]
+        lines.append(f"| 6 ({org}) | EWMA ranks behind reuse frequency | " + "; ".join(ewma) + " |")
+    pre = claims["prefetch"]["by_workload"]
+    cases = "; ".join(f"{n}: oracle beats none on mean TTFT in {p['oracle_beats_none_on_mean']}/{p['cases_per_mode']}, "
+                      f"causal in {p['causal_beats_none_on_mean']}/{p['cases_per_mode']} (policy x organisation)"
+                      for n, p in pre.items())
+    contended = claims["prefetch"]["contended_link"]["chat_lru_exclusive"]
+    cont = "; ".join(f"arrivals x{c['arrival_scale']:g} {c['prefetch']}: mean {c['ttft_ms']['mean']:.2f} ms, "
+                     f"link wait {c['link_wait_ms_mean']:.2f} ms" for c in contended)
+    lines.append(f"| 7 | prefetch never beats no prefetch on a contended link, even with an oracle | {cases}. "
+                 f"Chat LRU with compressed arrivals: {cont} |")
+    return "\n".join(lines) + "\n"
