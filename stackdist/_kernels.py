@@ -41,6 +41,7 @@ except ImportError:  # pragma: no cover - the fallback is tested by running with
 
 COLD = np.iinfo(np.int64).max
 NO_ERROR = -1
+SIZE_CHANGED = -1  # a depth is at least 1, so -1 cannot be one
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -114,6 +115,18 @@ def _move_to_top(k, s, t, total, slot_of, size_of, key_at, tree, scalars):
     return t + 1, total + s
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _depth(k, s, total, slot_of, size_of, tree):
+    """Key ``k``'s depth (its size ``s`` plus the sizes above it), COLD if never seen, or
+    SIZE_CHANGED if it was seen with another size. Reads only."""
+    p = slot_of[k]
+    if p < 0:
+        return COLD
+    if size_of[k] != s:
+        return SIZE_CHANGED
+    return total - _prefix_sum(tree, p) + s
+
+
 @njit(cache=True, nogil=True)
 def replay(ids, sizes, unit, slot_of, size_of, key_at, tree, scalars, out):
     """Write the stack distance of every access of ``ids`` into ``out``; return -1 or an error index.
@@ -129,18 +142,14 @@ def replay(ids, sizes, unit, slot_of, size_of, key_at, tree, scalars, out):
     t = scalars[0]
     total = scalars[1]
     for i in range(ids.shape[0]):
-        k = ids[i]
         s = 1 if unit else sizes[i]
-        p = slot_of[k]
-        if p < 0:
-            out[i] = COLD
-        elif size_of[k] != s:
+        d = _depth(ids[i], s, total, slot_of, size_of, tree)
+        if d == SIZE_CHANGED:
             scalars[0] = t
             scalars[1] = total
             return i
-        else:
-            out[i] = total - _prefix_sum(tree, p) + s
-        t, total = _move_to_top(k, s, t, total, slot_of, size_of, key_at, tree, scalars)
+        out[i] = d
+        t, total = _move_to_top(ids[i], s, t, total, slot_of, size_of, key_at, tree, scalars)
     scalars[0] = t
     scalars[1] = total
     return NO_ERROR
@@ -161,17 +170,12 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, key_at, tree, sc
         lo = offsets[r]
         hi = offsets[r + 1]
         for i in range(lo, hi):
-            k = ids[i]
-            s = 1 if unit else sizes[i]
-            p = slot_of[k]
-            if p < 0:
-                out[i] = COLD
-            elif size_of[k] != s:
+            d = _depth(ids[i], 1 if unit else sizes[i], total, slot_of, size_of, tree)
+            if d == SIZE_CHANGED:
                 scalars[0] = t
                 scalars[1] = total
                 return i
-            else:
-                out[i] = total - _prefix_sum(tree, p) + s
+            out[i] = d
         for i in range(hi - 1, lo - 1, -1):
             s = 1 if unit else sizes[i]
             t, total = _move_to_top(ids[i], s, t, total, slot_of, size_of, key_at, tree, scalars)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ._args import fraction_list, int_list
 from ._io import Progress, write_json
 from .curve import HitCurve
 from .errors import TraceFormatError, UsageError
@@ -41,26 +42,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # exit 2 with one clear line, no traceback
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _int_list(text: str, name: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"{name} must be a comma-separated list of non-negative integers; got {text!r}.") from None
-    if not values or min(values) < 0:
-        raise UsageError(f"{name} must be a comma-separated list of non-negative integers; got {text!r}.")
-    return values
-
-
-def _rate_list(text: str, name: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or any(not 0 < v <= 1 for v in values):
-        raise UsageError(f"{name} must be a comma-separated list of rates in (0, 1]; got {text!r}.")
-    return values
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -119,14 +100,14 @@ def _load_curve(args: argparse.Namespace) -> HitCurve:
 
 def _capacities(curve: HitCurve, listed: str | None, points: int, name: str) -> np.ndarray:
     if listed is not None:
-        return np.array(_int_list(listed, name), dtype=np.int64)
+        return np.array(int_list(listed, name), dtype=np.int64)
     if points < 2:
         raise UsageError(f"--points must be at least 2; got {points}.")
     return curve.default_capacities(points)
 
 
 def run_curve(args: argparse.Namespace) -> int:
-    targets = _rate_list(args.targets, "--targets")
+    targets = fraction_list(args.targets, "--targets")
     curve = _load_curve(args)
     caps = _capacities(curve, args.capacities, args.points, "--capacities")
     sample = curve.sample(caps)
@@ -167,7 +148,7 @@ def run_curve(args: argparse.Namespace) -> int:
 def run_tiers(args: argparse.Namespace) -> int:
     from .tiers import exclusive_grid, inclusive_grid, inclusive_tiers
 
-    gpus = [v for text in args.gpu for v in _int_list(text, "--gpu")]
+    gpus = [v for text in args.gpu for v in int_list(text, "--gpu")]
     curve = _load_curve(args)
     tiers = inclusive_tiers(gpu_capacities=gpus, curve=curve)
     cpu_caps = _capacities(curve, args.cpu, args.cpu_points, "--cpu")

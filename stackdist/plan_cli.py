@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ._args import fraction_list
 from ._io import Progress, write_json
 from .errors import UsageError
 from .report import PlanOptions, build_report, parse_duration
@@ -52,16 +53,6 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--plot", metavar="PNG", help="draw the hit curves against GiB with the target lines (needs matplotlib)")
 
 
-def _fractions(text: str, name: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or any(not 0 < v <= 1 for v in values):
-        raise UsageError(f"{name} must be a comma-separated list of fractions in (0, 1]; got {text!r}.")
-    return values
-
-
 def _prices(text: str | None) -> dict[str, float] | None:
     if text is None:
         return None
@@ -100,13 +91,13 @@ def _options(args: argparse.Namespace) -> PlanOptions:
         raise UsageError(str(exc)) from None
     if window is not None and window <= 0:
         raise UsageError(f"--window must be a positive duration; got {args.window!r}.")
-    tiers = _fractions(args.tier_targets, "--tier-targets")
+    tiers = fraction_list(args.tier_targets, "--tier-targets")
     if tiers != sorted(tiers) or len(tiers) > 3:
         raise UsageError(f"--tier-targets must be 1 to 3 non-decreasing fractions (HBM, DRAM, SSD); got {args.tier_targets!r}.")
     return PlanOptions(
         semantics=("engine", "per-access") if args.semantics == "both" else (args.semantics,),
         geometry=geometry,
-        targets=_fractions(args.targets, "--targets"),
+        targets=fraction_list(args.targets, "--targets"),
         coverage_target=args.coverage,
         warmup_requests=warm_requests,
         warmup_seconds=warm_seconds,

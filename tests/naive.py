@@ -130,3 +130,15 @@ def random_requests(rng: np.random.Generator, n_requests: int = 30, max_blocks: 
             blocks.append(node)
         requests.append(blocks)
     return requests
+
+
+def run_stackdist(capsys, *argv) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of the ``stackdist`` command, whether it returns or exits."""
+    from stackdist.cli import main
+
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -11,8 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from naive import lru_hits
-from stackdist.cli import main
+from naive import run_stackdist, lru_hits
 
 
 @pytest.fixture()
@@ -22,14 +21,7 @@ def trace_csv(tmp_path):
     return path
 
 
-def run(capsys, *argv):
-    """(exit code, stdout, stderr) of the command, whether it returns or exits (argparse)."""
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_stackdist
 
 
 def test_curve_json_matches_lru(capsys, trace_csv):
@@ -80,7 +72,7 @@ def test_output_file_and_plot(capsys, tmp_path, trace_csv):
         (["curve", "{missing}"], 1, "no such file"),
         (["curve", "{bad}"], 1, "bad.csv:3:"),
         (["curve", "{good}", "--capacities", "1,x"], 2, "--capacities must be a comma-separated list"),
-        (["curve", "{good}", "--targets", "1.5"], 2, "--targets must be"),
+        (["curve", "{good}", "--targets", "1.5"], 2, "--targets must be a comma-separated list of fractions"),
         (["curve", "{good}", "--window", "1:2:3"], 1, "window must look like START:STOP"),
         (["curve", "{good}", "--points", "1"], 2, "--points must be at least 2"),
         (["curve", "{good}", "--format", "xml"], 2, "invalid choice"),

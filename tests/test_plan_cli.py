@@ -8,20 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from naive import direct_requests, real_trace_paths
-from stackdist.cli import main
+from naive import run_stackdist, direct_requests, real_trace_paths
 from stackdist.traces import read_mooncake
 
 CONVERSATION = real_trace_paths()[0]
 
 
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+run = run_stackdist
 
 
 @pytest.fixture(scope="module")
