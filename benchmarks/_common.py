@@ -382,6 +382,8 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     return {
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty_files": _git("status", "--porcelain", "--", "stackdist", "kvlab", "benchmarks"),
         "cpu_model": cpu,
         "logical_cpus": os.cpu_count(),
         "memory_gib": round(mem_kib / (1 << 20), 1) if mem_kib else None,
@@ -390,6 +392,15 @@ def machine_info() -> dict[str, Any]:
         "versions": versions,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def _git(*args: str) -> str | None:
+    """Output of a git command in the repository (None where git or the repository is missing)."""
+    try:
+        done = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
