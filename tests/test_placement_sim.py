@@ -115,6 +115,16 @@ def test_ttft_of_miss_dram_hit_and_ssd_hit() -> None:
     assert r.tpot_ms == pytest.approx([2.0] * 5) and r.stall_ms.sum() == 0
 
 
+def test_the_gpu_is_one_fifo_server_for_prefills() -> None:
+    w = make_workload([[1], [2], [3]], tokens=[16, 16, 16], arrivals=[0.0, 0.0, 0.0])
+    miss = 1.0 + 0.01 * 16
+    r = simulate(w, SimConfig(capacities=(4, 0, 0), latency=SIMPLE))
+    assert r.ttft_ms == pytest.approx([miss, 2 * miss, 3 * miss])
+    assert r.gpu_wait_ms == pytest.approx([0, miss, 2 * miss])
+    r = simulate(w, SimConfig(capacities=(4, 0, 0), latency=SIMPLE, gpu_queue=False))
+    assert r.ttft_ms == pytest.approx([miss] * 3) and r.gpu_wait_ms.sum() == 0
+
+
 def test_prefix_break_recomputes_the_rest() -> None:
     w = make_workload([[1, 2, 3], [9, 2, 3]], tokens=[48, 48])
     r = simulate(w, SimConfig(capacities=(8, 0, 0), latency=SIMPLE)).to_dict()

@@ -158,7 +158,7 @@ def _contended(workload: Workload, caps: tuple[int, int, int], latency: LatencyM
         for prefetch in PREFETCHERS:
             row = simulate(squeezed, SimConfig(capacities=caps, prefetch=prefetch, latency=latency)).to_dict()
             out.append({"arrival_scale": scale, "prefetch": prefetch, "ttft_ms": row["ttft_ms"],
-                        "link_wait_ms_mean": row["link_wait_ms_mean"]})
+                        "link_wait_ms_mean": row["link_wait_ms_mean"], "gpu_wait_ms_mean": row["gpu_wait_ms_mean"]})
     return out
 
 

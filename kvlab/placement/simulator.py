@@ -12,7 +12,9 @@ Per request (in arrival order):
    link (``h2d``, ``d2h``, ``nvme`` shared by reads and writes) is a FIFO server: a transfer
    starts when the link is free, so earlier prefetches delay demand (a contended link).
    Write-backs and demotions are queued on ``d2h``/``nvme`` when the prefill ends.
-3. TTFT = link wait + transfer time + prefill of the uncached tokens (calibrated model).
+3. TTFT = link wait + transfer time + GPU wait + prefill of the uncached tokens (calibrated
+   model). The GPU is one FIFO server for prefills (``gpu_queue=True``); decode is assumed to be
+   batched alongside and does not hold it.
    TPOT = decode compute + stall, where the stall re-streams, every step, the request's blocks
    that do not fit the GPU tier (zero when the GPU tier holds the context).
 4. Prefetch (optional), issued when the prefill ends: the predictor names blocks for the next
@@ -21,8 +23,7 @@ Per request (in arrival order):
    waits for that prefetch to land. ``oracle`` knows the next requests; ``causal`` predicts
    from the sessions' past (see :class:`SessionPredictor`).
 
-GPU queueing is not modelled (each request starts at its arrival); ``now`` in the policies is the
-block-access clock.
+``now`` in the policies is the block-access clock.
 
 >>> from kvlab.placement.workloads import chat
 >>> result = simulate(chat(n_sessions=2, accesses_per_session=200), SimConfig(capacities=(64, 512, 4096)))
@@ -66,6 +67,7 @@ class SimConfig:
     bytes_per_token: int | None = None
     check_every: int = 0
     record_tiers: bool = False
+    gpu_queue: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -96,6 +98,7 @@ class SimResult:
     tpot_ms: np.ndarray
     stall_ms: np.ndarray
     link_wait_ms: np.ndarray
+    gpu_wait_ms: np.ndarray
     tiers: np.ndarray | None = None
 
     @property
@@ -128,6 +131,7 @@ class SimResult:
             "tpot_ms_mean": float(self.tpot_ms.mean()) if self.requests else 0.0,
             "stall_share": float(self.stall_ms.sum() / total_tpot) if total_tpot > 0 else 0.0,
             "link_wait_ms_mean": float(self.link_wait_ms.mean()) if self.requests else 0.0,
+            "gpu_wait_ms_mean": float(self.gpu_wait_ms.mean()) if self.requests else 0.0,
         }
 
 
@@ -189,7 +193,7 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
     bytes_per_token = config.bytes_per_token or kv_bytes_per_token()
     block_bytes = workload.block_tokens * bytes_per_token
     lat = config.latency
-    h2d, d2h, nvme = _Link(), _Link(), _Link()
+    h2d, d2h, nvme, gpu = _Link(), _Link(), _Link(), _Link()
     blocks = workload.blocks.tolist()
     offsets = workload.offsets.tolist()
     arrivals = workload.arrival_s.tolist()
@@ -201,6 +205,7 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
     tpot = np.zeros(n_requests)
     stall = np.zeros(n_requests)
     wait = np.zeros(n_requests)
+    gpu_wait = np.zeros(n_requests)
     hits = [0] * n_tiers
     misses = stale = 0
     tiers_out = np.empty(len(blocks), dtype=np.int64) if config.record_tiers else None
@@ -258,7 +263,9 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
         # At least one token is always prefilled (the engine recomputes the last one).
         cached_tokens = min(in_tokens[r] - 1, cached_blocks * workload.block_tokens)
         new_tokens = in_tokens[r] - cached_tokens
-        first_token = transfer_end + lat.prefill_ms(new_tokens, cached_tokens) / 1e3
+        prefill_s = lat.prefill_ms(new_tokens, cached_tokens) / 1e3
+        first_token = gpu.send(transfer_end, prefill_s) if config.gpu_queue else transfer_end + prefill_s
+        gpu_wait[r] = max(0.0, (first_token - transfer_end - prefill_s) * 1e3)
         ttft[r] = (first_token - arrival) * 1e3
         waited = (transfer_end - arrival) * 1e3 - _pure_transfer_ms(lat, up, block_bytes)
         wait[r] = waited if waited > 1e-9 else 0.0  # float noise of the subtraction
@@ -292,11 +299,12 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
         "lookahead": config.lookahead,
         "block_tokens": workload.block_tokens,
         "bytes_per_token": bytes_per_token,
+        "gpu_queue": config.gpu_queue,
     }
     return SimResult(
         workload=workload.name, config=cfg, requests=n_requests, block_accesses=len(blocks), hits=hits,
         misses=misses, stale_hits=stale, migration_bytes=migration, ttft_ms=ttft, tpot_ms=tpot, stall_ms=stall,
-        link_wait_ms=wait, tiers=tiers_out,
+        link_wait_ms=wait, gpu_wait_ms=gpu_wait, tiers=tiers_out,
     )
 
 
