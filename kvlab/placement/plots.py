@@ -39,6 +39,10 @@ def _save(fig: Any, path: Path) -> None:
             os.unlink(tmp)
 
 
+def _short(name: str) -> str:
+    return name.replace("mooncake:mooncake_", "mooncake:").replace("_trace", "")
+
+
 def write_figures(results: dict[str, Any], out: Path) -> list[Path]:
     """Write migration_bytes.png, hit_split.png, frontier.png and slo_capacity.png into ``out``."""
     plt = _pyplot()
@@ -52,19 +56,21 @@ def write_figures(results: dict[str, Any], out: Path) -> list[Path]:
         return next(r for r in grid[name] if r["config"]["policy"].split("(")[0] == policy
                     and r["config"]["organisation"] == "exclusive" and r["config"]["prefetch"] == "none")
 
-    fig, axes = plt.subplots(1, len(workloads), figsize=(3.2 * len(workloads), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(workloads), figsize=(3.2 * len(workloads), 3.4), squeeze=False,
+                             layout="constrained")
     for ax, name in zip(axes[0], workloads):
         values = [row(name, p)["migration_bytes_total"] / 1e9 for p in policies]
         ax.bar(policies, values, color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"])
-        ax.set_title(name, fontsize=9)
-        ax.set_ylabel("migration GB (PCIe + NVMe)")
+        ax.set_title(_short(name), fontsize=9)
         ax.tick_params(axis="x", labelsize=8)
+    axes[0][0].set_ylabel("migration GB (PCIe + NVMe, both ways)")
     fig.suptitle("Migration bytes by policy (exclusive, no prefetch, tiers 1:8:64)", fontsize=10)
     _save(fig, out / "migration_bytes.png")
     plt.close(fig)
     written.append(out / "migration_bytes.png")
 
-    fig, axes = plt.subplots(1, len(workloads), figsize=(3.2 * len(workloads), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(workloads), figsize=(3.2 * len(workloads), 3.4), squeeze=False,
+                             layout="constrained")
     colors = {"hbm": "#2a9d8f", "dram": "#e9c46a", "ssd": "#f4a261", "miss": "#999999"}
     for ax, name in zip(axes[0], workloads):
         bottom = [0.0] * len(policies)
@@ -72,7 +78,7 @@ def write_figures(results: dict[str, Any], out: Path) -> list[Path]:
             vals = [row(name, p)["miss_rate"] if part == "miss" else row(name, p)["hit_rates"][part] for p in policies]
             ax.bar(policies, vals, bottom=bottom, color=colors[part], label=part)
             bottom = [b + v for b, v in zip(bottom, vals)]
-        ax.set_title(name, fontsize=9)
+        ax.set_title(_short(name), fontsize=9)
         ax.set_ylim(0, 1)
         ax.tick_params(axis="x", labelsize=8)
     axes[0][0].set_ylabel("share of block accesses")
@@ -83,7 +89,7 @@ def write_figures(results: dict[str, Any], out: Path) -> list[Path]:
     written.append(out / "hit_split.png")
 
     sweep = results["composition_sweep"]
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.8), layout="constrained")
     for ax, key, front in ((axes[0], "ttft_mean_ms", sweep["frontier_mean"]), (axes[1], "ttft_p99_ms", sweep["frontier"])):
         ax.scatter([p["cost_usd"] for p in sweep["points"]], [p[key] for p in sweep["points"]], s=14,
                    color="#8888aa", label="every split")
