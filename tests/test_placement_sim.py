@@ -171,6 +171,16 @@ def test_causal_predictor_prefetches_the_soonest_session() -> None:
     assert p.predict(1) == [[5, 6]] and p.predict(2) == [[5, 6], [1, 2, 3]]
 
 
+def test_a_policy_instance_in_the_config_starts_fresh_every_run() -> None:
+    from kvlab.placement import ReuseFrequency
+
+    w = chat(n_sessions=2, accesses_per_session=150, seed=0)
+    config = SimConfig(capacities=(8, 16, 32), policy=ReuseFrequency())
+    first, second = simulate(w, config).to_dict(), simulate(w, config).to_dict()
+    assert first["hits"] == second["hits"] and first["migration_bytes"] == second["migration_bytes"]
+    assert config.policy.count == {}  # the caller's instance is untouched
+
+
 def test_config_errors_are_named() -> None:
     with pytest.raises(ValueError, match="mode must be one of prefix, block; got 'x'."):
         SimConfig(mode="x")

@@ -33,6 +33,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -187,7 +188,8 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
 
     Complexity: O(total block accesses x policy cost), one pass.
     """
-    policy = make_policy(config.policy) if isinstance(config.policy, str) else config.policy
+    # A fresh policy per run: an instance in the config is copied so its metadata never leaks.
+    policy = make_policy(config.policy) if isinstance(config.policy, str) else copy.deepcopy(config.policy)
     cache = TieredCache(list(config.capacities), policy, config.organisation)
     n_tiers = len(config.capacities)
     bytes_per_token = config.bytes_per_token or kv_bytes_per_token()
