@@ -23,7 +23,7 @@ def every_capacity(keys, sizes) -> list[int]:
 @pytest.mark.parametrize("size_kind", ["unit", "equal", "varied"])
 def test_curve_equals_lru_at_every_capacity(size_kind):
     rng = np.random.default_rng({"unit": 1, "equal": 2, "varied": 3}[size_kind])
-    for _ in range(150):
+    for _ in range(400):
         keys, sizes = random_trace(rng, size_kind=size_kind)
         start = int(rng.integers(0, keys.size + 1))
         stop = int(rng.integers(start, keys.size + 1))

@@ -20,7 +20,7 @@ def as_optional(distances: np.ndarray) -> list:
 @pytest.mark.parametrize("size_kind", ["unit", "equal", "varied"])
 def test_fast_path_equals_list_stack_and_fenwick_reference(size_kind):
     rng = np.random.default_rng(7)
-    for _ in range(400):
+    for _ in range(1500):
         keys, sizes = random_trace(rng, size_kind=size_kind)
         expected = naive_distances(keys.tolist(), sizes.tolist())
         assert FenwickStackDistance().distances(keys.tolist(), sizes.tolist()) == expected
