@@ -439,6 +439,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
         with os.fdopen(fd, "w") as out:
             json.dump(data, out, indent=1, default=_json_default)
             out.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are for everyone to read
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
