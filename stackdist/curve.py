@@ -49,8 +49,10 @@ class CurveSteps:
     hit_sizes: np.ndarray
 
     def at(self, capacity: int) -> tuple[int, int]:
-        """(hits, hit size) at one capacity."""
+        """(hits, hit size) at one capacity (at least the first breakpoint)."""
         i = int(np.searchsorted(self.capacities, capacity, side="right")) - 1
+        if i < 0:
+            raise ValueError(f"these steps start at capacity {int(self.capacities[0])}; got {capacity}.")
         return int(self.hits[i]), int(self.hit_sizes[i])
 
 
@@ -72,10 +74,11 @@ class _Histogram:
             return cls(empty, empty, empty)
         unit = sizes is None
         if largest <= max(2 * distances.shape[0], _COUNTING_LIMIT):
-            counts, sums = _kernels.dense_histogram(distances, np.ones(1, np.int64) if unit else sizes, unit, largest)
-            values = np.flatnonzero(counts)
-            cum_hits = np.cumsum(counts[values])
-            return cls(values, cum_hits, cum_hits if unit else np.cumsum(sums[values]))
+            table = _kernels.dense_histogram(distances, np.ones(1, np.int64) if unit else sizes, unit, largest)
+            values = np.flatnonzero(table[:, 0])
+            rows = table[values]
+            cum_hits = np.cumsum(rows[:, 0])
+            return cls(values, cum_hits, cum_hits if unit else np.cumsum(rows[:, 1]))
         finite = distances != COLD
         d = distances[finite]
         hit_sizes = np.ones_like(d) if unit else sizes[finite]
@@ -302,21 +305,22 @@ class HitCurve:
         """The exact curve as a step function over all capacities from 0.
 
         With ``below_largest`` (default) the levels below the largest object are included
-        (each costs a replay of its filtered trace, see the module docstring); without it the
-        steps start at the largest object size and nothing extra runs.
+        (each costs a replay of its filtered trace, see the module docstring); without it, and
+        with varied sizes, the steps start at the largest object size and nothing extra runs.
+        O(breakpoints).
         """
-        caps: list[np.ndarray] = [np.zeros(1, np.int64)]
         bounds = self._levels.tolist() + [None]
         first = 0 if below_largest else max(0, len(self._levels) - 1)
+        pieces = [(np.zeros(1, np.int64),) * 3] if first == 0 else []
         for k in range(first, len(self._levels)):
             lo, hi = bounds[k], bounds[k + 1]
             hist = self._top if hi is None else self._level_histogram(k)
-            inside = hist.values[(hist.values > lo) & (True if hi is None else hist.values < hi)]
-            caps += [np.array([lo], np.int64), inside]
-        capacities = unique_sorted(np.concatenate(caps))
-        if not below_largest and self.max_object_size:
-            capacities = capacities[(capacities == 0) | (capacities >= self.max_object_size)]
-        hits, sizes = self._evaluate(capacities)
+            start = int(np.searchsorted(hist.values, lo, side="right"))
+            stop = hist.values.size if hi is None else int(np.searchsorted(hist.values, hi, side="left"))
+            at_lo = hist.at(np.array([lo]))
+            pieces.append((np.r_[lo, hist.values[start:stop]], np.r_[at_lo[0], hist.cum_hits[start:stop]],
+                           np.r_[at_lo[1], hist.cum_sizes[start:stop]]))
+        capacities, hits, sizes = (np.concatenate(parts) for parts in zip(*pieces))
         keep = np.r_[True, (np.diff(hits) != 0) | (np.diff(sizes) != 0)]
         return CurveSteps(capacities[keep], hits[keep], sizes[keep])
 

@@ -167,3 +167,14 @@ def test_histogram_counting_and_sorting_paths_agree(monkeypatch):
         assert forced.hits_at(probe).tolist() == expected.hits_at(probe).tolist()
         assert forced.hit_size_at(probe).tolist() == expected.hit_size_at(probe).tolist()
         assert forced.hits_at(probe[::5]).tolist() == [lru_hits(keys.tolist(), sizes.tolist(), c)[0] for c in probe[::5]]
+
+
+def test_steps_without_the_levels_start_at_the_largest_object():
+    curve = hit_curve(["a", "b", "c", "a", "b", "c"], [2, 2, 5, 2, 2, 5])
+    top = curve.steps(below_largest=False)
+    assert int(top.capacities[0]) == 5
+    for c in range(5, 12):
+        assert top.at(c) == (curve.hits_at(c), curve.hit_size_at(c))
+    with pytest.raises(ValueError, match="start at capacity 5"):
+        top.at(4)
+    assert hit_curve([1, 1], [3, 3]).steps(below_largest=False).capacities[0] == 0
