@@ -275,6 +275,19 @@ def segment_running_max(values, offsets):
 
 
 @njit(cache=True, nogil=True)
+def min_max(values):
+    """(smallest, largest) of a non-empty array in one pass."""
+    lo = values[0]
+    hi = values[0]
+    for v in values:
+        if v < lo:
+            lo = v
+        elif v > hi:
+            hi = v
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
 def finite_max(distances):
     """The largest distance that is not COLD, or -1 when there is none. O(n)."""
     best = -1
@@ -284,23 +297,52 @@ def finite_max(distances):
     return best
 
 
-@njit(cache=True, nogil=True)
-def dense_histogram(distances, sizes, unit, max_distance):
-    """Counting histogram of the finite distances. O(n + max).
+PACK_SHIFT = 36  # packed counting: hits in the bits above, hit sizes in the 36 bits below
 
-    Returns an array indexed by distance: hit counts (``unit``), or rows of (hits, hit size),
-    interleaved so that one access touches one cache line.
+
+@njit(cache=True, nogil=True)
+def counting_histogram(distances, sizes, unit, max_distance, packed):
+    """Histogram of the finite distances by counting: the distinct distance values (sorted)
+    with cumulative hits and hit sizes. O(n + max_distance).
+
+    With ``packed`` (the caller checks that fewer than 2**27 accesses and a total size below
+    2**36 cannot overflow) each bin is one int64 holding both sums, so an access touches one
+    word; otherwise two interleaved columns.
     """
-    if unit:
-        counts = np.zeros((max_distance + 1, 1), np.int64)
-        for d in distances:
-            if d != COLD:
-                counts[d, 0] += 1
-        return counts
-    table = np.zeros((max_distance + 1, 2), np.int64)
+    width = 1 if unit or packed else 2
+    table = np.zeros((max_distance + 1, width), np.int64)
+    one = np.int64(1) << PACK_SHIFT
     for i in range(distances.shape[0]):
         d = distances[i]
         if d != COLD:
-            table[d, 0] += 1
-            table[d, 1] += sizes[i]
-    return table
+            if unit:
+                table[d, 0] += 1
+            elif packed:
+                table[d, 0] += one + sizes[i]
+            else:
+                table[d, 0] += 1
+                table[d, 1] += sizes[i]
+    values = np.empty(max_distance + 1, np.int64)
+    cum_hits = np.empty(max_distance + 1, np.int64)
+    cum_sizes = np.empty(max_distance + 1, np.int64)
+    mask = one - 1
+    m = 0
+    hits = 0
+    total = 0
+    for d in range(max_distance + 1):
+        cell = table[d, 0]
+        if cell != 0:
+            if unit:
+                hits += cell
+                total += cell
+            elif packed:
+                hits += cell >> PACK_SHIFT
+                total += cell & mask
+            else:
+                hits += cell
+                total += table[d, 1]
+            values[m] = d
+            cum_hits[m] = hits
+            cum_sizes[m] = total
+            m += 1
+    return values[:m], cum_hits[:m], cum_sizes[:m]

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from . import _kernels
-from .distances import COLD, DenseKeys, _check_sizes, _replay, dense_keys, unique_sorted
+from .distances import COLD, DenseKeys, _check_sizes, _replay, _replay_keeping_state, dense_keys, unique_sorted
 
 __all__ = ["HitCurve", "CurveSteps", "parse_window"]
 
@@ -65,7 +65,7 @@ class _Histogram:
     cum_sizes: np.ndarray
 
     @classmethod
-    def build(cls, distances: np.ndarray, sizes: np.ndarray | None) -> _Histogram:
+    def build(cls, distances: np.ndarray, sizes: np.ndarray | None, total_size: int | None = None) -> _Histogram:
         """O(n + largest distance) by counting when the distances are small (at most twice the
         trace length, or 2**20), else one sort of packed (distance, size) codes."""
         largest = int(_kernels.finite_max(distances))
@@ -74,11 +74,10 @@ class _Histogram:
             return cls(empty, empty, empty)
         unit = sizes is None
         if largest <= max(2 * distances.shape[0], _COUNTING_LIMIT):
-            table = _kernels.dense_histogram(distances, np.ones(1, np.int64) if unit else sizes, unit, largest)
-            values = np.flatnonzero(table[:, 0])
-            rows = table[values]
-            cum_hits = np.cumsum(rows[:, 0])
-            return cls(values, cum_hits, cum_hits if unit else np.cumsum(rows[:, 1]))
+            total = distances.shape[0] if unit else int(sizes.sum()) if total_size is None else total_size
+            packed = not unit and distances.shape[0] < 1 << 27 and total < 1 << _kernels.PACK_SHIFT
+            size_arg = np.ones(1, np.int64) if unit else sizes
+            return cls(*_kernels.counting_histogram(distances, size_arg, unit, largest, packed))
         finite = distances != COLD
         d = distances[finite]
         hit_sizes = np.ones_like(d) if unit else sizes[finite]
@@ -111,15 +110,16 @@ class _Histogram:
         return int(self.values[i]) if i < cum.size else None
 
 
-def _size_levels(dense: DenseKeys, sizes: np.ndarray | None) -> np.ndarray:
-    """The distinct object sizes, sorted (via one size per key: O(n) plus a sort of the keys)."""
+def _size_levels(dense: DenseKeys, sizes: np.ndarray | None, size_of_key: np.ndarray | None = None) -> np.ndarray:
+    """The distinct object sizes, sorted, from one size per key (the replay's, when given)."""
     if dense.ids.size == 0:
         return np.zeros(0, np.int64)
     if sizes is None:
         return np.ones(1, np.int64)
-    per_key = np.zeros(dense.n_keys, np.int64)
-    per_key[dense.ids] = sizes
-    return unique_sorted(per_key[per_key > 0])
+    if size_of_key is None:
+        size_of_key = np.zeros(dense.n_keys, np.int64)
+        size_of_key[dense.ids] = sizes
+    return unique_sorted(size_of_key[size_of_key > 0])
 
 
 def parse_window(window: Any, n: int) -> tuple[int, int]:
@@ -158,20 +158,26 @@ class HitCurve:
     it costs). Capacities and sizes are in the trace's size unit (tokens, blocks, bytes).
     """
 
-    def __init__(self, dense: DenseKeys, sizes: np.ndarray | None, distances: np.ndarray, window: tuple[int, int]):
+    def __init__(
+        self,
+        dense: DenseKeys,
+        sizes: np.ndarray | None,
+        distances: np.ndarray,
+        window: tuple[int, int],
+        size_of_key: np.ndarray | None = None,
+    ):
         self._dense = dense
         self._sizes = sizes
         self.distances = distances
         self.window = window
         start, stop = window
         self._window_sizes = None if sizes is None else sizes[start:stop]
-        win_d = distances[start:stop]
         self.n_accesses = stop - start
         self.total_size = self.n_accesses if sizes is None else int(self._window_sizes.sum())
-        self.cold_misses = int(np.count_nonzero(win_d == COLD))
-        self._levels = _size_levels(dense, sizes)
+        self._levels = _size_levels(dense, sizes, size_of_key)
         self.max_object_size = int(self._levels[-1]) if self._levels.size else 0
-        self._top = _Histogram.build(win_d, self._window_sizes)
+        self._top = _Histogram.build(distances[start:stop], self._window_sizes, self.total_size)
+        self.cold_misses = self.n_accesses - (int(self._top.cum_hits[-1]) if self._top.values.size else 0)
         self._level_cache: dict[int, _Histogram] = {}
         self._level_distance_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -185,8 +191,8 @@ class HitCurve:
         dense = dense_keys(keys)
         size_arr = _check_sizes(sizes, dense.ids.shape[0])
         start, stop = parse_window(window, dense.ids.shape[0])
-        distances = _replay(dense, size_arr, progress)
-        return cls(dense, size_arr, distances, (start, stop))
+        distances, state = _replay_keeping_state(dense, size_arr, progress)
+        return cls(dense, size_arr, distances, (start, stop), state.size_of)
 
     # ----------------------------------------------------------------- derived totals
     @property
@@ -311,18 +317,26 @@ class HitCurve:
         """
         bounds = self._levels.tolist() + [None]
         first = 0 if below_largest else max(0, len(self._levels) - 1)
-        pieces = [(np.zeros(1, np.int64),) * 3] if first == 0 else []
+        caps: list[np.ndarray] = [np.zeros(1, np.int64)] if first == 0 else []
+        hits, sizes = list(caps), list(caps)
+        last = (0, 0) if first == 0 else None
         for k in range(first, len(self._levels)):
             lo, hi = bounds[k], bounds[k + 1]
             hist = self._top if hi is None else self._level_histogram(k)
             start = int(np.searchsorted(hist.values, lo, side="right"))
             stop = hist.values.size if hi is None else int(np.searchsorted(hist.values, hi, side="left"))
-            at_lo = hist.at(np.array([lo]))
-            pieces.append((np.r_[lo, hist.values[start:stop]], np.r_[at_lo[0], hist.cum_hits[start:stop]],
-                           np.r_[at_lo[1], hist.cum_sizes[start:stop]]))
-        capacities, hits, sizes = (np.concatenate(parts) for parts in zip(*pieces))
-        keep = np.r_[True, (np.diff(hits) != 0) | (np.diff(sizes) != 0)]
-        return CurveSteps(capacities[keep], hits[keep], sizes[keep])
+            at_lo = tuple(int(v[0]) for v in hist.at(np.array([lo])))
+            # Inside a level every value adds at least one hit, so only a level's first step
+            # can repeat the step before it.
+            if at_lo != last:
+                caps.append(np.array([lo]))
+                hits.append(np.array([at_lo[0]]))
+                sizes.append(np.array([at_lo[1]]))
+            caps.append(hist.values[start:stop])
+            hits.append(hist.cum_hits[start:stop])
+            sizes.append(hist.cum_sizes[start:stop])
+            last = (int(hist.cum_hits[stop - 1]), int(hist.cum_sizes[stop - 1])) if stop > start else at_lo
+        return CurveSteps(*(np.concatenate(parts).astype(np.int64, copy=False) for parts in (caps, hits, sizes)))
 
     def sample(self, capacities: Any) -> dict[str, list]:
         """The curve at the given capacities, as lists ready for JSON."""

@@ -81,7 +81,7 @@ def _key_array(items: list[Any]) -> np.ndarray:
 
 
 def _dense_integer_keys(arr: np.ndarray) -> DenseKeys:
-    lo, hi = int(arr.min()), int(arr.max())
+    lo, hi = (int(v) for v in _kernels.min_max(arr))
     if lo >= 0 and hi < max(2 * arr.size, _DIRECT_ID_LIMIT):
         return DenseKeys(arr.astype(np.int64, copy=False), hi + 1, arr)
     values = arr.astype(np.int64, copy=False).view(np.uint64) if arr.dtype.kind == "i" else arr.astype(np.uint64, copy=False)
@@ -191,7 +191,14 @@ _CHUNK = 1 << 21
 
 
 def _replay(dense: DenseKeys, sizes: np.ndarray | None, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
-    """Stack distances of already-dense ids (the shared core of every replay).
+    """Stack distances of already-dense ids (the shared core of every replay)."""
+    return _replay_keeping_state(dense, sizes, progress)[0]
+
+
+def _replay_keeping_state(
+    dense: DenseKeys, sizes: np.ndarray | None, progress: Callable[[int, int], None] | None = None
+) -> tuple[np.ndarray, _ReplayState]:
+    """Stack distances and the final replay state (its ``size_of`` holds every key's size).
 
     With ``progress`` the replay runs in chunks and reports (done, total) after each.
     """
@@ -207,7 +214,7 @@ def _replay(dense: DenseKeys, sizes: np.ndarray | None, progress: Callable[[int,
             _raise_size_mismatch(dense, sizes, state, lo + error)
         if progress is not None:
             progress(hi, n)
-    return out
+    return out, state
 
 
 def engine_depths(

@@ -178,3 +178,19 @@ def test_steps_without_the_levels_start_at_the_largest_object():
     with pytest.raises(ValueError, match="start at capacity 5"):
         top.at(4)
     assert hit_curve([1, 1], [3, 3]).steps(below_largest=False).capacities[0] == 0
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_counting_histogram_layouts_agree_with_numpy(packed):
+    from stackdist import _kernels
+
+    rng = np.random.default_rng(13)
+    distances = rng.integers(1, 500, 5000)
+    distances[rng.random(5000) < 0.1] = _kernels.COLD
+    sizes = rng.integers(1, 1000, 5000)
+    values, cum_hits, cum_sizes = _kernels.counting_histogram(distances, sizes, False, int(distances[distances < 500].max()), packed)
+    finite = distances != _kernels.COLD
+    expected_values = np.unique(distances[finite])
+    assert values.tolist() == expected_values.tolist()
+    assert cum_hits.tolist() == [int((distances[finite] <= v).sum()) for v in expected_values]
+    assert cum_sizes.tolist() == [int(sizes[finite & (distances <= v)].sum()) for v in expected_values]
