@@ -301,16 +301,13 @@ PACK_SHIFT = 36  # packed counting: hits in the bits above, hit sizes in the 36 
 
 
 @njit(cache=True, nogil=True)
-def counting_histogram(distances, sizes, unit, max_distance, packed):
-    """Histogram of the finite distances by counting: the distinct distance values (sorted)
-    with cumulative hits and hit sizes. O(n + max_distance).
+def count_into(table, distances, sizes, unit, packed):
+    """Add the finite distances (and their sizes) to a counting table indexed by distance.
 
-    With ``packed`` (the caller checks that fewer than 2**27 accesses and a total size below
-    2**36 cannot overflow) each bin is one int64 holding both sums, so an access touches one
-    word; otherwise two interleaved columns.
+    Layouts: one column of hits (``unit``); one packed column, hits above bit PACK_SHIFT and
+    hit sizes below (``packed``: the caller checks that fewer than 2**27 accesses and a total
+    size below 2**36 cannot overflow), so an access touches one word; else two columns.
     """
-    width = 1 if unit or packed else 2
-    table = np.zeros((max_distance + 1, width), np.int64)
     one = np.int64(1) << PACK_SHIFT
     for i in range(distances.shape[0]):
         d = distances[i]
@@ -322,14 +319,20 @@ def counting_histogram(distances, sizes, unit, max_distance, packed):
             else:
                 table[d, 0] += 1
                 table[d, 1] += sizes[i]
-    values = np.empty(max_distance + 1, np.int64)
-    cum_hits = np.empty(max_distance + 1, np.int64)
-    cum_sizes = np.empty(max_distance + 1, np.int64)
-    mask = one - 1
+
+
+@njit(cache=True, nogil=True)
+def table_histogram(table, unit, packed):
+    """The distinct distances of a counting table with cumulative hits and hit sizes. O(rows)."""
+    rows = table.shape[0]
+    values = np.empty(rows, np.int64)
+    cum_hits = np.empty(rows, np.int64)
+    cum_sizes = np.empty(rows, np.int64)
+    mask = (np.int64(1) << PACK_SHIFT) - 1
     m = 0
     hits = 0
     total = 0
-    for d in range(max_distance + 1):
+    for d in range(rows):
         cell = table[d, 0]
         if cell != 0:
             if unit:

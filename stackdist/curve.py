@@ -25,6 +25,8 @@ small ones.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -37,6 +39,8 @@ from .distances import COLD, DenseKeys, _check_sizes, _replay, _replay_keeping_s
 __all__ = ["HitCurve", "CurveSteps", "parse_window"]
 
 _COUNTING_LIMIT = 1 << 20
+_PIPELINE_MIN = 1 << 21  # below this the second thread costs more than it saves
+_PIPELINE_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -75,9 +79,9 @@ class _Histogram:
         unit = sizes is None
         if largest <= max(2 * distances.shape[0], _COUNTING_LIMIT):
             total = distances.shape[0] if unit else int(sizes.sum()) if total_size is None else total_size
-            packed = not unit and distances.shape[0] < 1 << 27 and total < 1 << _kernels.PACK_SHIFT
-            size_arg = np.ones(1, np.int64) if unit else sizes
-            return cls(*_kernels.counting_histogram(distances, size_arg, unit, largest, packed))
+            counter = _CountingTable(largest, unit, distances.shape[0], total)
+            counter.add(distances, sizes)
+            return counter.histogram()
         finite = distances != COLD
         d = distances[finite]
         hit_sizes = np.ones_like(d) if unit else sizes[finite]
@@ -108,6 +112,54 @@ class _Histogram:
         cum = self.cum_sizes if by_size else self.cum_hits
         i = int(np.searchsorted(cum, target, side="left"))
         return int(self.values[i]) if i < cum.size else None
+
+
+class _CountingTable:
+    """A counting histogram indexed by distance, filled chunk by chunk. O(rows) memory."""
+
+    def __init__(self, max_distance: int, unit: bool, n_accesses: int, total_size: int) -> None:
+        self.unit = unit
+        self.packed = not unit and n_accesses < 1 << 27 and total_size < 1 << _kernels.PACK_SHIFT
+        self.table = np.zeros((max_distance + 1, 1 if unit or self.packed else 2), np.int64)
+
+    def add(self, distances: np.ndarray, sizes: np.ndarray | None) -> None:
+        size_arg = np.ones(1, np.int64) if sizes is None else sizes
+        _kernels.count_into(self.table, distances, size_arg, self.unit, self.packed)
+
+    def histogram(self) -> _Histogram:
+        return _Histogram(*_kernels.table_histogram(self.table, self.unit, self.packed))
+
+
+def _replay_counting(
+    dense: DenseKeys, sizes: np.ndarray | None, window: tuple[int, int], progress: Any
+) -> tuple[np.ndarray, np.ndarray, _Histogram | None]:
+    """Replay; when the distances are known to be small, count each finished chunk into the
+    window's histogram on a second thread while the replay goes on (both kernels release the
+    GIL), so the histogram costs almost no extra time. Returns (distances, key sizes, histogram
+    or None)."""
+    start, stop = window
+    if sizes is None:
+        bound, total = dense.n_keys, stop - start
+    else:
+        per_key = np.zeros(dense.n_keys, np.int64)
+        per_key[dense.ids] = sizes
+        bound, total = int(per_key.sum()), int(sizes[start:stop].sum())
+    if stop - start < _PIPELINE_MIN or bound > max(2 * (stop - start), _COUNTING_LIMIT) or (os.cpu_count() or 1) < 2:
+        distances, state = _replay_keeping_state(dense, sizes, progress)
+        return distances, state.size_of, None
+    counter = _CountingTable(bound, sizes is None, stop - start, total)
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        pending = []
+
+        def count(lo: int, hi: int, chunk: np.ndarray) -> None:
+            a, b = max(lo, start), min(hi, stop)
+            if a < b:
+                pending.append(worker.submit(counter.add, chunk[a - lo : b - lo], None if sizes is None else sizes[a:b]))
+
+        distances, state = _replay_keeping_state(dense, sizes, progress, on_chunk=count, chunk=_PIPELINE_CHUNK)
+        for future in pending:
+            future.result()
+    return distances, state.size_of, counter.histogram()
 
 
 def _size_levels(dense: DenseKeys, sizes: np.ndarray | None, size_of_key: np.ndarray | None = None) -> np.ndarray:
@@ -165,6 +217,7 @@ class HitCurve:
         distances: np.ndarray,
         window: tuple[int, int],
         size_of_key: np.ndarray | None = None,
+        histogram: _Histogram | None = None,
     ):
         self._dense = dense
         self._sizes = sizes
@@ -176,7 +229,7 @@ class HitCurve:
         self.total_size = self.n_accesses if sizes is None else int(self._window_sizes.sum())
         self._levels = _size_levels(dense, sizes, size_of_key)
         self.max_object_size = int(self._levels[-1]) if self._levels.size else 0
-        self._top = _Histogram.build(distances[start:stop], self._window_sizes, self.total_size)
+        self._top = histogram or _Histogram.build(distances[start:stop], self._window_sizes, self.total_size)
         self.cold_misses = self.n_accesses - (int(self._top.cum_hits[-1]) if self._top.values.size else 0)
         self._level_cache: dict[int, _Histogram] = {}
         self._level_distance_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -191,8 +244,8 @@ class HitCurve:
         dense = dense_keys(keys)
         size_arr = _check_sizes(sizes, dense.ids.shape[0])
         start, stop = parse_window(window, dense.ids.shape[0])
-        distances, state = _replay_keeping_state(dense, size_arr, progress)
-        return cls(dense, size_arr, distances, (start, stop), state.size_of)
+        distances, size_of_key, histogram = _replay_counting(dense, size_arr, (start, stop), progress)
+        return cls(dense, size_arr, distances, (start, stop), size_of_key, histogram)
 
     # ----------------------------------------------------------------- derived totals
     @property

@@ -196,22 +196,29 @@ def _replay(dense: DenseKeys, sizes: np.ndarray | None, progress: Callable[[int,
 
 
 def _replay_keeping_state(
-    dense: DenseKeys, sizes: np.ndarray | None, progress: Callable[[int, int], None] | None = None
+    dense: DenseKeys,
+    sizes: np.ndarray | None,
+    progress: Callable[[int, int], None] | None = None,
+    on_chunk: Callable[[int, int, np.ndarray], None] | None = None,
+    chunk: int = _CHUNK,
 ) -> tuple[np.ndarray, _ReplayState]:
     """Stack distances and the final replay state (its ``size_of`` holds every key's size).
 
-    With ``progress`` the replay runs in chunks and reports (done, total) after each.
+    With ``progress`` or ``on_chunk`` the replay runs in chunks of ``chunk`` accesses, calling
+    ``progress(done, total)`` and ``on_chunk(lo, hi, distances[lo:hi])`` after each.
     """
     n = dense.ids.shape[0]
     out = np.empty(n, np.int64)
     state = _ReplayState(dense.n_keys)
-    step = n if progress is None else _CHUNK
+    step = n if progress is None and on_chunk is None else chunk
     for lo in range(0, n, max(step, 1)):
         hi = min(n, lo + step)
         chunk_sizes = None if sizes is None else sizes[lo:hi]
         error = state.run(_kernels.replay, dense.ids[lo:hi], chunk_sizes, out[lo:hi])
         if error >= 0:
             _raise_size_mismatch(dense, sizes, state, lo + error)
+        if on_chunk is not None:
+            on_chunk(lo, hi, out[lo:hi])
         if progress is not None:
             progress(hi, n)
     return out, state

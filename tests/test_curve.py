@@ -180,17 +180,47 @@ def test_steps_without_the_levels_start_at_the_largest_object():
     assert hit_curve([1, 1], [3, 3]).steps(below_largest=False).capacities[0] == 0
 
 
-@pytest.mark.parametrize("packed", [True, False])
-def test_counting_histogram_layouts_agree_with_numpy(packed):
+@pytest.mark.parametrize("total_size", [10**6, 1 << 40])
+def test_counting_table_layouts_agree_with_numpy(total_size):
     from stackdist import _kernels
+    from stackdist.curve import _CountingTable
 
     rng = np.random.default_rng(13)
     distances = rng.integers(1, 500, 5000)
     distances[rng.random(5000) < 0.1] = _kernels.COLD
     sizes = rng.integers(1, 1000, 5000)
-    values, cum_hits, cum_sizes = _kernels.counting_histogram(distances, sizes, False, int(distances[distances < 500].max()), packed)
+    table = _CountingTable(499, unit=False, n_accesses=5000, total_size=total_size)
+    assert table.packed == (total_size < 1 << _kernels.PACK_SHIFT)
+    for part in np.array_split(np.arange(5000), 7):
+        table.add(distances[part], sizes[part])
+    hist = table.histogram()
     finite = distances != _kernels.COLD
     expected_values = np.unique(distances[finite])
-    assert values.tolist() == expected_values.tolist()
-    assert cum_hits.tolist() == [int((distances[finite] <= v).sum()) for v in expected_values]
-    assert cum_sizes.tolist() == [int(sizes[finite & (distances <= v)].sum()) for v in expected_values]
+    assert hist.values.tolist() == expected_values.tolist()
+    assert hist.cum_hits.tolist() == [int((distances[finite] <= v).sum()) for v in expected_values]
+    assert hist.cum_sizes.tolist() == [int(sizes[finite & (distances <= v)].sum()) for v in expected_values]
+
+
+@pytest.mark.parametrize("size_kind", ["unit", "varied"])
+def test_pipelined_counting_equals_plain_build(monkeypatch, size_kind):
+    from stackdist import curve as curve_module
+
+    rng = np.random.default_rng(14)
+    keys = rng.integers(0, 300, 20_000)
+    sizes = None if size_kind == "unit" else (keys % 7 + 1)
+    windows = [None, (5000, 12_345), (19_000, None)]
+    plain = [hit_curve(keys, sizes, window=w) for w in windows]
+    monkeypatch.setattr(curve_module, "_PIPELINE_MIN", 1)
+    monkeypatch.setattr(curve_module, "_PIPELINE_CHUNK", 777)
+    chunks = []
+    add = curve_module._CountingTable.add
+    monkeypatch.setattr(curve_module._CountingTable, "add", lambda self, d, s: (chunks.append(len(d)), add(self, d, s)))
+    for w, expected in zip(windows, plain):
+        chunks.clear()
+        piped = hit_curve(keys, sizes, window=w)
+        assert len(chunks) > 1 and sum(chunks) == piped.n_accesses  # counted chunk by chunk, window only
+        for name in ("values", "cum_hits", "cum_sizes"):
+            assert getattr(piped._top, name).tolist() == getattr(expected._top, name).tolist()
+        assert piped.cold_misses == expected.cold_misses
+    probe = [0, 5, 50, 300, 2000]
+    assert hit_curve(keys, sizes).hits_at(probe).tolist() == [lru_hits(keys.tolist(), None if sizes is None else sizes.tolist(), c)[0] for c in probe]
