@@ -9,7 +9,8 @@ re-blocked to 16-token pages (`stackdist.prefix.reblock`, 9,055,233 accesses):
   ``kvlab.kvsim.EnginePrefixCache``; per-access: ``kvlab.kvsim.LRUCache`` over the block
   stream), at 20 capacities spread up to the 99 %-of-ceiling working set. At 512-token blocks all
   20 run for real; at 16-token pages, where one run takes many seconds, ``--direct-points`` of them
-  run for real and the 20-capacity total is estimated from their mean (labelled as an estimate).
+  run for real, spread evenly over the non-zero capacities, and the 20-capacity total is
+  estimated from their mean (labelled as an estimate).
   At every capacity that runs, the plan's prefix-token hits must equal the direct simulator's.
 
 Prints a Markdown table and writes benchmarks/results/bench_planner.json (atomically).
@@ -89,7 +90,11 @@ def bench_one(name: str, block_size: int, args: argparse.Namespace) -> tuple[lis
     report = plan.result
     top = report["semantics"]["engine"]["working_set"][-1]["fraction_of_ceiling"]["blocks"]
     capacities = np.unique(np.linspace(0, top, CAPACITIES).round().astype(np.int64)).tolist()
-    real_points = capacities if block_size == 512 else capacities[:: max(1, len(capacities) // args.direct_points)][: args.direct_points]
+    # Where not every capacity runs, sample evenly among the non-zero ones (capacity 0 stores
+    # nothing and runs fastest, so including it would flatter the plan).
+    nonzero = capacities[1:]
+    picks = np.linspace(0, len(nonzero) - 1, min(args.direct_points, len(nonzero))).round().astype(int)
+    real_points = capacities if block_size == 512 else [nonzero[i] for i in picks]
     curves = {s: PrefixCurve(replay_requests(trace, s)) for s in ("engine", "per-access")}
     rows, detail = [], {"name": name, "block_size": block_size, "blocks": trace.n_blocks, "requests": trace.n_requests,
                         "plan_times_s": plan.times, "capacities": capacities, "direct": {}}
