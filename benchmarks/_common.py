@@ -40,6 +40,8 @@ MIB = 1 << 20
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from stackdist._io import json_default  # noqa: E402  (needs the repository on sys.path)
+
 
 class BenchUsageError(Exception):
     """A wrong command-line argument; the scripts exit 2 with its message."""
@@ -437,7 +439,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as out:
-            json.dump(data, out, indent=1, default=_json_default)
+            json.dump(data, out, indent=1, default=json_default)
             out.write("\n")
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are for everyone to read
         os.replace(tmp, path)
@@ -445,15 +447,3 @@ def write_json_atomic(path: Path, data: Any) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot write {type(value).__name__} to JSON")

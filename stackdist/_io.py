@@ -13,7 +13,10 @@ from typing import Any, TextIO
 import numpy as np
 
 
-def _default(value: Any) -> Any:
+def json_default(value: Any) -> Any:
+    """``json.dumps(default=...)`` for numpy scalars and arrays and paths."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, np.floating):
@@ -35,7 +38,7 @@ def dumps_json(data: Any) -> str:
       }
     }
     """
-    return _format(json.loads(json.dumps(data, default=_default)), 0) + "\n"
+    return _format(json.loads(json.dumps(data, default=json_default)), 0) + "\n"
 
 
 def _format(value: Any, level: int) -> str:
