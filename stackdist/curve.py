@@ -1,5 +1,15 @@
 """HitCurve: the exact LRU hit count at every capacity, from one replay.
 
+Why distances give the hits. With no object larger than the capacity C, the reference LRU
+(evict the oldest until the new entry fits) always holds the largest top segment of the recency
+stack whose sizes sum to at most C. By induction: a hit reorders the stack but not the cached
+set, and the entry below the segment still does not fit. A miss puts the new entry on top and
+keeps the longest run of the old segment that fits beside it; the entries below the old segment
+cannot join, since the old segment plus its next entry already exceeded C (and if the missed
+entry was that next entry, the whole old segment plus it exceeds C, so the run stops inside the
+old segment). So an access hits iff its key is inside that segment, i.e. iff its stack distance
+(its own size plus the sizes above it) is at most C.
+
 Exactness with objects larger than the cache. The reference LRU never stores an object larger
 than its capacity and evicts nothing for it, so at capacity ``C`` it behaves as an LRU over the
 trace *without* the keys larger than ``C``. For ``C`` at or above the largest object size that
