@@ -195,14 +195,19 @@ class PrefixCurve:
         hit (H: its prefix blocks that would hit in an infinite cache); 0 when that is none."""
         return coverage_needs(self.replay, target)[self.request_mask]
 
-    def coverage_capacity(self, target: float = 1.0, quantiles: Sequence[float] = (0.5, 0.9, 0.95, 0.99, 0.999)) -> dict[str, int]:
+    def coverage_capacity(
+        self, target: float = 1.0, quantiles: Sequence[float] = (0.5, 0.9, 0.95, 0.99, 0.999), reusable_only: bool = False
+    ) -> dict[str, int]:
         """The smallest capacity that serves at least each quantile of the counted requests
-        (a request is served when its coverage need is met). Exact order statistics."""
-        needs = np.sort(self.coverage_needs(target))
+        (a request is served when its coverage need is met); with ``reusable_only``, of the
+        requests that have a reusable prefix at all. Exact order statistics."""
+        needs = self.coverage_needs(target)
+        if reusable_only:
+            needs = needs[needs > 0]
+        needs = np.sort(needs)
         out = {}
         for q in quantiles:
-            frac = _exact_fraction(q, "quantile")
-            k = math.ceil(frac * needs.size)
+            k = math.ceil(_exact_fraction(q, "quantile") * needs.size)
             out[f"p{float(q) * 100:g}"] = int(needs[k - 1]) if k > 0 else 0
         return out
 
@@ -236,28 +241,38 @@ def tier_plan(
     geometry: ModelGeometry,
     tier_targets: Sequence[float] = (0.5, 0.9, 0.99),
     prices_per_gb: dict[str, float] | None = None,
+    basis: str = "tokens",
+    coverage_target: float = 1.0,
 ) -> dict[str, Any]:
     """HBM / DRAM / SSD sizes as exclusive bands of one LRU stack.
 
-    Tier k's cumulative capacity is the smallest capacity reaching ``tier_targets[k]`` of the
-    ceiling's prefix token hits; its own size is the band between that and the tier above.
-    Costs use ``prices_per_gb`` (US$ per 1e9 bytes; defaults are labelled assumptions).
+    Tier k's cumulative capacity is the smallest capacity that reaches ``tier_targets[k]``:
+    a fraction of the ceiling's prefix token hits (``basis="tokens"``), or a fraction of the
+    requests with a reusable prefix whose coverage need (at ``coverage_target``) is met
+    (``basis="coverage"``). Its
+    own size is the band between that and the tier above. Costs use ``prices_per_gb`` (US$
+    per 1e9 bytes; the defaults are labelled assumptions). Exact (order statistics of the curve).
     """
+    if basis not in ("tokens", "coverage"):
+        raise ValueError(f"basis must be 'tokens' or 'coverage'; got {basis!r}.")
     prices = dict(DEFAULT_PRICES_PER_GB, **(prices_per_gb or {}))
     names = ["hbm", "dram", "ssd"][: len(tier_targets)]
     if list(tier_targets) != sorted(tier_targets):
         raise ValueError(f"tier targets must be non-decreasing (HBM, DRAM, SSD); got {list(tier_targets)}.")
+    if basis == "tokens":
+        cumulative_of = [curve.min_capacity_for(fraction_of_ceiling=t) or 0 for t in tier_targets]
+    else:
+        served = curve.coverage_capacity(coverage_target, tier_targets, reusable_only=True)
+        cumulative_of = list(served.values())
     bytes_per_block = curve.replay.trace.block_size * geometry.kv_bytes_per_token
     tiers, previous, total_cost = [], 0, 0.0
-    for name, t in zip(names, tier_targets):
-        cumulative = curve.min_capacity_for(fraction_of_ceiling=t) or 0
+    for name, t, cumulative in zip(names, tier_targets, cumulative_of):
         size = max(cumulative - previous, 0)
-        gb = size * bytes_per_block / 1e9
-        cost = gb * prices[name]
+        cost = size * bytes_per_block / 1e9 * prices[name]
         total_cost += cost
         tiers.append({
             "tier": name,
-            "target_fraction_of_ceiling": t,
+            "target": t,
             "cumulative_blocks": cumulative,
             "blocks": size,
             "gib": size * bytes_per_block / 2**30,
@@ -265,5 +280,5 @@ def tier_plan(
             "token_hit_rate_at_cumulative": float(curve.prefix_token_hit_rate_at(cumulative)),
         })
         previous = max(previous, cumulative)
-    return {"tiers": tiers, "total_cost_usd": total_cost, "prices_per_gb_usd": {n: prices[n] for n in names},
-            "prices_are_assumptions": prices_per_gb is None}
+    return {"basis": basis, "tiers": tiers, "total_cost_usd": total_cost,
+            "prices_per_gb_usd": {n: prices[n] for n in names}, "prices_are_assumptions": prices_per_gb is None}

@@ -47,7 +47,8 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--coverage", type=float, default=1.0, help="request coverage target Y in (0, 1] (default 1.0)")
     p.add_argument("--warmup", default="0", help="exclude the first N requests, or a duration like 10m (default 0)")
     p.add_argument("--window", metavar="DURATION", help="also answer per time window of this width (e.g. 10m), and cumulatively")
-    p.add_argument("--tier-targets", default="0.5,0.9,0.99", help="fractions of the ceiling served by HBM, +DRAM, +SSD")
+    p.add_argument("--tier-targets", default="0.5,0.9,0.99",
+                   help="HBM, +DRAM, +SSD targets: fractions of the ceiling's prefix tokens, and (second plan) of requests covered")
     p.add_argument("--prices", metavar="hbm=P,dram=P,ssd=P", help="US$ per GB for the tier plan (defaults are assumptions)")
     p.add_argument("--json", metavar="OUT", help="write the full report as JSON to OUT ('-' for stdout instead of the table)")
     p.add_argument("--plot", metavar="PNG", help="draw the hit curves against GiB with the target lines (needs matplotlib)")
@@ -162,12 +163,14 @@ def render_table(report: dict[str, Any]) -> str:
                      f"{cov['n_requests_with_reuse']:,} of {cov['n_requests']:,} requests have reuse:")
         for q, cap in cov["requests_with_reuse"].items():
             lines.append(f"  {q:>6} of requests with reuse  {_fmt_cap(cap)}")
-        plan = sem["tier_plan"]
-        lines.append("tier plan (exclusive bands of one LRU stack; prices " + ("assumed" if plan["prices_are_assumptions"] else "given") + "):")
-        for tier in plan["tiers"]:
-            lines.append(f"  {tier['tier']:<4} {tier['target_fraction_of_ceiling']:>6.1%} of ceiling  "
-                         f"{tier['blocks']:>9,} blocks {tier['gib']:9.2f} GiB  ${tier['cost_usd']:,.2f}")
-        lines.append(f"  total ${plan['total_cost_usd']:,.2f}")
+        for key, what in (("tier_plan", "of the ceiling's prefix tokens"), ("tier_plan_by_coverage", "of requests with reuse covered")):
+            plan = sem[key]
+            lines.append(f"tier plan, targets as fractions {what} (exclusive bands of one LRU stack; prices "
+                         + ("assumed" if plan["prices_are_assumptions"] else "given") + "):")
+            for tier in plan["tiers"]:
+                lines.append(f"  {tier['tier']:<4} {tier['target']:>6.1%}  "
+                             f"{tier['blocks']:>9,} blocks {tier['gib']:9.2f} GiB  ${tier['cost_usd']:,.2f}")
+            lines.append(f"  total ${plan['total_cost_usd']:,.2f}")
         for row in sem.get("time_windows", []):
             ws = row["window"]["working_set_fraction_of_ceiling"]
             first = next(iter(ws))

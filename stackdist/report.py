@@ -97,15 +97,10 @@ def _working_sets(curve: PrefixCurve, units: _Units, targets: Sequence[float]) -
 
 def _coverage(curve: PrefixCurve, units: _Units, target: float) -> dict[str, Any]:
     needs = curve.coverage_needs(target)
-    reusable = needs > 0
-    out: dict[str, Any] = {"target": target, "n_requests": int(needs.size), "n_requests_with_reuse": int(reusable.sum())}
-    for label, selected in (("all_requests", needs), ("requests_with_reuse", needs[reusable])):
-        ordered = np.sort(selected)
-        row = {}
-        for q in COVERAGE_QUANTILES:
-            k = math.ceil(q * ordered.size - 1e-12)
-            row[f"p{q * 100:g}"] = units.describe(int(ordered[k - 1]) if k > 0 else 0)
-        out[label] = row
+    out: dict[str, Any] = {"target": target, "n_requests": int(needs.size), "n_requests_with_reuse": int((needs > 0).sum())}
+    for label, reusable_only in (("all_requests", False), ("requests_with_reuse", True)):
+        quantiles = curve.coverage_capacity(target, COVERAGE_QUANTILES, reusable_only=reusable_only)
+        out[label] = {q: units.describe(blocks) for q, blocks in quantiles.items()}
     return out
 
 
@@ -151,6 +146,8 @@ def _semantics_report(replay: PrefixReplay, counted: np.ndarray, options: PlanOp
         "working_set": working,
         "coverage": _coverage(curve, units, options.coverage_target),
         "tier_plan": tier_plan(curve, options.geometry, options.tier_targets, options.prices_per_gb),
+        "tier_plan_by_coverage": tier_plan(curve, options.geometry, options.tier_targets, options.prices_per_gb,
+                                           basis="coverage", coverage_target=options.coverage_target),
         "curve": _curve_table(curve, units, _curve_points(curve, options.curve_points, marks)),
     }
     if options.window_seconds:

@@ -110,3 +110,17 @@ def test_real_traces_both_semantics_against_direct(path):
             assert curve.block_hits_at(c) == sum(sum(f) for _, f in direct)
             tokens = sum(int(trace.block_tokens[trace.offsets[r]:trace.offsets[r] + p].sum()) for r, (p, _) in enumerate(direct))
             assert curve.prefix_token_hits_at(c) == tokens
+
+
+def test_tier_plan_by_coverage_uses_request_quantiles():
+    rng = np.random.default_rng(64)
+    requests = random_requests(rng, n_requests=300, branching=4)
+    curve = PrefixCurve(replay_requests(make_trace(requests), "engine"))
+    plan = tier_plan(curve, DEFAULT_MODEL, (0.5, 0.9), basis="coverage")
+    quantiles = curve.coverage_capacity(1.0, (0.5, 0.9), reusable_only=True)
+    needs = curve.coverage_needs(1.0)
+    assert quantiles["p50"] == int(np.sort(needs[needs > 0])[math.ceil(0.5 * (needs > 0).sum()) - 1])
+    assert [t["cumulative_blocks"] for t in plan["tiers"]] == [quantiles["p50"], quantiles["p90"]]
+    assert sum(t["blocks"] for t in plan["tiers"]) == quantiles["p90"]
+    with pytest.raises(ValueError, match="basis must be"):
+        tier_plan(curve, DEFAULT_MODEL, basis="bytes")
