@@ -13,7 +13,7 @@ import io
 import sys
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -39,7 +39,7 @@ EXAMPLES_TIERS = """examples:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # exit 2 with one clear line, no traceback
+    def error(self, message: str) -> NoReturn:  # exit 2 with one clear line, no traceback
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n")
 

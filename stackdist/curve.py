@@ -88,13 +88,15 @@ class _Histogram:
             return cls(empty, empty, empty)
         unit = sizes is None
         if largest <= max(2 * distances.shape[0], _COUNTING_LIMIT):
-            total = distances.shape[0] if unit else int(sizes.sum()) if total_size is None else total_size
+            if total_size is None:
+                total_size = distances.shape[0] if sizes is None else int(sizes.sum())
+            total = total_size
             counter = _CountingTable(largest, unit, distances.shape[0], total)
             counter.add(distances, sizes)
             return counter.histogram()
         finite = distances != COLD
         d = distances[finite]
-        hit_sizes = np.ones_like(d) if unit else sizes[finite]
+        hit_sizes = np.ones_like(d) if sizes is None else sizes[finite]
         shift = max(1, int(hit_sizes.max()).bit_length())
         if largest.bit_length() + shift <= 63:
             values, counts, sums = _kernels.sorted_histogram(np.sort((d << shift) | hit_sizes), shift)
@@ -236,7 +238,7 @@ class HitCurve:
         start, stop = window
         self._window_sizes = None if sizes is None else sizes[start:stop]
         self.n_accesses = stop - start
-        self.total_size = self.n_accesses if sizes is None else int(self._window_sizes.sum())
+        self.total_size = self.n_accesses if self._window_sizes is None else int(self._window_sizes.sum())
         self._levels = _size_levels(dense, sizes, size_of_key)
         self.max_object_size = int(self._levels[-1]) if self._levels.size else 0
         self._top = histogram or _Histogram.build(distances[start:stop], self._window_sizes, self.total_size)
@@ -382,7 +384,7 @@ class HitCurve:
         first = 0 if below_largest else max(0, len(self._levels) - 1)
         caps: list[np.ndarray] = [np.zeros(1, np.int64)] if first == 0 else []
         hits, sizes = list(caps), list(caps)
-        last = (0, 0) if first == 0 else None
+        last: tuple[int, ...] | None = (0, 0) if first == 0 else None
         for k in range(first, len(self._levels)):
             lo, hi = bounds[k], bounds[k + 1]
             hist = self._top if hi is None else self._level_histogram(k)
@@ -447,6 +449,7 @@ class HitCurve:
             w = np.zeros(keep.shape[0], bool)
             w[start:stop] = True
             w = w[keep]
+            assert self._sizes is not None, "unit sizes have no level below the largest"
             self._level_cache[k] = _Histogram.build(distances[w], self._sizes[keep][w])
         return self._level_cache[k]
 

@@ -15,9 +15,9 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -165,7 +165,10 @@ class _ReplayState:
         )
 
 
-def _raise_size_mismatch(keys: DenseKeys, sizes: np.ndarray, state: _ReplayState, position: int, offset: int = 0) -> None:
+def _raise_size_mismatch(
+    keys: DenseKeys, sizes: np.ndarray | None, state: _ReplayState, position: int, offset: int = 0
+) -> NoReturn:
+    assert sizes is not None, "unit sizes cannot change"
     key_id = int(keys.ids[position])
     raise ValueError(
         f"key {keys.key_of(position)!r} has size {int(state.size_of[key_id])} earlier but size "

@@ -185,6 +185,7 @@ class PrefixCurve:
         if token_hit_rate is not None:
             target = math.ceil(_exact_fraction(token_hit_rate, "token_hit_rate") * self.input_tokens)
         else:
+            assert fraction_of_ceiling is not None
             target = math.ceil(_exact_fraction(fraction_of_ceiling, "fraction_of_ceiling") * self.ceiling_token_hits)
         if target <= 0:
             return 0

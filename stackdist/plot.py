@@ -48,14 +48,14 @@ def plot_curves(
     lines, saved atomically as a PNG."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    for label, x, y in series:
-        ax.step(x, y, where="post", label=label)
-    for i, (label, y) in enumerate(hlines):
-        ax.axhline(y, color="grey", lw=0.8, ls=":")
-        ax.annotate(label, (0.01 + 0.16 * i, y), xycoords=("axes fraction", "data"), fontsize=7, color="dimgrey", va="bottom")
-    for label, x in vlines:
-        ax.axvline(x, color="tab:red", lw=0.8, ls="--")
-        ax.annotate(label, (x, 0.02), xycoords=("data", "axes fraction"), fontsize=8, rotation=90, color="tab:red")
+    for label, xs, ys in series:
+        ax.step(xs, ys, where="post", label=label)
+    for i, (label, level) in enumerate(hlines):
+        ax.axhline(level, color="grey", lw=0.8, ls=":")
+        ax.annotate(label, (0.01 + 0.16 * i, level), xycoords=("axes fraction", "data"), fontsize=7, color="dimgrey", va="bottom")
+    for label, at in vlines:
+        ax.axvline(at, color="tab:red", lw=0.8, ls="--")
+        ax.annotate(label, (at, 0.02), xycoords=("data", "axes fraction"), fontsize=8, rotation=90, color="tab:red")
     if xscale == "symlog":
         positive = [float(np.min(x[x > 0])) for _, x, _ in series if np.any(np.asarray(x) > 0)]
         ax.set_xscale("symlog", linthresh=min(positive) if positive else 1.0)

@@ -85,7 +85,7 @@ def _curve_points(curve: PrefixCurve, points: int, marks: Sequence[int]) -> np.n
 
 
 def _working_sets(curve: PrefixCurve, units: _Units, targets: Sequence[float]) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for t in targets:
         rows.append({
             "target": t,
@@ -120,7 +120,7 @@ def _time_windows(replay: PrefixReplay, counted: np.ndarray, width: float, units
         return []
     start = float(ts[counted].min())
     index = np.floor((ts - start) / width).astype(np.int64)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for w in range(int(index[counted].max()) + 1):
         in_window = counted & (index == w)
         cumulative = counted & (index <= w)
@@ -158,7 +158,7 @@ def _semantics_report(replay: PrefixReplay, counted: np.ndarray, options: PlanOp
 def _comparison(curves: dict[str, PrefixCurve], units: _Units, targets: Sequence[float]) -> dict[str, Any]:
     """How far apart per-access and engine semantics are on the same trace."""
     engine, per_access = curves["engine"], curves["per-access"]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for t in targets:
         e = engine.min_capacity_for(fraction_of_ceiling=t)
         p = per_access.min_capacity_for(fraction_of_ceiling=t)

@@ -139,6 +139,7 @@ class StackDistanceStream:
             if not 0 <= hit_rate <= 1:
                 raise ValueError(f"hit_rate must be between 0 and 1; got {hit_rate}.")
             hits = math.ceil(Fraction(repr(float(hit_rate))) * self.n_accesses)
+        assert hits is not None
         if hits <= 0:
             return 0
         reach = self._histogram.first_reaching(int(hits), by_size=False)

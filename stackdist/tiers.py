@@ -115,6 +115,7 @@ class InclusiveTierCurve:
             hits = math.ceil(Fraction(repr(float(hit_rate))) * self.n_accesses)
         elif max_misses is not None:
             hits = self.n_accesses - int(max_misses)
+        assert hits is not None
         return self.cpu.min_capacity_for(hits=max(0, int(hits) - self.gpu_hits))
 
     def to_dict(self, cpu_capacities: Sequence[int]) -> dict[str, Any]:
@@ -162,7 +163,7 @@ def inclusive_tiers(
     return result
 
 
-def inclusive_grid(tiers: Sequence[InclusiveTierCurve], cpu_capacities: Sequence[int]) -> dict[str, Any]:
+def inclusive_grid(tiers: Sequence[InclusiveTierCurve], cpu_capacities: Sequence[int] | np.ndarray) -> dict[str, Any]:
     """A GPU x CPU grid of hits and misses: arrays of shape (len(tiers), len(cpu_capacities))."""
     caps = np.asarray(cpu_capacities, dtype=np.int64)
     cpu_hits = np.array([np.asarray(t.cpu.hits_at(caps)) for t in tiers], dtype=np.int64).reshape(len(tiers), caps.size)
@@ -211,7 +212,7 @@ def exclusive_hits(curve: HitCurve, capacities: Sequence[int]) -> dict[str, Any]
     }
 
 
-def exclusive_grid(curve: HitCurve, gpu_capacities: Sequence[int], cpu_capacities: Sequence[int]) -> dict[str, Any]:
+def exclusive_grid(curve: HitCurve, gpu_capacities: Sequence[int] | np.ndarray, cpu_capacities: Sequence[int] | np.ndarray) -> dict[str, Any]:
     """Exclusive two-tier hits over a GPU x CPU grid, from the one histogram."""
     gpu = np.asarray(gpu_capacities, dtype=np.int64)
     cpu = np.asarray(cpu_capacities, dtype=np.int64)

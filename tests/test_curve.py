@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from naive import lru_hits, mooncake_block_stream, random_trace, real_trace_paths
-from stackdist import HitCurve, hit_curve
+from stackdist import hit_curve
 from stackdist.curve import parse_window
 
 

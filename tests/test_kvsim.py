@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import doctest
 import random
-from collections import deque
 from collections.abc import Callable, Hashable
 
 import pytest

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 
 from naive import run_stackdist, direct_requests, real_trace_paths
@@ -41,7 +40,7 @@ def test_json_report_answers_match_direct_simulation(capsys, first_requests):
         for row in sem["working_set"]:
             blocks = row["fraction_of_ceiling"]["blocks"]
 
-            def prefix_tokens(c):
+            def prefix_tokens(c, semantics=semantics):
                 direct = direct_requests(requests, c, semantics)
                 return sum(int(trace.block_tokens[trace.offsets[r]:trace.offsets[r] + p].sum())
                            for r, (p, _) in enumerate(direct) if r >= 300)
