@@ -68,6 +68,22 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
         raise
 
 
+def check_writable(path: str | os.PathLike[str] | None, name: str) -> None:
+    """Fail early (before a long computation) when ``path``'s folder cannot be written.
+
+    Raises OSError naming the argument; ``None`` and ``-`` (stdout) pass.
+    """
+    if path is None or os.fspath(path) == "-":
+        return
+    folder = Path(path).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OSError(f"{name} {os.fspath(path)}: cannot create folder {folder}: {exc.strerror or exc}") from None
+    if not os.access(folder, os.W_OK):
+        raise OSError(f"{name} {os.fspath(path)}: folder {folder} is not writable")
+
+
 def write_json(path: str | os.PathLike[str], data: Any) -> None:
     """Write JSON atomically (``-`` means stdout)."""
     text = dumps_json(data)

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from ._args import fraction_list, int_list
-from ._io import Progress, write_json
+from ._io import Progress, check_writable, write_json
 from .curve import HitCurve
 from .errors import TraceFormatError, UsageError
 
@@ -175,6 +175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runners = {"curve": run_curve, "tiers": run_tiers}
     try:
+        for option in ("output", "json", "plot"):
+            check_writable(getattr(args, option, None), f"--{option}")
         if args.command == "plan":
             from .plan_cli import run_plan
 
@@ -188,6 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        print(f"stackdist {args.command}: error: {exc.strerror and f'{exc.filename}: {exc.strerror}' or exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -106,3 +106,21 @@ def test_request_trace_formats_replay_the_block_stream(capsys):
     assert code == 0
     ids = mooncake_block_stream(path).tolist()
     assert json.loads(out)["curve"]["hits"] == [lru_hits(ids, None, 3000)[0]]
+
+
+@pytest.mark.parametrize("option", ["--output", "--plot"])
+def test_unwritable_output_fails_early_and_cleanly(capsys, tmp_path, trace_csv, option):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    code, out, err = run(capsys, "curve", trace_csv, option, blocker / "out")
+    assert code == 1 and out == "" and f"{option} {blocker / 'out'}: cannot create folder" in err
+    assert "Traceback" not in err
+
+
+def test_plan_unwritable_json(capsys, tmp_path):
+    from naive import real_trace_paths
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    code, out, err = run(capsys, "plan", real_trace_paths()[1], "--json", blocker / "p.json")
+    assert code == 1 and out == "" and "--json" in err and "Traceback" not in err
