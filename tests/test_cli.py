@@ -124,3 +124,20 @@ def test_plan_unwritable_json(capsys, tmp_path):
     blocker.write_text("x")
     code, out, err = run(capsys, "plan", real_trace_paths()[1], "--json", blocker / "p.json")
     assert code == 1 and out == "" and "--json" in err and "Traceback" not in err
+
+
+def test_progress_bar_only_on_a_terminal():
+    import io as _io
+
+    from stackdist._io import Progress
+
+    quiet = _io.StringIO()
+    bar = Progress("replay", stream=quiet)
+    bar(5, 10)
+    bar.close()
+    assert quiet.getvalue() == ""  # a StringIO is not a terminal
+    shown = _io.StringIO()
+    bar = Progress("replay", stream=shown, enabled=True)
+    bar(10, 10)
+    bar.close()
+    assert "replay [" in shown.getvalue() and "100.0%" in shown.getvalue()
