@@ -85,6 +85,8 @@ class StackDistanceStream:
         """
         batch = list(keys.tolist() if isinstance(keys, np.ndarray) else keys)
         size_arr = _check_sizes(sizes, len(batch))
+        if size_arr is None and self._sizes_seen - {1}:
+            size_arr = np.ones(len(batch), np.int64)  # keep checking keys that were given other sizes
         ids = np.fromiter((self._ids.setdefault(k, len(self._ids)) for k in batch), np.int64, len(batch))
         self._state.reserve(len(self._ids))
         out = np.empty(len(batch), np.int64)

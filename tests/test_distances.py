@@ -214,3 +214,11 @@ def test_stream_refuses_inexact_capacities():
     with pytest.raises(ValueError, match="exact only at capacities of at least the largest object seen"):
         stream.hits_at(4)
     assert stream.hits_at(6) == 1 and stream.hit_rate_at(6) == pytest.approx(1 / 3)
+
+
+def test_stream_unit_batch_after_sized_batch_still_checks_sizes():
+    stream = StackDistanceStream()
+    stream.feed(["a", "b"], [5, 1])
+    with pytest.raises(ValueError, match="key 'a' has size 5 earlier but size 1"):
+        stream.feed(["a"])
+    assert stream.feed(["a"], [5]).tolist() == [6]  # below b: its own 5 plus b's 1
