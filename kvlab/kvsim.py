@@ -29,6 +29,7 @@ False
 from __future__ import annotations
 
 from collections import OrderedDict
+from numbers import Integral
 from collections.abc import Hashable, Iterable, Sequence
 
 __all__ = ["LRUCache", "TwoTierCache", "ExclusiveTierCache", "EnginePrefixCache", "MISS"]
@@ -37,22 +38,29 @@ __all__ = ["LRUCache", "TwoTierCache", "ExclusiveTierCache", "EnginePrefixCache"
 MISS = -1
 
 
+def _is_integer(value: object) -> bool:
+    """An int or any other integral number (numpy's included), but not a bool."""
+    return isinstance(value, Integral) and not isinstance(value, bool) and type(value).__name__ != "bool_"
+
+
 def _require_capacity(value: object, name: str = "capacity") -> int:
-    """Return ``value`` if it is a non-negative int (bool rejected), else raise TypeError/ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Return ``value`` as an int if it is a non-negative integer (bool rejected), else raise
+    TypeError/ValueError."""
+    if not _is_integer(value):
         raise TypeError(f"{name} must be a non-negative int, got {value!r} of type {type(value).__name__}.")
-    if value < 0:
+    if value < 0:  # type: ignore[operator]
         raise ValueError(f"{name} must be a non-negative int, got {value}.")
-    return value
+    return int(value)  # type: ignore[call-overload]
 
 
 def _require_size(value: object) -> int:
-    """Return ``value`` if it is a positive int (bool rejected), else raise TypeError/ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Return ``value`` as an int if it is a positive integer (bool rejected), else raise
+    TypeError/ValueError."""
+    if not _is_integer(value):
         raise TypeError(f"size must be a positive int, got {value!r} of type {type(value).__name__}.")
-    if value <= 0:
+    if value <= 0:  # type: ignore[operator]
         raise ValueError(f"size must be a positive int, got {value}.")
-    return value
+    return int(value)  # type: ignore[call-overload]
 
 
 class LRUCache:
@@ -80,7 +88,7 @@ class LRUCache:
 
         A hit keeps the stored size (``size`` is still validated).
         """
-        _require_size(size)
+        size = _require_size(size)
         if key in self._entries:
             self._entries.move_to_end(key)
             return True
@@ -171,7 +179,7 @@ class TwoTierCache:
 
     def access(self, key: Hashable, size: int) -> str:
         """Look up ``key`` in the GPU tier, then the CPU tier; return "gpu", "cpu" or "miss"."""
-        _require_size(size)
+        size = _require_size(size)
         if key in self.gpu:
             self.gpu.access(key, size)
             return "gpu"
@@ -239,7 +247,7 @@ class ExclusiveTierCache:
 
     def access(self, key: Hashable, size: int) -> int:
         """Look up ``key`` tier by tier; return the hit tier's index, or -1 on a miss."""
-        _require_size(size)
+        size = _require_size(size)
         tier_index = self.tier_of(key)
         if tier_index == 0:
             self.tiers[0].access(key, size)

@@ -690,3 +690,17 @@ def test_exclusive_total_footprint_fits_then_everything_hits() -> None:
 def test_kvsim_doctests_pass() -> None:
     result = doctest.testmod(kvsim, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_numpy_integers_are_accepted_as_sizes_and_capacities() -> None:
+    import numpy as np
+
+    cache = LRUCache(np.int64(10))
+    assert cache.access("a", np.int64(4)) is False and cache.access("a", np.int32(4)) is True
+    assert cache.used == 4 and type(cache.used) is int
+    two = TwoTierCache(np.int64(4), np.uint16(8))
+    assert [two.access(k, np.int64(4)) for k in ("a", "b", "a")] == ["miss", "miss", "cpu"]
+    with pytest.raises(TypeError, match="size must be a positive int"):
+        cache.access("b", np.bool_(True))
+    with pytest.raises(TypeError, match="size must be a positive int"):
+        cache.access("b", 4.0)
