@@ -79,7 +79,8 @@ def chain_hashes(
 
 
 def dense_ids(ids: np.ndarray | Sequence[Any]) -> tuple[np.ndarray, int]:
-    """Map arbitrary ids to ``0..n_distinct-1`` (the engine's input form).
+    """Map arbitrary ids to their rank ``0..n_distinct-1`` among the distinct ids (re-blocking's
+    collision-free fallback ids; the engine's own mapping is :func:`stackdist.dense_keys`).
 
     Equal ids get equal dense ids and different ids different ones; dense ids follow the
     sorted order of the distinct ids. Works for integer arrays (any width, incl. uint64) and

@@ -19,9 +19,8 @@ from kvlab.blocklab import (
     run_block_lab,
 )
 from kvlab.lab import LabMismatchError
-from naive import random_requests
+from naive import request_trace, random_requests
 from stackdist.prefix import chain_hashes
-from stackdist.traces import RequestTrace
 
 FIXTURE = Path(__file__).resolve().parent.parent / "data" / "fixtures" / "partial_prefix_h200.json"
 
@@ -32,12 +31,7 @@ def fixture_row(p: int) -> dict:
     return next(row for row in rows if row["P"] == p)
 
 
-def make_trace(requests: list[list[int]], block_size: int = 4) -> RequestTrace:
-    offsets = np.r_[0, np.cumsum([len(r) for r in requests])].astype(np.int64)
-    ids = np.array([b for r in requests for b in r], dtype=np.int64)
-    n = len(requests)
-    return RequestTrace(ids, offsets, np.full(ids.size, block_size, np.int64), np.arange(n, dtype=float),
-                        np.diff(offsets) * block_size, np.zeros(n, np.int64), block_size=block_size)
+make_trace = request_trace
 
 
 def rows_of(result: dict, pass_number: int) -> dict[int, dict]:

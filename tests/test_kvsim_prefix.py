@@ -6,18 +6,11 @@ import numpy as np
 import pytest
 
 from kvlab.kvsim import EnginePrefixCache, LRUCache
-from naive import random_requests
+from naive import request_trace, random_requests
 from stackdist.plan import PrefixCurve, replay_requests
-from stackdist.traces import RequestTrace
 
 
-def make_trace(requests: list[list[int]], block_size: int = 4) -> RequestTrace:
-    """A RequestTrace of full blocks from lists of block ids."""
-    offsets = np.r_[0, np.cumsum([len(r) for r in requests])].astype(np.int64)
-    ids = np.array([b for r in requests for b in r], dtype=np.int64)
-    n = len(requests)
-    return RequestTrace(ids, offsets, np.full(ids.size, block_size, np.int64), np.arange(n, dtype=float),
-                        np.diff(offsets) * block_size, np.zeros(n, np.int64), block_size=block_size)
+make_trace = request_trace
 
 
 def served(cache: EnginePrefixCache, requests: list[list]) -> list[int]:

@@ -7,24 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from naive import direct_requests, random_requests, real_trace_paths
+from naive import request_trace, direct_requests, random_requests, real_trace_paths
 from stackdist.plan import PrefixCurve, coverage_needs, replay_requests, tier_plan
 from stackdist.geometry import DEFAULT_MODEL
-from stackdist.traces import RequestTrace, read_mooncake
+from stackdist.traces import read_mooncake
 
 
-def make_trace(requests, block_size=4, last_tokens=None):
-    lengths = [len(r) for r in requests]
-    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
-    tokens = np.full(int(offsets[-1]), block_size, np.int64)
-    if last_tokens is not None:
-        for r, n in enumerate(lengths):
-            if n:
-                tokens[offsets[r + 1] - 1] = last_tokens[r]
-    ids = np.array([b for r in requests for b in r], dtype=np.int64)
-    input_length = np.array([tokens[offsets[r]:offsets[r + 1]].sum() for r in range(len(requests))], dtype=np.int64)
-    return RequestTrace(ids, offsets, tokens, np.arange(len(requests), dtype=float), input_length,
-                        np.zeros(len(requests), np.int64), block_size=block_size)
+make_trace = request_trace
 
 
 @pytest.mark.parametrize("semantics", ["engine", "per-access"])
