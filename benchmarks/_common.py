@@ -40,7 +40,7 @@ MIB = 1 << 20
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from stackdist._io import json_default  # noqa: E402  (needs the repository on sys.path)
+from stackdist.output import json_default  # noqa: E402  (needs the repository on sys.path)
 
 
 class BenchUsageError(Exception):
@@ -214,7 +214,7 @@ def expand_pages(blocks: np.ndarray, pages_per_block: int = PAGES_PER_BLOCK) -> 
     """Split every block id ``b`` into ``pages_per_block`` page ids ``b*P + j`` (j = 0..P-1), in order.
 
     The simple expansion: exactly P pages per block, even for a request's final partial block
-    (``stackdist.prefix.reblock`` is the tail-aware version). O(n P).
+    (``stackdist.traces.reblock`` is the tail-aware version). O(n P).
 
     >>> expand_pages(np.array([0, 2]), 3).tolist()
     [0, 1, 2, 6, 7, 8]

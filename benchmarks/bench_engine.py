@@ -47,8 +47,8 @@ import _common as C
 
 import stackdist  # noqa: E402  (path set up by _common)
 from kvlab.kvsim import LRUCache  # noqa: E402
-from stackdist._fenwick import FenwickStackDistance  # noqa: E402
-from stackdist.distances import COLD  # noqa: E402
+from stackdist.engine.reference import FenwickStackDistance  # noqa: E402
+from stackdist.engine import COLD  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 SWEEP_POINTS = 100

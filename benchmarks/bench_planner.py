@@ -1,7 +1,7 @@
 """Benchmark: the full `stackdist plan` against the direct request-level simulators.
 
 On the Mooncake conversation trace at its native 512-token blocks (288,500 block accesses) and
-re-blocked to 16-token pages (`stackdist.prefix.reblock`, 9,055,233 accesses):
+re-blocked to 16-token pages (`stackdist.traces.reblock`, 9,055,233 accesses):
 
 - plan: read the trace (and re-block), replay both semantics once each, build the whole report
   (ceilings, working sets, coverage, tier plan, curve); medians of ``--repeats``.
@@ -42,9 +42,10 @@ from _common import (
 )
 
 from kvlab.kvsim import EnginePrefixCache, LRUCache
-from stackdist.plan import PrefixCurve, replay_requests
-from stackdist.prefix import reblock
-from stackdist.report import PlanOptions, build_report
+from stackdist.planning import PrefixCurve
+from stackdist.serving import replay_requests
+from stackdist.traces.blocks import reblock
+from stackdist.planning import PlanOptions, build_plan as build_report
 from stackdist.traces import RequestTrace, read_mooncake
 
 CAPACITIES = 20

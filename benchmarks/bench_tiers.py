@@ -4,7 +4,7 @@ For each trace (a seeded 1e6-access Zipf(0.9) trace over 100k keys, unit sizes; 
 conversation trace at its native 512-token blocks, 288,500 accesses, unit sizes) and a 10 x 100
 grid (GPU capacity 1%, 2%, ..., 10% of the working set; CPU capacity 1%, 2%, ..., 100%):
 
-- ``curve.grid``: ``hit_curve`` + ``stackdist.tiers.inclusive_tiers`` (one replay of the GPU-miss
+- ``curve.grid``: ``hit_curve`` + ``stackdist.engine.tiers.inclusive_tiers`` (one replay of the GPU-miss
   stream per GPU capacity) + ``inclusive_grid`` over the 100 CPU capacities: the whole 1000-point
   grid for real, median of ``--repeats`` (default 5);
 - ``TwoTierCache.direct``: ``kvlab.kvsim.TwoTierCache(gpu, cpu)`` replayed over the whole trace at a
@@ -39,7 +39,7 @@ import _common as C
 
 import stackdist  # noqa: E402  (path set up by _common)
 from kvlab.kvsim import TwoTierCache  # noqa: E402
-from stackdist.tiers import inclusive_grid, inclusive_tiers  # noqa: E402
+from stackdist.engine.tiers import inclusive_grid, inclusive_tiers  # noqa: E402
 
 GPU_POINTS, CPU_POINTS = 10, 100
 SAMPLE_GPU = (0, 4, 9)  # grid rows replayed directly by default

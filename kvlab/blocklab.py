@@ -7,13 +7,13 @@ replays the same passes block by block:
 - ``docs`` documents of ``tokens`` random token ids (seeded, fixed per document); each request
   is its document plus a fresh ``question_tokens``-token question (seeded, different per
   request), cut into ``block_size``-token blocks and hashed with
-  :func:`stackdist.prefix.chain_hashes`. Only full blocks are hashed, as vLLM caches only full
+  :func:`stackdist.traces.chain_hashes`. Only full blocks are hashed, as vLLM caches only full
   blocks: with 5011-token documents the last hashed block of a request mixes 3 document tokens
   with 13 question tokens, so it is unique per request, and a request's last partial block is
   never cached. A *document block* is a block of document tokens only (``tokens //
   block_size`` per request); the other blocks are fresh, so only document blocks can hit.
 - GPU capacity ``gpu // block_size`` blocks (21520 // 16 = 1345), one cache over all passes.
-- Both semantics of :mod:`stackdist.plan`, read off one replay each (:class:`PrefixCurve`):
+- Both semantics of :mod:`stackdist.serving.semantics`, read off one replay each (:class:`PrefixCurve`):
   ``engine`` (vLLM, SGLang: look up the longest cached prefix as the request arrives, then
   commit its blocks tail first, so the head ends most recent) and ``per-access`` (LMCache's
   simulator, KVSET: an LRU over the block stream, head first, so the head is least recent).
@@ -40,8 +40,9 @@ from typing import Any
 import numpy as np
 
 from stackdist import COLD
-from stackdist.plan import PrefixCurve, replay_requests
-from stackdist.prefix import chain_hashes
+from stackdist.planning import PrefixCurve
+from stackdist.serving import replay_requests
+from stackdist.traces import chain_hashes
 from stackdist.traces import RequestTrace
 
 from .kvsim import EnginePrefixCache, LRUCache

@@ -139,7 +139,7 @@ def cpu_cliff_from_curve(
     >>> cpu_cliff_from_curve([0, 3], gpu=1, docs=3, tokens=1)
     {'0': 3, '3': 0}
     """
-    from stackdist.tiers import inclusive_tiers
+    from stackdist.engine.tiers import inclusive_tiers
 
     tier = inclusive_tiers(gpu_capacities=[gpu], curve=_second_pass_curve(docs, tokens))[0]
     return {str(c): int(m) for c, m in zip(capacities, tier.misses_at(list(capacities)))}
@@ -150,7 +150,7 @@ def scenario_from_curves(
     passes: Sequence[str] = BASELINE_PASSES,
 ) -> dict[str, object]:
     """The same object as :func:`kvlab.scenario.run_scenario`, computed by the engine."""
-    from stackdist.tiers import OUTCOMES, inclusive_tiers
+    from stackdist.engine.tiers import OUTCOMES, inclusive_tiers
 
     keys = scenario_trace(docs, passes)
     tier = inclusive_tiers(keys, [tokens] * len(keys), [gpu])[0]

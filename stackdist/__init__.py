@@ -21,6 +21,11 @@ Two tiers (GPU + an inclusive CPU tier), every CPU capacity at once per GPU capa
 >>> tier.misses_at([50109, 50110]).tolist()
 [10, 0]
 
+The package is laid out by concept (``docs/architecture.md``): :mod:`stackdist.traces`
+(readers) -> :mod:`stackdist.serving` (what an engine does with requests) -> :mod:`stackdist.engine`
+(replays, histograms, curves) -> :mod:`stackdist.planning` (answers in GiB and US$) ->
+:mod:`stackdist.render` / :mod:`stackdist.cli`. This ``__init__`` only re-exports.
+
 Request traces with prefix-cache semantics (``engine`` or ``per-access``):
 
 >>> trace = stackdist.read_mooncake("data/traces/mooncake_synthetic_trace.jsonl")  # doctest: +SKIP
@@ -28,29 +33,45 @@ Request traces with prefix-cache semantics (``engine`` or ``per-access``):
 >>> plan.min_capacity_for(fraction_of_ceiling=0.9)                                  # doctest: +SKIP
 """
 
-from .curve import CurveSteps, HitCurve, parse_window
-from .distances import COLD, dense_keys, engine_depths, stack_distances
+from .engine import (
+    COLD,
+    CurveSteps,
+    HitCurve,
+    StackDistanceStream,
+    compare_organisations,
+    dense_keys,
+    engine_depths,
+    exclusive_grid,
+    exclusive_hits,
+    hit_curve,
+    inclusive_grid,
+    inclusive_tiers,
+    parse_window,
+    stack_distances,
+)
 from .errors import TraceFormatError, UsageError
-from .geometry import DEFAULT_MODEL, ModelGeometry, from_hf_config, geometry_for
-from .plan import PrefixCurve, PrefixReplay, coverage_needs, replay_requests, tier_plan
-from .prefix import chain_hashes, reblock
-from .stream import StackDistanceStream
-from .tiers import compare_organisations, exclusive_grid, exclusive_hits, inclusive_grid, inclusive_tiers
-from .traces import AccessTrace, RequestTrace, read_access_trace, read_mooncake, read_qwen, read_requests, read_token_ids
-
-__version__ = "0.1.0"
-
-
-def hit_curve(keys, sizes=None, window=None) -> HitCurve:  # type: ignore[no-untyped-def]
-    """The exact LRU hit curve of a trace (every capacity at once), hits counted in ``window``.
-
-    Shorthand for :meth:`HitCurve.from_trace`.
-
-    >>> hit_curve([0, 1, 0, 1]).hits_at([1, 2]).tolist()
-    [0, 2]
-    """
-    return HitCurve.from_trace(keys, sizes, window)
-
+from .planning import (
+    DEFAULT_MODEL,
+    ModelGeometry,
+    PrefixCurve,
+    coverage_needs,
+    from_hf_config,
+    geometry_for,
+    tier_plan,
+)
+from .serving import PrefixReplay, replay_requests, request_hits
+from .traces import (
+    AccessTrace,
+    RequestTrace,
+    chain_hashes,
+    read_access_trace,
+    read_mooncake,
+    read_qwen,
+    read_requests,
+    read_token_ids,
+    reblock,
+)
+from .version import __version__
 
 __all__ = [
     "COLD",
@@ -86,6 +107,7 @@ __all__ = [
     "read_token_ids",
     "reblock",
     "replay_requests",
+    "request_hits",
     "stack_distances",
     "tier_plan",
 ]

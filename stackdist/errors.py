@@ -1,4 +1,9 @@
-"""The two user-facing error kinds: bad data (exit 1) and bad arguments (exit 2).
+"""The two user-facing error kinds and the exit-code convention of every command.
+
+Exit status: :data:`EXIT_OK` (0) success; :data:`EXIT_DATA` (1) the data cannot answer the
+question (a malformed trace names its file and line; an empty trace; an infeasible pool);
+:data:`EXIT_USAGE` (2) a bad argument (names the flag and the allowed values);
+:data:`EXIT_INTERRUPTED` (130) Ctrl-C.
 
 >>> str(TraceFormatError("t.jsonl", 3, "hash_ids must be a list"))
 't.jsonl:3: hash_ids must be a list'
@@ -9,6 +14,13 @@
 from __future__ import annotations
 
 import os
+
+__all__ = ["EXIT_OK", "EXIT_DATA", "EXIT_USAGE", "EXIT_INTERRUPTED", "TraceFormatError", "UsageError"]
+
+EXIT_OK = 0
+EXIT_DATA = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 class TraceFormatError(ValueError):
@@ -29,5 +41,5 @@ class TraceFormatError(ValueError):
 class UsageError(ValueError):
     """A bad argument (unknown format, impossible block size, missing config field, ...).
 
-    The CLI maps it to exit status 2.
+    Every command maps it to :data:`EXIT_USAGE`; kvlab's commands use this same class.
     """

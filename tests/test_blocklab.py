@@ -20,7 +20,7 @@ from kvlab.blocklab import (
 )
 from kvlab.lab import LabMismatchError
 from naive import request_trace, random_requests
-from stackdist.prefix import chain_hashes
+from stackdist.traces.blocks import chain_hashes
 
 FIXTURE = Path(__file__).resolve().parent.parent / "data" / "fixtures" / "partial_prefix_h200.json"
 

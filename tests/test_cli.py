@@ -129,7 +129,7 @@ def test_plan_unwritable_json(capsys, tmp_path):
 def test_progress_bar_only_on_a_terminal():
     import io as _io
 
-    from stackdist._io import Progress
+    from stackdist.output import Progress
 
     quiet = _io.StringIO()
     bar = Progress("replay", stream=quiet)

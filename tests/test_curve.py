@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from naive import lru_hits, mooncake_block_stream, random_trace, real_trace_paths
 from stackdist import hit_curve
-from stackdist.curve import parse_window
+from stackdist.engine.curve import parse_window
 
 
 def every_capacity(keys, sizes) -> list[int]:
@@ -153,7 +153,7 @@ def test_real_trace_curve_equals_lru_at_a_spread_of_capacities(path):
 
 
 def test_histogram_counting_and_sorting_paths_agree(monkeypatch):
-    from stackdist import curve as curve_module
+    from stackdist.engine import histogram as curve_module
 
     rng = np.random.default_rng(12)
     for scale in (1, 10**6, 2**40):
@@ -161,7 +161,7 @@ def test_histogram_counting_and_sorting_paths_agree(monkeypatch):
         sizes = (keys + 1) * scale
         expected = hit_curve(keys, sizes)
         probe = np.unique(expected.distances[expected.distances != expected.distances.max()])[::7]
-        monkeypatch.setattr(curve_module, "_COUNTING_LIMIT", -1)
+        monkeypatch.setattr(curve_module, "COUNTING_LIMIT", -1)
         forced = hit_curve(keys, sizes)
         monkeypatch.undo()
         assert forced.hits_at(probe).tolist() == expected.hits_at(probe).tolist()
@@ -182,8 +182,8 @@ def test_steps_without_the_levels_start_at_the_largest_object():
 
 @pytest.mark.parametrize("total_size", [10**6, 1 << 40])
 def test_counting_table_layouts_agree_with_numpy(total_size):
-    from stackdist import _kernels
-    from stackdist.curve import _CountingTable
+    from stackdist.engine import kernels as _kernels
+    from stackdist.engine.histogram import CountingTable as _CountingTable
 
     rng = np.random.default_rng(13)
     distances = rng.integers(1, 500, 5000)
@@ -203,7 +203,7 @@ def test_counting_table_layouts_agree_with_numpy(total_size):
 
 @pytest.mark.parametrize("size_kind", ["unit", "varied"])
 def test_pipelined_counting_equals_plain_build(monkeypatch, size_kind):
-    from stackdist import curve as curve_module
+    from stackdist.engine import histogram as curve_module
 
     rng = np.random.default_rng(14)
     keys = rng.integers(0, 300, 20_000)
@@ -213,14 +213,14 @@ def test_pipelined_counting_equals_plain_build(monkeypatch, size_kind):
     monkeypatch.setattr(curve_module, "_PIPELINE_MIN", 1)
     monkeypatch.setattr(curve_module, "_PIPELINE_CHUNK", 777)
     chunks = []
-    add = curve_module._CountingTable.add
-    monkeypatch.setattr(curve_module._CountingTable, "add", lambda self, d, s: (chunks.append(len(d)), add(self, d, s)))
+    add = curve_module.CountingTable.add
+    monkeypatch.setattr(curve_module.CountingTable, "add", lambda self, d, s: (chunks.append(len(d)), add(self, d, s)))
     for w, expected in zip(windows, plain):
         chunks.clear()
         piped = hit_curve(keys, sizes, window=w)
         assert len(chunks) > 1 and sum(chunks) == piped.n_accesses  # counted chunk by chunk, window only
         for name in ("values", "cum_hits", "cum_sizes"):
-            assert getattr(piped._top, name).tolist() == getattr(expected._top, name).tolist()
+            assert getattr(piped.histogram, name).tolist() == getattr(expected.histogram, name).tolist()
         assert piped.cold_misses == expected.cold_misses
     probe = [0, 5, 50, 300, 2000]
     assert hit_curve(keys, sizes).hits_at(probe).tolist() == [lru_hits(keys.tolist(), None if sizes is None else sizes.tolist(), c)[0] for c in probe]

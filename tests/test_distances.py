@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from naive import mooncake_block_stream, naive_distances, random_trace, real_trace_paths
 from stackdist import COLD, StackDistanceStream, dense_keys, stack_distances
-from stackdist import _kernels
-from stackdist._fenwick import Fenwick, FenwickStackDistance, SortedListStackDistance
+from stackdist.engine import kernels as _kernels
+from stackdist.engine.reference import Fenwick, FenwickStackDistance, SortedListStackDistance
 
 
 def as_optional(distances: np.ndarray) -> list:
@@ -45,7 +45,7 @@ def test_uncompiled_kernel_matches_compiled():
     rng = np.random.default_rng(3)
     keys, sizes = random_trace(rng, max_len=300, max_keys=40)
     out_fast, out_slow = np.empty(keys.size, np.int64), np.empty(keys.size, np.int64)
-    from stackdist.distances import _ReplayState
+    from stackdist.engine.distances import ReplayState as _ReplayState
 
     for out, fn in ((out_fast, _kernels.replay), (out_slow, _kernels.replay.py_func)):
         state = _ReplayState(int(keys.max()) + 1)
@@ -161,7 +161,7 @@ def naive_engine_depths(requests, size_of):
 
 @pytest.mark.parametrize("chunk", [1 << 21, 3])
 def test_engine_depths_equal_list_stack(monkeypatch, chunk):
-    from stackdist import distances
+    from stackdist.engine import distances
 
     monkeypatch.setattr(distances, "_CHUNK_BLOCKS", chunk)
     rng = np.random.default_rng(17)

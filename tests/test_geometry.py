@@ -1,4 +1,4 @@
-"""Tests for stackdist.geometry: KV bytes per token from shapes and config.json files."""
+"""Tests for stackdist.planning.geometry: KV bytes per token from shapes and config.json files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from stackdist.errors import UsageError
-from stackdist.geometry import DEFAULT_MODEL, KNOWN_MODELS, ModelGeometry, dtype_bytes, from_hf_config, geometry_for
+from stackdist.planning.geometry import DEFAULT_MODEL, KNOWN_MODELS, ModelGeometry, dtype_bytes, from_hf_config, geometry_for
 
 DATA = Path(__file__).parent / "data"
 QWEN = DATA / "qwen2.5-1.5b_config.json"

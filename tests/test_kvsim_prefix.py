@@ -1,4 +1,4 @@
-"""kvlab.kvsim.EnginePrefixCache: hand-derived cases and a seeded cross-check against stackdist.plan."""
+"""kvlab.kvsim.EnginePrefixCache: hand-derived cases and a seeded cross-check against stackdist.serving."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pytest
 
 from kvlab.kvsim import EnginePrefixCache, LRUCache
 from naive import request_trace, random_requests
-from stackdist.plan import PrefixCurve, replay_requests
+from stackdist.planning import PrefixCurve
+from stackdist.serving import replay_requests
 
 
 make_trace = request_trace
@@ -118,7 +119,7 @@ def test_bad_capacity_is_rejected(capacity, error, message):
     assert str(caught.value) == message
 
 
-# ---------------------------------------------------------------- cross-check with stackdist.plan
+# ---------------------------------------------------------------- cross-check with stackdist.serving
 
 def check_against_engine_replay(requests: list[list[int]]) -> None:
     """At every capacity: hit prefixes, and which blocks are cached on arrival, equal the replay's."""

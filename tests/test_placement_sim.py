@@ -68,7 +68,7 @@ def test_prefill_fit_reproduces_the_measured_miss_gpu_work() -> None:
 
 
 def test_kv_bytes_per_token_agrees_with_the_planner_geometry_and_the_fixture() -> None:
-    from stackdist.geometry import DEFAULT_MODEL
+    from stackdist.planning.geometry import DEFAULT_MODEL
 
     assert kv_bytes_per_token() == DEFAULT_MODEL.kv_bytes_per_token == 28672
 

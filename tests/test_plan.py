@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from naive import request_trace, direct_requests, random_requests, real_trace_paths
-from stackdist.plan import PrefixCurve, coverage_needs, replay_requests, tier_plan
-from stackdist.geometry import DEFAULT_MODEL
+from stackdist.planning import PrefixCurve, coverage_needs, tier_plan
+from stackdist.serving import replay_requests
+from stackdist.planning.geometry import DEFAULT_MODEL
 from stackdist.traces import read_mooncake
 
 

@@ -1,4 +1,4 @@
-"""Tests for stackdist.prefix: chain_hashes, reblock, dense_ids."""
+"""Tests for stackdist.traces.blocks: chain_hashes, reblock, dense_ids."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import stackdist.prefix as prefix
+import stackdist.traces.blocks as prefix
 from stackdist.errors import UsageError
-from stackdist.prefix import ROOT_HASH, chain_hashes, dense_ids, reblock
+from stackdist.traces.blocks import ROOT_HASH, chain_hashes, dense_ids, reblock
 from stackdist.traces import RequestTrace, read_mooncake
 
 TRACES = Path(__file__).parent.parent / "data" / "traces"
@@ -53,7 +53,7 @@ def test_chain_hashes_match_the_documented_construction():
 
 
 def test_chain_hashes_are_the_same_in_another_process():
-    code = "from stackdist.prefix import chain_hashes; print([int(h) for h in chain_hashes(list(range(40)), 16, True)])"
+    code = "from stackdist.traces.blocks import chain_hashes; print([int(h) for h in chain_hashes(list(range(40)), 16, True)])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent, env={"PYTHONHASHSEED": "123"})
     assert json.loads(out.stdout) == [int(h) for h in chain_hashes(list(range(40)), 16, partial_last_block=True)]

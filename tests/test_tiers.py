@@ -8,7 +8,7 @@ import pytest
 from kvlab.kvsim import ExclusiveTierCache, TwoTierCache
 from naive import mooncake_block_stream, random_trace, real_trace_paths
 from stackdist import hit_curve
-from stackdist.tiers import compare_organisations, exclusive_grid, exclusive_hits, inclusive_grid, inclusive_tiers
+from stackdist.engine.tiers import compare_organisations, exclusive_grid, exclusive_hits, inclusive_grid, inclusive_tiers
 
 
 def two_tier_counts(keys, sizes, gpu, cpu, window=(0, None)):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from stackdist.errors import TraceFormatError, UsageError
-from stackdist.prefix import chain_hashes
+from stackdist.traces.blocks import chain_hashes
 from stackdist.traces import (
     AccessTrace,
     RequestTrace,

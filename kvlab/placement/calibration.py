@@ -144,11 +144,11 @@ class LatencyModel:
 def kv_bytes_per_token() -> int:
     """KV bytes per token of the measured model, from the planner's geometry when present.
 
-    ``stackdist.geometry.DEFAULT_MODEL.kv_bytes_per_token``; if that module is not installed,
+    ``stackdist.planning.geometry.DEFAULT_MODEL.kv_bytes_per_token``; if that module is not installed,
     the fixture's ``kv_bytes_per_token`` (28672), which is the same model.
     """
     try:
-        from stackdist.geometry import DEFAULT_MODEL  # type: ignore[import-not-found]
+        from stackdist.planning.geometry import DEFAULT_MODEL  # type: ignore[import-not-found]
     except ImportError:
         return FIXTURE_KV_BYTES_PER_TOKEN
     return int(DEFAULT_MODEL.kv_bytes_per_token)

@@ -341,7 +341,7 @@ def from_mooncake(path: str | Path, block_size: int = 512, reblock: int | None =
         raise RuntimeError("Mooncake replay needs stackdist.traces.read_mooncake, which is not importable.") from exc
     trace = read_mooncake(path, block_size=block_size)
     if reblock is not None:
-        from stackdist.prefix import reblock as reblock_trace  # type: ignore[import-not-found]
+        from stackdist.traces import reblock as reblock_trace  # type: ignore[import-not-found]
 
         trace = reblock_trace(trace, reblock)
     ids = np.asarray(trace.block_ids)

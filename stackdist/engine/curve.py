@@ -34,23 +34,16 @@ small ones.
 
 from __future__ import annotations
 
-import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from . import _kernels
-from .distances import COLD, DenseKeys, _check_sizes, _replay, _replay_keeping_state, dense_keys, unique_sorted
+from .distances import replay_distances
+from .histogram import Histogram, exact_count, replay_counting
+from .keys import DenseKeys, check_sizes, dense_keys, unique_sorted
 
-__all__ = ["HitCurve", "CurveSteps", "parse_window"]
-
-_COUNTING_LIMIT = 1 << 20
-_PIPELINE_MIN = 1 << 21  # below this the second thread costs more than it saves
-_PIPELINE_CHUNK = 1 << 20
+__all__ = ["HitCurve", "CurveSteps", "parse_window", "hit_curve"]
 
 
 @dataclass(frozen=True)
@@ -68,110 +61,6 @@ class CurveSteps:
         if i < 0:
             raise ValueError(f"these steps start at capacity {int(self.capacities[0])}; got {capacity}.")
         return int(self.hits[i]), int(self.hit_sizes[i])
-
-
-@dataclass(frozen=True)
-class _Histogram:
-    """Sorted unique finite distances with cumulative hit counts and hit sizes."""
-
-    values: np.ndarray
-    cum_hits: np.ndarray
-    cum_sizes: np.ndarray
-
-    @classmethod
-    def build(cls, distances: np.ndarray, sizes: np.ndarray | None, total_size: int | None = None) -> _Histogram:
-        """O(n + largest distance) by counting when the distances are small (at most twice the
-        trace length, or 2**20), else one sort of packed (distance, size) codes."""
-        largest = int(_kernels.finite_max(distances))
-        if largest < 0:
-            empty = np.zeros(0, np.int64)
-            return cls(empty, empty, empty)
-        unit = sizes is None
-        if largest <= max(2 * distances.shape[0], _COUNTING_LIMIT):
-            if total_size is None:
-                total_size = distances.shape[0] if sizes is None else int(sizes.sum())
-            total = total_size
-            counter = _CountingTable(largest, unit, distances.shape[0], total)
-            counter.add(distances, sizes)
-            return counter.histogram()
-        finite = distances != COLD
-        d = distances[finite]
-        hit_sizes = np.ones_like(d) if sizes is None else sizes[finite]
-        shift = max(1, int(hit_sizes.max()).bit_length())
-        if largest.bit_length() + shift <= 63:
-            values, counts, sums = _kernels.sorted_histogram(np.sort((d << shift) | hit_sizes), shift)
-        else:
-            order = np.argsort(d, kind="stable")
-            sorted_d = d[order]
-            starts = np.flatnonzero(np.r_[True, sorted_d[1:] != sorted_d[:-1]])
-            values = sorted_d[starts]
-            counts = np.diff(np.r_[starts, sorted_d.size])
-            sums = np.add.reduceat(hit_sizes[order], starts)
-        return cls(values, np.cumsum(counts), np.cumsum(sums))
-
-    def at(self, capacities: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Hits and hit sizes at each capacity (O(log n) each)."""
-        idx = np.searchsorted(self.values, capacities, side="right") - 1
-        safe = np.maximum(idx, 0)
-        zero = idx < 0
-        if self.values.size == 0:
-            z = np.zeros(np.shape(capacities), np.int64)
-            return z, z.copy()
-        return np.where(zero, 0, self.cum_hits[safe]), np.where(zero, 0, self.cum_sizes[safe])
-
-    def first_reaching(self, target: int, by_size: bool) -> int | None:
-        """The smallest distance value at which the cumulative count (or size) reaches ``target``."""
-        cum = self.cum_sizes if by_size else self.cum_hits
-        i = int(np.searchsorted(cum, target, side="left"))
-        return int(self.values[i]) if i < cum.size else None
-
-
-class _CountingTable:
-    """A counting histogram indexed by distance, filled chunk by chunk. O(rows) memory."""
-
-    def __init__(self, max_distance: int, unit: bool, n_accesses: int, total_size: int) -> None:
-        self.unit = unit
-        self.packed = not unit and n_accesses < 1 << 27 and total_size < 1 << _kernels.PACK_SHIFT
-        self.table = np.zeros((max_distance + 1, 1 if unit or self.packed else 2), np.int64)
-
-    def add(self, distances: np.ndarray, sizes: np.ndarray | None) -> None:
-        size_arg = np.ones(1, np.int64) if sizes is None else sizes
-        _kernels.count_into(self.table, distances, size_arg, self.unit, self.packed)
-
-    def histogram(self) -> _Histogram:
-        return _Histogram(*_kernels.table_histogram(self.table, self.unit, self.packed))
-
-
-def _replay_counting(
-    dense: DenseKeys, sizes: np.ndarray | None, window: tuple[int, int], progress: Any
-) -> tuple[np.ndarray, np.ndarray, _Histogram | None]:
-    """Replay; when the distances are known to be small, count each finished chunk into the
-    window's histogram on a second thread while the replay goes on (both kernels release the
-    GIL), so the histogram costs almost no extra time. Returns (distances, key sizes, histogram
-    or None)."""
-    start, stop = window
-    if sizes is None:
-        bound, total = dense.n_keys, stop - start
-    else:
-        per_key = np.zeros(dense.n_keys, np.int64)
-        per_key[dense.ids] = sizes
-        bound, total = int(per_key.sum()), int(sizes[start:stop].sum())
-    if stop - start < _PIPELINE_MIN or bound > max(2 * (stop - start), _COUNTING_LIMIT) or (os.cpu_count() or 1) < 2:
-        distances, state = _replay_keeping_state(dense, sizes, progress)
-        return distances, state.size_of, None
-    counter = _CountingTable(bound, sizes is None, stop - start, total)
-    with ThreadPoolExecutor(max_workers=1) as worker:
-        pending = []
-
-        def count(lo: int, hi: int, chunk: np.ndarray) -> None:
-            a, b = max(lo, start), min(hi, stop)
-            if a < b:
-                pending.append(worker.submit(counter.add, chunk[a - lo : b - lo], None if sizes is None else sizes[a:b]))
-
-        distances, state = _replay_keeping_state(dense, sizes, progress, on_chunk=count, chunk=_PIPELINE_CHUNK)
-        for future in pending:
-            future.result()
-    return distances, state.size_of, counter.histogram()
 
 
 def _size_levels(dense: DenseKeys, sizes: np.ndarray | None, size_of_key: np.ndarray | None = None) -> np.ndarray:
@@ -229,7 +118,7 @@ class HitCurve:
         distances: np.ndarray,
         window: tuple[int, int],
         size_of_key: np.ndarray | None = None,
-        histogram: _Histogram | None = None,
+        histogram: Histogram | None = None,
     ):
         self._dense = dense
         self._sizes = sizes
@@ -241,9 +130,9 @@ class HitCurve:
         self.total_size = self.n_accesses if self._window_sizes is None else int(self._window_sizes.sum())
         self._levels = _size_levels(dense, sizes, size_of_key)
         self.max_object_size = int(self._levels[-1]) if self._levels.size else 0
-        self._top = histogram or _Histogram.build(distances[start:stop], self._window_sizes, self.total_size)
-        self.cold_misses = self.n_accesses - (int(self._top.cum_hits[-1]) if self._top.values.size else 0)
-        self._level_cache: dict[int, _Histogram] = {}
+        self._histogram = histogram or Histogram.build(distances[start:stop], self._window_sizes, self.total_size)
+        self.cold_misses = self.n_accesses - (int(self._histogram.cum_hits[-1]) if self._histogram.values.size else 0)
+        self._level_cache: dict[int, Histogram] = {}
         self._level_distance_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
@@ -254,10 +143,16 @@ class HitCurve:
         ``progress``, if given, is called with (done, total) as the replay advances.
         """
         dense = dense_keys(keys)
-        size_arr = _check_sizes(sizes, dense.ids.shape[0])
+        size_arr = check_sizes(sizes, dense.ids.shape[0])
         start, stop = parse_window(window, dense.ids.shape[0])
-        distances, size_of_key, histogram = _replay_counting(dense, size_arr, (start, stop), progress)
+        distances, size_of_key, histogram = replay_counting(dense, size_arr, (start, stop), progress)
         return cls(dense, size_arr, distances, (start, stop), size_of_key, histogram)
+
+    @property
+    def histogram(self) -> Histogram:
+        """The window's distance histogram: exact hits at capacities at or above
+        :attr:`max_object_size` (below it, the levels of the module docstring apply)."""
+        return self._histogram
 
     # ----------------------------------------------------------------- derived totals
     @property
@@ -268,7 +163,7 @@ class HitCurve:
     @property
     def ceiling_hit_size(self) -> int:
         """Size units hit by an infinite cache."""
-        return int(self._top.cum_sizes[-1]) if self._top.values.size else 0
+        return int(self._histogram.cum_sizes[-1]) if self._histogram.values.size else 0
 
     @property
     def ceiling_hit_rate(self) -> float:
@@ -287,7 +182,7 @@ class HitCurve:
         caps = caps.astype(np.int64)
         if np.any(caps < 0):
             raise ValueError(f"capacity must be non-negative; got {int(caps.min())}.")
-        hits, sizes = self._top.at(caps)
+        hits, sizes = self._histogram.at(caps)
         below = caps < self.max_object_size
         if np.any(below):
             hits, sizes = hits.copy(), sizes.copy()
@@ -350,15 +245,12 @@ class HitCurve:
         (name, value), = given.items()
         by_size = name in ("size_hit_rate", "hit_size")
         if name.endswith("rate"):
-            if not 0 <= value <= 1:
-                raise ValueError(f"{name} must be between 0 and 1; got {value}.")
-            total = self.total_size if by_size else self.n_accesses
-            target = math.ceil(Fraction(repr(float(value))) * total)  # the decimal the user wrote
+            target = exact_count(value, self.total_size if by_size else self.n_accesses, name)
         else:
             target = int(value)
         if target <= 0:
             return 0
-        upper = self._top.first_reaching(target, by_size)
+        upper = self._histogram.first_reaching(target, by_size)
         if upper is None:
             return None
         for k, level in enumerate(self._levels.tolist()):
@@ -387,7 +279,7 @@ class HitCurve:
         last: tuple[int, ...] | None = (0, 0) if first == 0 else None
         for k in range(first, len(self._levels)):
             lo, hi = bounds[k], bounds[k + 1]
-            hist = self._top if hi is None else self._level_histogram(k)
+            hist = self._histogram if hi is None else self._level_histogram(k)
             start = int(np.searchsorted(hist.values, lo, side="right"))
             stop = hist.values.size if hi is None else int(np.searchsorted(hist.values, hi, side="left"))
             at_lo = tuple(int(v[0]) for v in hist.at(np.array([lo])))
@@ -421,7 +313,7 @@ class HitCurve:
         always including each size level and the capacity that reaches the ceiling."""
         if points < 2:
             raise ValueError(f"points must be at least 2; got {points}.")
-        last = int(self._top.values[-1]) if self._top.values.size else self.max_object_size
+        last = int(self._histogram.values[-1]) if self._histogram.values.size else self.max_object_size
         grid = unique_sorted(np.linspace(0, max(last, 1), points).round().astype(np.int64))
         extra = self._levels[self._levels <= last] if self._levels.size <= points else np.zeros(0, np.int64)
         return unique_sorted(np.concatenate([grid, extra, [last]]))
@@ -441,7 +333,7 @@ class HitCurve:
         }
 
     # ----------------------------------------------------------------- levels
-    def _level_histogram(self, k: int) -> _Histogram:
+    def _level_histogram(self, k: int) -> Histogram:
         """The exact histogram for capacities in level k (see :meth:`_level_distances`)."""
         if k not in self._level_cache:
             keep, distances = self._level_distances(k)
@@ -450,7 +342,7 @@ class HitCurve:
             w[start:stop] = True
             w = w[keep]
             assert self._sizes is not None, "unit sizes have no level below the largest"
-            self._level_cache[k] = _Histogram.build(distances[w], self._sizes[keep][w])
+            self._level_cache[k] = Histogram.build(distances[w], self._sizes[keep][w])
         return self._level_cache[k]
 
     def _level_distances(self, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -459,7 +351,7 @@ class HitCurve:
             assert self._sizes is not None, "unit sizes have no level below the largest"
             keep = self._sizes <= int(self._levels[k])
             sub = DenseKeys(self._dense.ids[keep], self._dense.n_keys, None)
-            self._level_distance_cache[k] = (keep, _replay(sub, self._sizes[keep]))
+            self._level_distance_cache[k] = (keep, replay_distances(sub, self._sizes[keep]))
         return self._level_distance_cache[k]
 
     def hit_mask(self, capacity: int) -> np.ndarray:
@@ -485,3 +377,14 @@ class HitCurve:
     def sizes(self) -> np.ndarray | None:
         """Per-access sizes of the whole trace (None for unit sizes)."""
         return self._sizes
+
+
+def hit_curve(keys: Any, sizes: Any = None, window: Any = None) -> HitCurve:
+    """The exact LRU hit curve of a trace (every capacity at once), hits counted in ``window``.
+
+    Shorthand for :meth:`HitCurve.from_trace`. O(n log k).
+
+    >>> hit_curve([0, 1, 0, 1]).hits_at([1, 2]).tolist()
+    [0, 2]
+    """
+    return HitCurve.from_trace(keys, sizes, window)

@@ -5,7 +5,7 @@ accessed since that key's previous access. A first access has no distance: it is
 marked by the sentinel :data:`COLD` (the largest int64, so ``distance <= capacity`` is False for
 every capacity and comparisons need no special case). At capacity ``C`` an access hits an LRU
 cache iff its distance is at most ``C``, provided no object larger than ``C`` is in the trace
-(see :mod:`stackdist.curve` for that case).
+(see :mod:`stackdist.engine.curve` for that case).
 
 >>> stack_distances([1, 2, 1, 3, 2, 1]).tolist() == [COLD, COLD, 2, COLD, 3, 3]
 True
@@ -16,119 +16,21 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import numpy as np
 
-from . import _kernels
-from ._kernels import COLD
+from . import kernels
+from .kernels import COLD
+from .keys import DenseKeys, check_sizes, dense_keys
 
-__all__ = ["COLD", "stack_distances", "engine_depths", "dense_keys", "DenseKeys", "unique_sorted"]
-
-_DIRECT_ID_LIMIT = 1 << 22
-
-
-@dataclass(frozen=True)
-class DenseKeys:
-    """A trace's keys as dense integer ids ``0..n_keys-1`` (the engine's input form)."""
-
-    ids: np.ndarray
-    n_keys: int
-    original: Any = field(repr=False, default=None)
-
-    def key_of(self, position: int) -> Any:
-        """The user's key at access ``position`` (for error messages)."""
-        key = self.original[position]
-        return key.item() if isinstance(key, np.generic) else key
+__all__ = ["COLD", "ReplayState", "stack_distances", "engine_depths", "replay_distances", "replay_keeping_state",
+           "replay_arrival_depths", "raise_size_mismatch"]
 
 
-def dense_keys(keys: Sequence[Any] | np.ndarray) -> DenseKeys:
-    """Map any hashable keys (or integer ids) to dense int64 ids.
-
-    Non-negative integer arrays with a small maximum are used as they are (``n_keys`` is then
-    ``max + 1``); other integers go through an open-addressing hash table; anything else
-    through a dict. O(n) expected.
-
-    >>> dense_keys(np.array([7, 3, 7])).ids.tolist()
-    [7, 3, 7]
-    >>> dense_keys(["x", "y", "x"]).ids.tolist()
-    [0, 1, 0]
-    """
-    arr = keys if isinstance(keys, np.ndarray) else _key_array(list(keys))
-    if arr.ndim != 1:
-        raise ValueError(f"keys must be one-dimensional; got shape {arr.shape}.")
-    if arr.size == 0:
-        return DenseKeys(np.zeros(0, np.int64), 0, arr)
-    if arr.dtype.kind in "iu":
-        return _dense_integer_keys(arr)
-    if arr.dtype.kind == "b":
-        return DenseKeys(arr.astype(np.int64), 2, arr)
-    mapping: dict[Any, int] = {}
-    ids = np.fromiter((mapping.setdefault(k, len(mapping)) for k in arr.tolist()), np.int64, arr.size)
-    return DenseKeys(ids, len(mapping), arr)
-
-
-def _key_array(items: list[Any]) -> np.ndarray:
-    """A 1-D array of the keys: integer dtype when every key is an int, else object."""
-    if items and all(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in items):
-        for dtype in (np.int64, np.uint64):
-            try:
-                return np.array(items, dtype=dtype)
-            except OverflowError:
-                pass
-    return np.fromiter(items, dtype=object, count=len(items))
-
-
-def _dense_integer_keys(arr: np.ndarray) -> DenseKeys:
-    lo, hi = (int(v) for v in _kernels.min_max(arr))
-    if lo >= 0 and hi < max(2 * arr.size, _DIRECT_ID_LIMIT):
-        return DenseKeys(arr.astype(np.int64, copy=False), hi + 1, arr)
-    values = arr.astype(np.int64, copy=False).view(np.uint64) if arr.dtype.kind == "i" else arr.astype(np.uint64, copy=False)
-    bits = max(16, int(np.ceil(np.log2(max(arr.size, 2)))) - 2)
-    while True:
-        ids, _uniques, n = _kernels.factorize(values, bits)
-        if n >= 0:
-            return DenseKeys(ids, int(n), arr)
-        bits += 2
-
-
-def _check_sizes(sizes: Any, n: int) -> np.ndarray | None:
-    if sizes is None:
-        return None
-    arr = np.asarray(sizes)
-    if arr.shape != (n,):
-        raise ValueError(f"sizes must have one entry per access ({n}); got shape {arr.shape}.")
-    if n == 0:
-        return arr.astype(np.int64)
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise ValueError("sizes must be positive integers; got a non-integer value.")
-    elif arr.dtype.kind not in "iub":
-        raise ValueError(f"sizes must be positive integers; got dtype {arr.dtype}.")
-    arr = arr.astype(np.int64, copy=False)
-    if int(arr.min()) <= 0:
-        bad = int(np.argmax(arr <= 0))
-        raise ValueError(f"sizes must be positive integers; got {int(arr[bad])} at position {bad}.")
-    return arr
-
-
-def unique_sorted(values: np.ndarray) -> np.ndarray:
-    """The sorted distinct values of an array: one sort and a mask.
-
-    (``np.unique`` on large integer arrays is many times slower on some numpy versions.)
-
-    >>> unique_sorted(np.array([3, 1, 3, 2])).tolist()
-    [1, 2, 3]
-    """
-    ordered = np.sort(np.asarray(values).ravel())
-    if ordered.size == 0:
-        return ordered
-    return ordered[np.r_[True, ordered[1:] != ordered[:-1]]]
-
-
-class _ReplayState:
-    """The mutable replay state of :mod:`stackdist._kernels`, grown as keys appear."""
+class ReplayState:
+    """The mutable replay state of :mod:`.kernels` (its layout is documented there), grown as
+    keys appear. Package-internal: shared by the batch replays here and :mod:`.stream`."""
 
     def __init__(self, n_keys: int = 0) -> None:
         self.slot_of = np.full(n_keys, -1, np.int64)
@@ -151,13 +53,14 @@ class _ReplayState:
             self.key_at = np.full(cap, -1, np.int64)
             self.key_at[: live_key_at.shape[0]] = live_key_at
             self.tree = np.zeros(cap + 1, np.int64)
-            _kernels.compact(self.slot_of, self.size_of, self.key_at, self.tree, self.scalars)
+            kernels.compact(self.slot_of, self.size_of, self.key_at, self.tree, self.scalars)
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.slot_of, self.size_of, self.key_at, self.tree))
 
-    def run(self, kernel, ids: np.ndarray, sizes: np.ndarray | None, out: np.ndarray, *extra) -> int:
+    def run(self, kernel: Any, ids: np.ndarray, sizes: np.ndarray | None, out: np.ndarray, *extra: Any) -> int:
+        """Run a replay kernel of :mod:`.kernels` on this state; returns its error index or -1."""
         unit = sizes is None
         size_arg = np.ones(1, np.int64) if unit else sizes
         return int(
@@ -165,9 +68,10 @@ class _ReplayState:
         )
 
 
-def _raise_size_mismatch(
-    keys: DenseKeys, sizes: np.ndarray | None, state: _ReplayState, position: int, offset: int = 0
+def raise_size_mismatch(
+    keys: DenseKeys, sizes: np.ndarray | None, state: ReplayState, position: int, offset: int = 0
 ) -> NoReturn:
+    """Raise the error for a key whose size changed at ``position`` (a kernel's error index)."""
     assert sizes is not None, "unit sizes cannot change"
     key_id = int(keys.ids[position])
     raise ValueError(
@@ -187,24 +91,24 @@ def stack_distances(keys: Sequence[Any] | np.ndarray, sizes: Sequence[int] | np.
     [3, 1]
     """
     dk = dense_keys(keys)
-    return _replay(dk, _check_sizes(sizes, dk.ids.shape[0]))
+    return replay_distances(dk, check_sizes(sizes, dk.ids.shape[0]))
 
 
 _CHUNK = 1 << 21
 
 
-def _replay(dense: DenseKeys, sizes: np.ndarray | None, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+def replay_distances(dense: DenseKeys, sizes: np.ndarray | None, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
     """Stack distances of already-dense ids (the shared core of every replay)."""
-    return _replay_keeping_state(dense, sizes, progress)[0]
+    return replay_keeping_state(dense, sizes, progress)[0]
 
 
-def _replay_keeping_state(
+def replay_keeping_state(
     dense: DenseKeys,
     sizes: np.ndarray | None,
     progress: Callable[[int, int], None] | None = None,
     on_chunk: Callable[[int, int, np.ndarray], None] | None = None,
     chunk: int = _CHUNK,
-) -> tuple[np.ndarray, _ReplayState]:
+) -> tuple[np.ndarray, ReplayState]:
     """Stack distances and the final replay state (its ``size_of`` holds every key's size).
 
     With ``progress`` or ``on_chunk`` the replay runs in chunks of ``chunk`` accesses, calling
@@ -212,14 +116,14 @@ def _replay_keeping_state(
     """
     n = dense.ids.shape[0]
     out = np.empty(n, np.int64)
-    state = _ReplayState(dense.n_keys)
+    state = ReplayState(dense.n_keys)
     step = n if progress is None and on_chunk is None else chunk
     for lo in range(0, n, max(step, 1)):
         hi = min(n, lo + step)
         chunk_sizes = None if sizes is None else sizes[lo:hi]
-        error = state.run(_kernels.replay, dense.ids[lo:hi], chunk_sizes, out[lo:hi])
+        error = state.run(kernels.replay, dense.ids[lo:hi], chunk_sizes, out[lo:hi])
         if error >= 0:
-            _raise_size_mismatch(dense, sizes, state, lo + error)
+            raise_size_mismatch(dense, sizes, state, lo + error)
         if on_chunk is not None:
             on_chunk(lo, hi, out[lo:hi])
         if progress is not None:
@@ -243,34 +147,34 @@ def engine_depths(
     True
     """
     dk = dense_keys(keys)
-    size_arr = _check_sizes(sizes, dk.ids.shape[0])
+    size_arr = check_sizes(sizes, dk.ids.shape[0])
     offs = np.asarray(offsets, dtype=np.int64)
     if offs.ndim != 1 or offs.size == 0 or offs[0] != 0 or offs[-1] != dk.ids.shape[0] or np.any(np.diff(offs) < 0):
         raise ValueError(
             f"offsets must be non-decreasing, start at 0 and end at the number of accesses ({dk.ids.shape[0]})."
         )
-    return _engine_replay(dk, size_arr, offs)
+    return replay_arrival_depths(dk, size_arr, offs)
 
 
 _CHUNK_BLOCKS = 1 << 21
 
 
-def _engine_replay(
+def replay_arrival_depths(
     dense: DenseKeys, sizes: np.ndarray | None, offsets: np.ndarray, progress: Callable[[int, int], None] | None = None
 ) -> np.ndarray:
     """Arrival-time depths of dense ids, whole requests at a time in chunks of about 2M blocks."""
     n = dense.ids.shape[0]
     out = np.empty(n, np.int64)
-    state = _ReplayState(dense.n_keys)
+    state = ReplayState(dense.n_keys)
     n_req = offsets.shape[0] - 1
     r = 0
     while r < n_req:
         stop = min(max(int(np.searchsorted(offsets, offsets[r] + _CHUNK_BLOCKS, side="right")) - 1, r + 1), n_req)
         lo, hi = int(offsets[r]), int(offsets[stop])
         chunk_sizes = None if sizes is None else sizes[lo:hi]
-        error = state.run(_kernels.arrival_depths, dense.ids[lo:hi], chunk_sizes, out[lo:hi], offsets[r : stop + 1] - lo)
+        error = state.run(kernels.arrival_depths, dense.ids[lo:hi], chunk_sizes, out[lo:hi], offsets[r : stop + 1] - lo)
         if error >= 0:
-            _raise_size_mismatch(dense, sizes, state, lo + error)
+            raise_size_mismatch(dense, sizes, state, lo + error)
         if progress is not None:
             progress(hi, n)
         r = stop

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from stackdist.errors import UsageError
 
-if TYPE_CHECKING:
-    from stackdist.traces import RequestTrace
+from .requests import RequestTrace
 
 ROOT_HASH = 0
 """The parent hash of a sequence's first block."""
@@ -80,7 +79,7 @@ def chain_hashes(
 
 def dense_ids(ids: np.ndarray | Sequence[Any]) -> tuple[np.ndarray, int]:
     """Map arbitrary ids to their rank ``0..n_distinct-1`` among the distinct ids (re-blocking's
-    collision-free fallback ids; the engine's own mapping is :func:`stackdist.dense_keys`).
+    collision-free fallback ids; the engine's own mapping is :func:`stackdist.engine.dense_keys`).
 
     Equal ids get equal dense ids and different ids different ones; dense ids follow the
     sorted order of the distinct ids. Works for integer arrays (any width, incl. uint64) and

@@ -1,6 +1,7 @@
-"""The planner's report: every answer for one request trace, as a JSON-ready dict.
+"""The plan: every answer for one request trace, computed once, as one typed result.
 
-Built from one replay per semantics (:mod:`stackdist.plan`); all capacities are exact.
+Built from one replay per semantics (:mod:`stackdist.serving.semantics`); all capacities are
+exact. The renderers (:mod:`stackdist.render`) only read the :class:`~.schema.Plan` this returns.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ from typing import Any
 
 import numpy as np
 
-from .distances import unique_sorted
-from .geometry import DEFAULT_MODEL, ModelGeometry
-from .plan import DEFAULT_PRICES_PER_GB, PrefixCurve, PrefixReplay, replay_requests, tier_plan
-from .traces import RequestTrace
+from stackdist.engine.keys import unique_sorted
+from stackdist.serving.semantics import PrefixReplay, replay_requests
+from stackdist.traces import RequestTrace
+from stackdist.version import __version__
 
-__all__ = ["PlanOptions", "build_report", "parse_duration", "warmup_mask"]
+from .geometry import DEFAULT_MODEL, ModelGeometry
+from .prefix_curve import PrefixCurve
+from .prices import PRICES_USD_PER_GB
+from .schema import SCHEMA_VERSION, Plan
+from .tier_plan import tier_plan
+
+__all__ = ["PlanOptions", "build_plan", "parse_duration", "warmup_mask"]
 
 COVERAGE_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
 
@@ -152,7 +159,7 @@ def _semantics_report(replay: PrefixReplay, counted: np.ndarray, options: PlanOp
     }
     if options.window_seconds:
         report["time_windows"] = _time_windows(replay, counted, options.window_seconds, units, options.targets)
-    return report
+    return report  # type: ignore[return-value]
 
 
 def _comparison(curves: dict[str, PrefixCurve], units: _Units, targets: Sequence[float]) -> dict[str, Any]:
@@ -185,14 +192,16 @@ def _comparison(curves: dict[str, PrefixCurve], units: _Units, targets: Sequence
     }
 
 
-def build_report(
+def build_plan(
     trace: RequestTrace, options: PlanOptions, progress_factory: Callable[[str], Any] | None = None
-) -> dict[str, Any]:
+) -> Plan:
     """The whole plan for ``trace``: per semantics, the ceilings, working sets, coverage, tier
     plan, curve and (optionally) time windows; plus how the two semantics differ."""
     units = _Units(trace.block_size, options.geometry)
     counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds)
     report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "stackdist", "version": __version__},
         "trace": {
             "source": trace.source,
             "requests": trace.n_requests,
@@ -210,7 +219,7 @@ def build_report(
             "bytes_per_block": units.bytes_per_block,
         },
         "counted": {"requests": int(counted.sum()), "warmup_requests": options.warmup_requests, "warmup_seconds": options.warmup_seconds},
-        "prices_per_gb_usd": dict(DEFAULT_PRICES_PER_GB, **(options.prices_per_gb or {})),
+        "prices_per_gb_usd": dict(PRICES_USD_PER_GB, **(options.prices_per_gb or {})),
         "semantics": {},
     }
     curves = {}
@@ -225,4 +234,4 @@ def build_report(
         report["semantics"][semantics] = _semantics_report(replay, counted, options, units)
     if len(curves) == 2:
         report["comparison"] = _comparison(curves, units, options.targets)
-    return report
+    return report  # type: ignore[return-value]

@@ -1,6 +1,6 @@
 """The readable reference engine: pure Python, one access at a time.
 
-The fast kernels in :mod:`stackdist._kernels` must agree with these classes access by access.
+The fast kernels in :mod:`stackdist.engine.kernels` must agree with these classes access by access.
 
 Fenwick form (any sizes). Every access gets the next time slot; a key's most recent access
 holds its size in a Fenwick tree indexed by slot. The distance of an access to a key last seen

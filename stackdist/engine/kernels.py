@@ -1,4 +1,4 @@
-"""The fast path: compiled replay kernels (numba), same results as ``_fenwick`` access by access.
+"""The fast path: compiled replay kernels (numba), same results as :mod:`.reference` access by access.
 
 Why numba: the replay is an inherently sequential loop (each access reads the state the
 previous one left), so numpy cannot vectorize it; a compiled loop over a Fenwick tree that fits

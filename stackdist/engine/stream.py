@@ -6,7 +6,7 @@ at most the number of distinct keys for unit sizes, and at most the total size o
 keys otherwise. None of it grows with the number of accesses.
 
 Exactness: a stream cannot replay its past, so the curve is exact at capacities at or above the
-largest object seen (where the one replay is exact, see :mod:`stackdist.curve`); for a smaller
+largest object seen (where the one replay is exact, see :mod:`stackdist.engine.curve`); for a smaller
 capacity with varied sizes, queries raise a ``ValueError`` saying so instead of answering
 approximately. With unit or equal sizes every capacity is exact.
 
@@ -21,33 +21,18 @@ True
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from . import _kernels
-from .curve import _Histogram
-from .distances import COLD, DenseKeys, _check_sizes, _raise_size_mismatch, _ReplayState, unique_sorted
+from . import kernels
+from .distances import ReplayState, raise_size_mismatch
+from .histogram import Histogram, exact_count, merge
+from .kernels import COLD
+from .keys import DenseKeys, check_sizes, unique_sorted
 
 __all__ = ["StackDistanceStream"]
-
-
-def _merge(a: _Histogram, b: _Histogram) -> _Histogram:
-    """The histogram of two disjoint sets of accesses. O((|a| + |b|) log)."""
-    if a.values.size == 0:
-        return b
-    if b.values.size == 0:
-        return a
-    values = np.concatenate([a.values, b.values])
-    counts = np.concatenate([np.diff(a.cum_hits, prepend=0), np.diff(b.cum_hits, prepend=0)])
-    sums = np.concatenate([np.diff(a.cum_sizes, prepend=0), np.diff(b.cum_sizes, prepend=0)])
-    order = np.argsort(values, kind="stable")
-    values, counts, sums = values[order], counts[order], sums[order]
-    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
-    return _Histogram(values[starts], np.cumsum(np.add.reduceat(counts, starts)), np.cumsum(np.add.reduceat(sums, starts)))
 
 
 class StackDistanceStream:
@@ -59,8 +44,8 @@ class StackDistanceStream:
 
     def __init__(self) -> None:
         self._ids: dict[Any, int] = {}
-        self._state = _ReplayState(0)
-        self._histogram = _Histogram(*(np.zeros(0, np.int64),) * 3)
+        self._state = ReplayState(0)
+        self._histogram = Histogram(*(np.zeros(0, np.int64),) * 3)
         self.n_accesses = 0
         self.total_size = 0
         self.cold_misses = 0
@@ -84,17 +69,17 @@ class StackDistanceStream:
         A key whose size changes is a ``ValueError``; the accesses before it stay replayed.
         """
         batch = list(keys.tolist() if isinstance(keys, np.ndarray) else keys)
-        size_arr = _check_sizes(sizes, len(batch))
+        size_arr = check_sizes(sizes, len(batch))
         if size_arr is None and self._sizes_seen - {1}:
             size_arr = np.ones(len(batch), np.int64)  # keep checking keys that were given other sizes
         ids = np.fromiter((self._ids.setdefault(k, len(self._ids)) for k in batch), np.int64, len(batch))
         self._state.reserve(len(self._ids))
         out = np.empty(len(batch), np.int64)
-        error = self._state.run(_kernels.replay, ids, size_arr, out)
+        error = self._state.run(kernels.replay, ids, size_arr, out)
         done = len(batch) if error < 0 else error
         self._account(out[:done], None if size_arr is None else size_arr[:done])
         if error >= 0:
-            _raise_size_mismatch(DenseKeys(ids, len(self._ids), batch), size_arr, self._state, error, offset=self.n_accesses - done)
+            raise_size_mismatch(DenseKeys(ids, len(self._ids), batch), size_arr, self._state, error, offset=self.n_accesses - done)
         return out
 
     def _account(self, distances: np.ndarray, sizes: np.ndarray | None) -> None:
@@ -104,7 +89,7 @@ class StackDistanceStream:
         if distances.size:
             self._sizes_seen.update([1] if sizes is None else unique_sorted(sizes).tolist())
             self.max_object_size = max(self._sizes_seen)
-        self._histogram = _merge(self._histogram, _Histogram.build(distances, sizes))
+        self._histogram = merge(self._histogram, Histogram.build(distances, sizes))
 
     # ----------------------------------------------------------------- queries
     def _exact_at(self, capacity: int) -> None:
@@ -138,9 +123,7 @@ class StackDistanceStream:
         if (hit_rate is None) == (hits is None):
             raise ValueError("give exactly one target: hit_rate or hits.")
         if hit_rate is not None:
-            if not 0 <= hit_rate <= 1:
-                raise ValueError(f"hit_rate must be between 0 and 1; got {hit_rate}.")
-            hits = math.ceil(Fraction(repr(float(hit_rate))) * self.n_accesses)
+            hits = exact_count(hit_rate, self.n_accesses, "hit_rate")
         assert hits is not None
         if hits <= 0:
             return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .errors import UsageError
+from stackdist.errors import UsageError
 
 
 def int_list(text: str, name: str) -> list[int]:

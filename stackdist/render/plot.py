@@ -1,4 +1,4 @@
-"""PNG figures (matplotlib is an optional extra: ``pip install 'stackdist[plot]'``)."""
+"""PNG figures: the one matplotlib loader and the curve plot (matplotlib is an optional extra: ``pip install 'stackdist[plot]'``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from ._io import write_atomic
-from .errors import UsageError
+from stackdist.errors import UsageError
+from stackdist.output import write_atomic
+
+__all__ = ["pyplot", "save_png", "plot_curves", "plot_plan"]
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib's pyplot with the Agg backend (the one plot loader of the project);
+    :class:`~stackdist.errors.UsageError` with the install hint when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -25,7 +29,8 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: str | os.PathLike[str]) -> None:
+def save_png(fig: Any, path: str | os.PathLike[str]) -> None:
+    """Write a figure as PNG (120 dpi) atomically."""
     import io
 
     buf = io.BytesIO()
@@ -46,7 +51,7 @@ def plot_curves(
 ) -> None:
     """Step curves ``(label, x, y)`` on one axis, with labelled horizontal and vertical marker
     lines, saved atomically as a PNG."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for label, xs, ys in series:
         ax.step(xs, ys, where="post", label=label)
@@ -71,5 +76,21 @@ def plot_curves(
         ax.set_title(title)
     if len(series) > 1:
         ax.legend(fontsize=8)
-    _save(fig, path)
+    save_png(fig, path)
     plt.close(fig)
+
+
+def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float]) -> None:
+    """The plan's hit curves against GiB with the ceiling, the targets and the working sets."""
+    series = []
+    for name, sem in report["semantics"].items():
+        c = sem["curve"]
+        series.append((f"{name}: prefix token hit rate", np.array(c["capacity_gib"]), np.array(c["prefix_token_hit_rate"])))
+        series.append((f"{name}: block hit rate", np.array(c["capacity_gib"]), np.array(c["block_hit_rate"])))
+    first = next(iter(report["semantics"].values()))
+    ceiling = first["summary"]["ceiling_token_hit_rate"]
+    hlines = [(f"ceiling {ceiling:.1%}", ceiling)] + [(f"{t:g} x ceiling", t * ceiling) for t in targets]
+    vlines = [(f"{w['target']:g}: {w['fraction_of_ceiling']['gib']:.1f} GiB", w["fraction_of_ceiling"]["gib"])
+              for w in first["working_set"] if w["fraction_of_ceiling"]]
+    plot_curves(path, series, xlabel=f"KV-cache capacity (GiB, {report['model']['name']}, symlog)", hlines=hlines,
+                vlines=vlines, title=f"{report['trace']['source']}", xscale="symlog")

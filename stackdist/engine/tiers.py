@@ -31,7 +31,7 @@ says so in its result (``exact`` is False) and the tests measure the gap against
 >>> t = inclusive_tiers([0, 1, 2, 0, 1, 2], gpu_capacities=[1])[0]
 >>> t.gpu_hits, t.cpu_hits_at(2), t.cpu_hits_at(3)
 (0, 0, 3)
->>> exclusive_hits(hit_curve_of([0, 1, 2, 0, 1, 2]), [1, 2])["tier_hits"]
+>>> exclusive_hits(HitCurve.from_trace([0, 1, 2, 0, 1, 2]), [1, 2])["tier_hits"]
 [0, 3]
 """
 
@@ -44,7 +44,9 @@ from typing import Any
 import numpy as np
 
 from .curve import HitCurve
-from .distances import DenseKeys, _replay, unique_sorted
+from .distances import replay_distances
+from .histogram import exact_count
+from .keys import DenseKeys, unique_sorted
 
 OUTCOMES = ("gpu", "cpu", "miss")
 
@@ -56,13 +58,7 @@ __all__ = [
     "exclusive_hits",
     "exclusive_grid",
     "compare_organisations",
-    "hit_curve_of",
 ]
-
-
-def hit_curve_of(keys: Any, sizes: Any = None, window: Any = None) -> HitCurve:
-    """A :class:`HitCurve` of the trace (pass one around to reuse its replay)."""
-    return HitCurve.from_trace(keys, sizes, window)
 
 
 @dataclass
@@ -107,12 +103,7 @@ class InclusiveTierCurve:
         if sum(given) != 1:
             raise ValueError("give exactly one target: hit_rate, hits or max_misses.")
         if hit_rate is not None:
-            if not 0 <= hit_rate <= 1:
-                raise ValueError(f"hit_rate must be between 0 and 1; got {hit_rate}.")
-            from fractions import Fraction
-            import math
-
-            hits = math.ceil(Fraction(repr(float(hit_rate))) * self.n_accesses)
+            hits = exact_count(hit_rate, self.n_accesses, "hit_rate")
         elif max_misses is not None:
             hits = self.n_accesses - int(max_misses)
         assert hits is not None
@@ -156,7 +147,7 @@ def inclusive_tiers(
         sub = DenseKeys(curve.keys.ids[miss], curve.keys.n_keys, None)
         sub_sizes = None if curve.sizes is None else curve.sizes[miss]
         before = np.cumsum(np.r_[0, miss])
-        cpu = HitCurve(sub, sub_sizes, _replay(sub, sub_sizes), (int(before[start]), int(before[stop])))
+        cpu = HitCurve(sub, sub_sizes, replay_distances(sub, sub_sizes), (int(before[start]), int(before[stop])))
         in_window = gpu_hit[start:stop]
         gpu_hit_size = int(np.count_nonzero(in_window)) if curve.sizes is None else int(curve.sizes[start:stop][in_window].sum())
         result.append(InclusiveTierCurve(int(gpu), curve.n_accesses, int(np.count_nonzero(in_window)), gpu_hit_size, cpu, gpu_hit))
@@ -201,7 +192,7 @@ def exclusive_hits(curve: HitCurve, capacities: Sequence[int]) -> dict[str, Any]
     O(tiers x log n) from the curve's histogram.
     """
     edges, exact = _band_edges(curve, capacities)
-    cumulative = np.r_[0, np.asarray(curve._top.at(edges)[0])]  # bands of the unfiltered stack
+    cumulative = np.r_[0, np.asarray(curve.histogram.at(edges)[0])]  # bands of the unfiltered stack
     tier_hits = np.diff(cumulative)
     return {
         "capacities": [int(c) for c in capacities],

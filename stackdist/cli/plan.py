@@ -1,0 +1,132 @@
+"""``stackdist plan``: the capacity planner on a request trace (table, JSON, PNG)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from stackdist.errors import UsageError
+from stackdist.output import Progress, write_json
+from stackdist.planning.plan import PlanOptions, build_plan, parse_duration
+from stackdist.planning.prices import parse_prices
+
+from .args import fraction_list
+
+EXAMPLES = """examples:
+  stackdist plan data/traces/mooncake_conversation_trace.jsonl
+  stackdist plan trace.jsonl --reblock 16 --semantics engine --model llama-3.1-8b
+  stackdist plan trace.jsonl --model-config config.json --targets 0.8,0.9 --warmup 10m --window 10m
+  stackdist plan tokens.jsonl --format tokens --block-size 16 --json plan.json --plot plan.png
+  stackdist plan trace.jsonl --json - | jq '.semantics.engine.working_set'
+
+Capacities are exact for every size (one replay per semantics). --targets are prefix token
+hit rates; each is answered both as an absolute rate and as a fraction of the infinite-cache
+ceiling. Prices are per GB (1e9 bytes) and are assumptions unless you set --prices.
+"""
+
+
+def add_plan_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "plan", help="KV-cache capacity plan for a request trace", epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="How much KV-cache memory buys each prefix hit rate, per semantics, in blocks, tokens and GiB.",
+    )
+    p.add_argument("trace", help="request trace (Mooncake JSONL by default)")
+    p.add_argument("--format", choices=["mooncake", "tokens", "qwen", "csv"], default="mooncake",
+                   help="mooncake (hash_ids), tokens (token-id JSONL), qwen (Qwen-Bailian), csv (key[,size]: one block per request)")
+    p.add_argument("--block-size", type=int, help="tokens per block (default: 512 mooncake, 16 tokens/qwen)")
+    p.add_argument("--reblock", type=int, metavar="TOKENS", help="split blocks into finer pages first (e.g. 512 -> 16)")
+    p.add_argument("--partial-last-block", action="store_true", help="tokens format: also hash a final partial block")
+    p.add_argument("--skip-bad", action="store_true", help="skip malformed lines (and count them) instead of stopping")
+    p.add_argument("--semantics", choices=["engine", "per-access", "both"], default="both")
+    model = p.add_mutually_exclusive_group()
+    model.add_argument("--model", help="a known model name (default qwen2.5-1.5b, the lab's measured model)")
+    model.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json for KV bytes per token")
+    p.add_argument("--targets", default="0.9,0.95,0.99", help="prefix token hit-rate targets (default 0.9,0.95,0.99)")
+    p.add_argument("--coverage", type=float, default=1.0, help="request coverage target Y in (0, 1] (default 1.0)")
+    p.add_argument("--warmup", default="0", help="exclude the first N requests, or a duration like 10m (default 0)")
+    p.add_argument("--window", metavar="DURATION", help="also answer per time window of this width (e.g. 10m), and cumulatively")
+    p.add_argument("--tier-targets", default="0.5,0.9,0.99",
+                   help="HBM, +DRAM, +SSD targets: fractions of the ceiling's prefix tokens, and (second plan) of requests covered")
+    p.add_argument("--prices", metavar="hbm=P,dram=P,ssd=P", help="US$ per GB for the tier plan (defaults are assumptions)")
+    p.add_argument("--json", metavar="OUT", help="write the full report as JSON to OUT ('-' for stdout instead of the table)")
+    p.add_argument("--plot", metavar="PNG", help="draw the hit curves against GiB with the target lines (needs matplotlib)")
+
+
+def _options(args: argparse.Namespace) -> PlanOptions:
+    from stackdist.planning.geometry import DEFAULT_MODEL, from_hf_config, geometry_for
+
+    if args.model_config:
+        geometry = from_hf_config(args.model_config)
+    elif args.model:
+        geometry = geometry_for(args.model)
+    else:
+        geometry = DEFAULT_MODEL
+    if not 0 < args.coverage <= 1:
+        raise UsageError(f"--coverage must be in (0, 1]; got {args.coverage}.")
+    warm = args.warmup.strip()
+    try:
+        if warm.isdigit():
+            warm_requests, warm_seconds = int(warm), 0.0
+        else:
+            warm_requests, warm_seconds = 0, parse_duration(warm, "--warmup")
+        window = parse_duration(args.window, "--window") if args.window else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if window is not None and window <= 0:
+        raise UsageError(f"--window must be a positive duration; got {args.window!r}.")
+    tiers = fraction_list(args.tier_targets, "--tier-targets")
+    if tiers != sorted(tiers) or len(tiers) > 3:
+        raise UsageError(f"--tier-targets must be 1 to 3 non-decreasing fractions (HBM, DRAM, SSD); got {args.tier_targets!r}.")
+    return PlanOptions(
+        semantics=("engine", "per-access") if args.semantics == "both" else (args.semantics,),
+        geometry=geometry,
+        targets=fraction_list(args.targets, "--targets"),
+        coverage_target=args.coverage,
+        warmup_requests=warm_requests,
+        warmup_seconds=warm_seconds,
+        window_seconds=window,
+        tier_targets=tiers,
+        prices_per_gb=None if args.prices is None else parse_prices(args.prices),
+        extra={"format": args.format, "reblocked_to": args.reblock},
+    )
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from stackdist.traces import (
+        access_as_requests,
+        read_access_trace,
+        read_requests,
+        reblock,
+    )
+
+    if args.block_size is not None and args.block_size < 1:
+        raise UsageError(f"--block-size must be a positive integer; got {args.block_size}.")
+    if args.format == "csv":  # a key[,size] stream: every access is a one-block request
+        trace = access_as_requests(read_access_trace(args.trace), args.block_size)
+    else:
+        trace = read_requests(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block)
+    if args.reblock is not None:
+        trace = reblock(trace, args.reblock)
+    return trace
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Read, plan once, render: the table (or JSON) to stdout, then the optional files."""
+    from stackdist.render.table import render_plan_table
+
+    options = _options(args)
+    trace = _load(args)
+    report = build_plan(trace, options, progress_factory=Progress)
+    if args.json == "-":
+        write_json("-", report)
+    else:
+        sys.stdout.write(render_plan_table(report))
+        if args.json:
+            write_json(args.json, report)
+    if args.plot:
+        from stackdist.render.plot import plot_plan
+
+        plot_plan(args.plot, report, list(options.targets))
+    return 0

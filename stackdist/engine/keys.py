@@ -1,0 +1,125 @@
+"""Keys as dense ids: the engine's input form, and the checks on per-access sizes.
+
+Package-internal helpers shared by every replay (:mod:`.distances`, :mod:`.curve`,
+:mod:`.stream`, :mod:`.tiers`) live here with public names.
+
+>>> dense_keys(["x", "y", "x"]).ids.tolist()
+[0, 1, 0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import kernels
+
+__all__ = ["DenseKeys", "dense_keys", "check_sizes", "unique_sorted"]
+
+_DIRECT_ID_LIMIT = 1 << 22
+
+
+@dataclass(frozen=True)
+class DenseKeys:
+    """A trace's keys as dense integer ids ``0..n_keys-1`` (the engine's input form)."""
+
+    ids: np.ndarray
+    n_keys: int
+    original: Any = field(repr=False, default=None)
+
+    def key_of(self, position: int) -> Any:
+        """The user's key at access ``position`` (for error messages)."""
+        key = self.original[position]
+        return key.item() if isinstance(key, np.generic) else key
+
+
+def dense_keys(keys: Sequence[Any] | np.ndarray) -> DenseKeys:
+    """Map any hashable keys (or integer ids) to dense int64 ids.
+
+    Non-negative integer arrays with a small maximum are used as they are (``n_keys`` is then
+    ``max + 1``); other integers go through an open-addressing hash table; anything else
+    through a dict. O(n) expected.
+
+    >>> dense_keys(np.array([7, 3, 7])).ids.tolist()
+    [7, 3, 7]
+    >>> dense_keys(["x", "y", "x"]).ids.tolist()
+    [0, 1, 0]
+    """
+    arr = keys if isinstance(keys, np.ndarray) else _key_array(list(keys))
+    if arr.ndim != 1:
+        raise ValueError(f"keys must be one-dimensional; got shape {arr.shape}.")
+    if arr.size == 0:
+        return DenseKeys(np.zeros(0, np.int64), 0, arr)
+    if arr.dtype.kind in "iu":
+        return _dense_integer_keys(arr)
+    if arr.dtype.kind == "b":
+        return DenseKeys(arr.astype(np.int64), 2, arr)
+    mapping: dict[Any, int] = {}
+    ids = np.fromiter((mapping.setdefault(k, len(mapping)) for k in arr.tolist()), np.int64, arr.size)
+    return DenseKeys(ids, len(mapping), arr)
+
+
+def _key_array(items: list[Any]) -> np.ndarray:
+    """A 1-D array of the keys: integer dtype when every key is an int, else object."""
+    if items and all(isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in items):
+        for dtype in (np.int64, np.uint64):
+            try:
+                return np.array(items, dtype=dtype)
+            except OverflowError:
+                pass
+    return np.fromiter(items, dtype=object, count=len(items))
+
+
+def _dense_integer_keys(arr: np.ndarray) -> DenseKeys:
+    lo, hi = (int(v) for v in kernels.min_max(arr))
+    if lo >= 0 and hi < max(2 * arr.size, _DIRECT_ID_LIMIT):
+        return DenseKeys(arr.astype(np.int64, copy=False), hi + 1, arr)
+    values = arr.astype(np.int64, copy=False).view(np.uint64) if arr.dtype.kind == "i" else arr.astype(np.uint64, copy=False)
+    bits = max(16, int(np.ceil(np.log2(max(arr.size, 2)))) - 2)
+    while True:
+        ids, _uniques, n = kernels.factorize(values, bits)
+        if n >= 0:
+            return DenseKeys(ids, int(n), arr)
+        bits += 2
+
+
+def check_sizes(sizes: Any, n: int) -> np.ndarray | None:
+    """Per-access sizes as int64 (None for unit sizes); ValueError unless positive integers, one per access.
+
+    >>> check_sizes([2, 3], 2).tolist()
+    [2, 3]
+    """
+    if sizes is None:
+        return None
+    arr = np.asarray(sizes)
+    if arr.shape != (n,):
+        raise ValueError(f"sizes must have one entry per access ({n}); got shape {arr.shape}.")
+    if n == 0:
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise ValueError("sizes must be positive integers; got a non-integer value.")
+    elif arr.dtype.kind not in "iub":
+        raise ValueError(f"sizes must be positive integers; got dtype {arr.dtype}.")
+    arr = arr.astype(np.int64, copy=False)
+    if int(arr.min()) <= 0:
+        bad = int(np.argmax(arr <= 0))
+        raise ValueError(f"sizes must be positive integers; got {int(arr[bad])} at position {bad}.")
+    return arr
+
+
+def unique_sorted(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an array: one sort and a mask.
+
+    (``np.unique`` on large integer arrays is many times slower on some numpy versions.)
+
+    >>> unique_sorted(np.array([3, 1, 3, 2])).tolist()
+    [1, 2, 3]
+    """
+    ordered = np.sort(np.asarray(values).ravel())
+    if ordered.size == 0:
+        return ordered
+    return ordered[np.r_[True, ordered[1:] != ordered[:-1]]]

@@ -1,0 +1,114 @@
+"""The plan's typed result: what ``stackdist plan`` computes once and every renderer reads.
+
+``SCHEMA_VERSION`` names this shape; it changes whenever a field is renamed or removed (adding
+a field keeps it). Capacities are given in blocks, tokens and GiB (2**30 bytes) together.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+__all__ = ["SCHEMA_VERSION", "Capacity", "WorkingSetRow", "Coverage", "TierRow", "TierPlan", "CurveTable",
+           "WindowRow", "SemanticsPlan", "Comparison", "TraceInfo", "ModelInfo", "Plan"]
+
+SCHEMA_VERSION = 1
+
+
+class Capacity(TypedDict):
+    blocks: int
+    tokens: int
+    gib: float
+
+
+class WorkingSetRow(TypedDict):
+    target: float
+    token_hit_rate: Capacity | None
+    fraction_of_ceiling: Capacity | None
+
+
+class Coverage(TypedDict):
+    target: float
+    n_requests: int
+    n_requests_with_reuse: int
+    all_requests: dict[str, Capacity]
+    requests_with_reuse: dict[str, Capacity]
+
+
+class TierRow(TypedDict):
+    tier: str
+    target: float
+    cumulative_blocks: int
+    blocks: int
+    gib: float
+    cost_usd: float
+    token_hit_rate_at_cumulative: float
+
+
+class TierPlan(TypedDict):
+    basis: str
+    tiers: list[TierRow]
+    total_cost_usd: float
+    prices_per_gb_usd: dict[str, float]
+    prices_are_assumptions: bool
+
+
+class CurveTable(TypedDict):
+    capacity_blocks: list[int]
+    capacity_gib: list[float]
+    block_hit_rate: list[float]
+    reuse_hit_rate: list[float]
+    prefix_token_hit_rate: list[float]
+
+
+class WindowRow(TypedDict):
+    start_s: float
+    end_s: float
+    requests: int
+    window: dict[str, Any]
+    cumulative: dict[str, Any]
+
+
+class SemanticsPlan(TypedDict, total=False):
+    summary: dict[str, Any]
+    working_set: list[WorkingSetRow]
+    coverage: Coverage
+    tier_plan: TierPlan
+    tier_plan_by_coverage: TierPlan
+    curve: CurveTable
+    time_windows: list[WindowRow]
+
+
+class Comparison(TypedDict):
+    working_sets: list[dict[str, Any]]
+    max_prefix_token_hit_rate_gap: dict[str, Any]
+    per_access_block_hit_rate_at_engine_ws: list[dict[str, Any]]
+
+
+class TraceInfo(TypedDict, total=False):
+    source: str
+    requests: int
+    blocks: int
+    distinct_blocks: int
+    block_size_tokens: int
+    input_tokens: int
+    span_s: float
+    skipped_lines: int
+    format: str
+    reblocked_to: int | None
+
+
+class ModelInfo(TypedDict):
+    name: str
+    kv_bytes_per_token: int
+    bytes_per_block: int
+
+
+class Plan(TypedDict, total=False):
+    schema_version: int
+    tool: dict[str, str]
+    trace: TraceInfo
+    model: ModelInfo
+    counted: dict[str, Any]
+    prices_per_gb_usd: dict[str, float]
+    semantics: dict[str, SemanticsPlan]
+    comparison: Comparison

@@ -1,0 +1,42 @@
+"""Traces: readers of access and request traces, and the two trace types they return.
+
+- :mod:`.access`: :class:`AccessTrace` (``key[,size]`` accesses) from CSV/TSV, JSONL, ``.npy``.
+- :mod:`.requests`: :class:`RequestTrace`, the one request-trace type (prompt KV blocks per
+  request, prefix-chained).
+- :mod:`.hashed` (Mooncake, Qwen-Bailian), :mod:`.tokens` (token ids): request readers;
+  :mod:`.formats` dispatches by format name.
+- :mod:`.blocks`: prefix-chained block hashing, re-blocking into finer pages, dense ids.
+- :mod:`.lines`: the line-level parsing the readers share.
+
+This ``__init__`` only re-exports.
+"""
+
+from .access import ACCESS_FORMATS, AccessTrace, read_access_trace
+from .blocks import ROOT_HASH, chain_hashes, dense_ids, reblock
+from .formats import (
+    DEFAULT_BLOCK_SIZE,
+    REQUEST_FORMATS,
+    access_as_requests,
+    read_requests,
+)
+from .hashed import read_mooncake, read_qwen
+from .requests import RequestTrace
+from .tokens import read_token_ids
+
+__all__ = [
+    "ACCESS_FORMATS",
+    "DEFAULT_BLOCK_SIZE",
+    "REQUEST_FORMATS",
+    "ROOT_HASH",
+    "AccessTrace",
+    "RequestTrace",
+    "access_as_requests",
+    "chain_hashes",
+    "dense_ids",
+    "read_access_trace",
+    "read_mooncake",
+    "read_qwen",
+    "read_requests",
+    "read_token_ids",
+    "reblock",
+]

@@ -1,0 +1,57 @@
+"""Which reader reads which request format, and the formats' default block sizes."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from stackdist.engine.keys import dense_keys
+from stackdist.errors import UsageError
+
+from .access import AccessTrace
+from .hashed import read_mooncake, read_qwen
+from .requests import RequestTrace, check_block_size
+from .tokens import read_token_ids
+
+__all__ = ["REQUEST_FORMATS", "DEFAULT_BLOCK_SIZE", "read_requests", "access_as_requests"]
+
+REQUEST_FORMATS = ("mooncake", "qwen", "tokens")
+DEFAULT_BLOCK_SIZE = {"mooncake": 512, "qwen": 16, "tokens": 16}
+
+
+def read_requests(
+    path: str | os.PathLike[str],
+    format: str = "mooncake",
+    block_size: int | None = None,
+    skip_bad: bool = False,
+    partial_last_block: bool = False,
+) -> RequestTrace:
+    """Read a request trace in ``format`` ("mooncake", "qwen" or "tokens").
+
+    ``block_size`` defaults to 512 for mooncake and 16 for qwen and tokens;
+    ``partial_last_block`` applies to "tokens" only.
+    """
+    if format not in REQUEST_FORMATS:
+        raise UsageError(f"format must be one of {', '.join(REQUEST_FORMATS)}, got {format!r}")
+    size = DEFAULT_BLOCK_SIZE[format] if block_size is None else check_block_size(block_size)
+    if format == "mooncake":
+        return read_mooncake(path, block_size=size, skip_bad=skip_bad)
+    if format == "qwen":
+        return read_qwen(path, block_size=size, skip_bad=skip_bad)
+    return read_token_ids(path, block_size=size, partial_last_block=partial_last_block, skip_bad=skip_bad)
+
+
+def access_as_requests(access: AccessTrace, block_size: int | None = None) -> RequestTrace:
+    """A ``key[,size]`` access stream as a request trace: every access is a one-block request
+    whose block holds ``size`` tokens (1 when unsized), so it can be planned like any trace.
+
+    ``block_size`` defaults to the largest size and must be at least it. O(n).
+    """
+    n = access.n_accesses
+    tokens = np.ones(n, np.int64) if access.sizes is None else access.sizes
+    size = int(tokens.max(initial=1)) if block_size is None else check_block_size(block_size)
+    if n and int(tokens.max()) > size:
+        raise UsageError(f"--block-size ({size}) must be at least the largest size in {access.source} ({int(tokens.max())}).")
+    return RequestTrace(dense_keys(access.keys).ids, np.arange(n + 1), tokens, np.zeros(n), tokens,
+                        np.zeros(n, np.int64), block_size=size, source=os.fspath(access.source))

@@ -1,0 +1,137 @@
+"""The line-level parsing every trace reader shares: bytes, JSON lines, checked fields.
+
+Package-internal (shared by the readers of :mod:`stackdist.traces`). A malformed line raises
+:class:`LineError` with the reason; the reader adds the file name and line number and raises
+:class:`~stackdist.errors.TraceFormatError` (``FILE:LINE: reason``).
+
+>>> count_field({"input_length": 7}, "input_length")
+7
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from stackdist.errors import TraceFormatError
+
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
+
+__all__ = ["INT64_MAX", "UINT64_MAX", "LineError", "read_bytes", "data_lines", "shown", "shown_text", "json_line",
+           "json_object", "is_int", "field", "count_field", "time_field", "int_array", "fit_int_keys"]
+
+
+class LineError(Exception):
+    """A malformed line's message; the reader adds the file name and line number."""
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """Return the file's bytes (UTF-8 BOM removed); a missing file is a TraceFormatError."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        raise TraceFormatError(path, None, "no such file") from None
+    except IsADirectoryError:
+        raise TraceFormatError(path, None, "is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceFormatError(path, None, f"cannot read the file: {exc.strerror}") from None
+    return data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+
+
+def data_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
+    """Yield (1-based line number, raw line) for every non-blank line of the file."""
+    for lineno, raw in enumerate(read_bytes(path).splitlines(), 1):
+        if raw.strip():
+            yield lineno, raw
+
+
+def shown(value: Any) -> str:
+    """A short JSON-ish rendering of a bad value for error messages."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def shown_text(text: str) -> str:
+    """A short quoted rendering of a bad text field for error messages."""
+    shown = repr(text)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+def json_line(raw: bytes) -> Any:
+    """Parse one line as JSON, turning a decode error into a LineError."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise LineError(f"not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except ValueError as exc:  # bad UTF-8, or an integer too long to convert
+        raise LineError(f"not valid JSON: {exc}") from None
+
+
+def json_object(raw: bytes) -> dict[str, Any]:
+    """Parse one line that must hold a JSON object."""
+    obj = json_line(raw)
+    if type(obj) is not dict:
+        raise LineError(f"expected a JSON object, got {shown(obj)}")
+    return obj
+
+
+def is_int(value: Any) -> bool:
+    """True for a JSON integer (a Python int that is not a bool)."""
+    return type(value) is int
+
+
+def field(obj: dict[str, Any], name: str) -> Any:
+    """Return obj[name] or raise a 'missing field' LineError."""
+    try:
+        return obj[name]
+    except KeyError:
+        raise LineError(f"missing field '{name}'") from None
+
+
+def count_field(obj: dict[str, Any], name: str, default: int | None = None) -> int:
+    """A non-negative integer field (input_length, output_length); default when absent."""
+    if default is not None and name not in obj:
+        return default
+    value = field(obj, name)
+    if not is_int(value) or value < 0 or value > INT64_MAX:
+        raise LineError(f"'{name}' must be a non-negative integer, got {shown(value)}")
+    return value
+
+
+def time_field(obj: dict[str, Any], name: str) -> float:
+    """A non-negative finite number field (a timestamp)."""
+    value = field(obj, name)
+    try:
+        seconds = float(value) if type(value) in (int, float) else math.nan
+    except OverflowError:  # an integer beyond float range
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise LineError(f"'{name}' must be a non-negative number, got {shown(value)}")
+    return seconds
+
+
+def int_array(values: list[int], big: bool) -> np.ndarray:
+    """Exact int64 array, or uint64 when ``big`` (some value exceeds int64)."""
+    return np.array(values, dtype=np.uint64 if big else np.int64)
+
+
+def fit_int_keys(values: list[int]) -> np.ndarray | None:
+    """int64 if all fit, uint64 if all are in 0..2**64-1, else None."""
+    if not values:
+        return np.empty(0, dtype=np.int64)
+    lo, hi = min(values), max(values)
+    if lo >= -(2**63) and hi <= INT64_MAX:
+        return np.array(values, dtype=np.int64)
+    if lo >= 0 and hi <= UINT64_MAX:
+        return np.array(values, dtype=np.uint64)
+    return None

@@ -1,0 +1,98 @@
+"""Reader of token-id request traces: one request's token ids a line, hashed into chained blocks."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from stackdist.errors import TraceFormatError
+
+from .blocks import chain_hashes
+from .lines import (
+    INT64_MAX,
+    LineError,
+    count_field,
+    data_lines,
+    json_line,
+    shown,
+    time_field,
+)
+from .requests import RequestTrace, assemble, check_block_size
+
+__all__ = ["read_token_ids"]
+
+
+def _token_list(obj: Any) -> tuple[list[int], dict[str, Any]]:
+    """(token ids, the object or {}) from a list line or an object with input_ids/token_ids."""
+    if type(obj) is list:
+        tokens, fields = obj, {}
+    elif type(obj) is dict:
+        name = "input_ids" if "input_ids" in obj else "token_ids"
+        if name not in obj:
+            raise LineError("missing field 'input_ids' (or 'token_ids')")
+        tokens, fields = obj[name], obj
+        if type(tokens) is not list:
+            raise LineError(f"'{name}' must be a list of token ids, got {shown(tokens)}")
+    else:
+        raise LineError(f"expected a JSON list of token ids or an object, got {shown(obj)}")
+    if not all(type(t) is int and 0 <= t <= INT64_MAX for t in tokens):
+        position, bad = next((i, t) for i, t in enumerate(tokens) if type(t) is not int or not 0 <= t <= INT64_MAX)
+        raise LineError(f"token id {position} must be a non-negative integer, got {shown(bad)}")
+    return tokens, fields
+
+
+def read_token_ids(
+    path: str | os.PathLike[str],
+    block_size: int = 16,
+    partial_last_block: bool = False,
+    skip_bad: bool = False,
+) -> RequestTrace:
+    """Read one request per line as token ids and hash them into prefix-chained blocks.
+
+    A line is a JSON list of token ids, or an object with ``input_ids`` (or ``token_ids``), an
+    optional ``timestamp`` (seconds; on every line or on none -- 0.0 when absent) and an
+    optional ``output_length`` (0 when absent). Block ids come from
+    :func:`stackdist.traces.blocks.chain_hashes` (uint64). ``input_length`` is the number of tokens.
+
+    With ``partial_last_block=False`` (vLLM's behaviour: only full blocks are cached) a
+    trailing partial block is not represented: every block holds ``block_size`` tokens and
+    prefix-token hit rates computed from the blocks exclude each prompt's tail. With
+    ``True`` the tail becomes a block of its own, counted by its real length.
+    Complexity: O(tokens).
+    """
+    block_size = check_block_size(block_size)
+    pieces: list[np.ndarray] = []
+    n_blocks: list[int] = []
+    times: list[float] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    first_timestamp: tuple[int, bool] | None = None
+    skipped = 0
+    for lineno, raw in data_lines(path):
+        try:
+            tokens, fields = _token_list(json_line(raw))
+            has_time = "timestamp" in fields
+            if first_timestamp is None:
+                first_timestamp = (lineno, has_time)
+            elif has_time != first_timestamp[1]:
+                raise LineError(
+                    f"{'has' if has_time else 'lacks'} 'timestamp' but line {first_timestamp[0]} "
+                    f"{'lacks' if has_time else 'has'} it; timestamps must be on every line or on none"
+                )
+            timestamp = time_field(fields, "timestamp") if has_time else 0.0
+            output_length = count_field(fields, "output_length", default=0)
+        except LineError as exc:
+            if not skip_bad:
+                raise TraceFormatError(path, lineno, str(exc)) from None
+            skipped += 1
+            continue
+        ids = chain_hashes(tokens, block_size, partial_last_block=partial_last_block)
+        pieces.append(ids)
+        n_blocks.append(int(ids.shape[0]))
+        times.append(timestamp)
+        inputs.append(len(tokens))
+        outputs.append(output_length)
+    block_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint64)
+    return assemble(path, block_ids.astype(np.uint64), n_blocks, times, inputs, outputs, block_size, skipped)
