@@ -1,0 +1,411 @@
+"""vLLM 0.33.0's prefix cache (v1 ``KVCacheManager``, one full-attention group), exactly.
+
+The compiled kernel follows the engine's code, call for call:
+
+- **Pool** (``block_pool.BlockPool``): ``num_gpu_blocks = N`` blocks; block 0 is popped at start
+  as the null block, so N - 1 are usable. The free queue (``FreeKVCacheBlockQueue``) is an
+  intrusive doubly linked list over block ids (arrays ``nxt``/``prv`` with a fake head and
+  tail), initially blocks 1..N-1 in id order. ``ref`` counts holders; a block is *cached* when it
+  has a block hash. The hash map (``BlockHashToBlockMap``) maps a page key to its cached blocks
+  in insertion order (a key can hold several blocks: vLLM does not de-duplicate), kept as a
+  per-key linked list; ``get_one_block`` returns the first.
+- **Lookup** (``get_computed_blocks`` -> ``FullAttentionManager.find_longest_cache_hit``):
+  ``max_cache_hit_length = P - 1``, so at most ``(P - 1) // 16`` pages; the longest run of
+  cached full pages from the head. Hit tokens = 16 x that run.
+- **Prompt allocation** (``allocate_slots``): ``need = cdiv(P, 16) - hit``; fails (returns None)
+  when ``need + (hit blocks with ref 0) > free blocks``; else touches the hit blocks (out of the
+  free queue, ref + 1), pops ``need`` blocks from the head (``get_new_blocks``: a popped cached
+  block loses its hash = eviction) and caches the new full prompt blocks (``cache_full_blocks``).
+- **Decode** step k (``allocate_slots(request, 1)``): a new block when ``cdiv(P + k, 16)``
+  exceeds the request's blocks (fails when the free queue is empty); blocks that become full
+  get hashed too (their keys are unique to the request: SPEC.md makes the first output token
+  unique, so they are never hit, but they are freed as cached blocks).
+- **Finish** (``free``): blocks in reverse order, ref - 1; those reaching 0 go to the front
+  of the free queue in that order if uncached (``prepend_n``) and to the back if cached
+  (``append_n``).
+
+Only decode steps that allocate are replayed (a step that allocates nothing changes nothing
+the model observes: the hashing of a generated block is done at finish, where it first matters,
+since a running request's blocks are never in the free queue and generated keys are never
+looked up).
+
+**Feasibility.** With a serial schedule the request running holds exactly
+``cdiv(P + O' - 1, 16)`` distinct blocks at its peak (``O' = O`` with decode, else 1) and every
+other block is in the free queue, so every allocation succeeds iff
+``N - 1 >= max_r cdiv(P_r + O'_r - 1, 16)``: feasibility is monotone in N and the smallest
+feasible pool is that bound + 1 (``min_feasible_proved``). With a timed schedule the blocks in
+use are the *union* of the running requests' blocks, which depends on what they share, hence on
+the hits, which are not monotone in N; the search then returns a feasible N whose N - 1 is
+infeasible (bisection between the serial bound and a pool that never evicts), not proved minimal.
+
+**One replay for every pool size** (serial, no decode). Claim: if no request with
+``P % 16 == 0`` has its last full page already seen earlier in the trace, then at every N the
+hit of request i is ``16 * #{j < (P_i - 1) // 16 : D_i(j) <= N - 1 - [P_{i-1} % 16 != 0]}``,
+where ``D_i(j)`` is page j's depth (1 = most recent) in the LRU stack of full pages in which
+each request pushes its pages tail first (page f-1, ..., page 0; page 0 ends on top).
+Proof sketch. (1) Serial: at each lookup every block is in the free queue, which is always
+[uncached blocks][cached blocks, least recently freed first]: uncached blocks are only
+prepended, cached ones only appended, pops take the head. (2) A page j+1 is last freed in the
+same request as page j or earlier, and ``free`` appends page j after page j+1, so along a
+chain the cached pages are a prefix and each is more recent than the next: the cached set is
+prefix-closed and the hit is the cached prefix. (3) Without duplicates (the hypothesis: a
+duplicate arises only when the capped last page of a 16-aligned prompt is cached, which needs it
+seen before), cached blocks are pages, ordered exactly as the LRU stack above, and evictions take
+the bottom: the cached set is a top segment of the stack. (4) Its size: let u be the number of
+uncached free blocks. A request allocates ``n = cdiv(P, 16) - hit >= 1`` blocks and frees
+``[P % 16 != 0]`` uncached ones, so ``u' = max(u - n, 0) + [P % 16 != 0]``; before the first
+eviction nothing cached was ever lost (all seen pages are cached), and after it u equals the last
+request's partial flag, so at request i the cache holds the top ``N - 1 - [P_{i-1} % 16 != 0]``
+pages of the stack (or all of them, fewer). Hence the formula; inclusion holds, one depth replay
+answers every N. When the hypothesis fails (the trace has such a repeat) the per-size
+simulation is used. The test suite checks the replay against the simulation.
+
+>>> import numpy as np, stackdist
+>>> t = stackdist.RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
+...     np.zeros(2), np.array([24, 24]), np.array([1, 1]), block_size=16)
+>>> res = simulate_vllm(t, [2, 3, None], Schedule.serial(2), decode=False)
+>>> res.hit_tokens.tolist(), res.failed_request.tolist(), res.method
+([[-1, -1], [0, 16], [0, 16]], [0, -1, -1], 'one-replay')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from numba import njit
+
+import stackdist
+
+from .pages import EnginePages, engine_pages
+from .results import ServingResult, bisect_feasible, check_pools, run_pools
+from .schedule import ARRIVAL, DECODE, FINISH, Events, Schedule, event_order
+
+__all__ = ["simulate_vllm", "vllm_pool_run", "vllm_one_replay"]
+
+_B = 16
+
+
+@njit(cache=True, nogil=True)
+def _unlink(b, nxt, prv):  # type: ignore[no-untyped-def]
+    p = prv[b]
+    q = nxt[b]
+    nxt[p] = q
+    prv[q] = p
+
+
+@njit(cache=True, nogil=True)
+def _map_remove(b, kk, khead, ktail, mnext, mprev):  # type: ignore[no-untyped-def]
+    p = mprev[b]
+    q = mnext[b]
+    if p >= 0:
+        mnext[p] = q
+    else:
+        khead[kk] = q
+    if q >= 0:
+        mprev[q] = p
+    else:
+        ktail[kk] = p
+    mnext[b] = -1
+    mprev[b] = -1
+
+
+@njit(cache=True, nogil=True)
+def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N, B, hits):  # type: ignore[no-untyped-def]
+    """Replay the events at ``num_gpu_blocks = N``; fill ``hits``; return the failing request or -1.
+
+    Complexity: O(pages touched + events) time, O(N + n_keys + table) memory.
+    """
+    HEAD = N
+    TAIL = N + 1
+    nxt = np.empty(N + 2, np.int64)
+    prv = np.empty(N + 2, np.int64)
+    nxt[HEAD] = TAIL
+    prv[TAIL] = HEAD
+    last = HEAD
+    for b in range(1, N):  # block 0 is the null block
+        nxt[last] = b
+        prv[b] = last
+        last = b
+    nxt[last] = TAIL
+    prv[TAIL] = last
+    nfree = N - 1
+    ref = np.zeros(N, np.int32)
+    bkey = np.full(N, -1, np.int64)  # -1 uncached, -2 cached under a key no one looks up
+    mnext = np.full(N, -1, np.int64)
+    mprev = np.full(N, -1, np.int64)
+    khead = np.full(n_keys, -1, np.int64)
+    ktail = np.full(n_keys, -1, np.int64)
+    n_req = len(P)
+    tbl = np.empty(tbl_off[n_req], np.int64)
+    nblk = np.zeros(n_req, np.int64)
+    ncached = np.zeros(n_req, np.int64)
+    maxw = 1
+    for r in range(n_req):
+        maxw = max(maxw, tbl_off[r + 1] - tbl_off[r])
+    first = np.empty(maxw, np.int64)
+    for e in range(len(ev_kind)):
+        r = ev_req[e]
+        kind = ev_kind[e]
+        p = P[r]
+        tb = tbl_off[r]
+        if kind == 3:  # arrival: get_computed_blocks + allocate_slots(prompt)
+            base = off[r]
+            cap = (p - 1) // B
+            h = 0
+            while h < cap:
+                b = khead[key[base + h]]
+                if b < 0:
+                    break
+                tbl[tb + h] = b
+                h += 1
+            hits[r] = B * h
+            need = (p + B - 1) // B - h
+            evictable = 0
+            for j in range(h):
+                if ref[tbl[tb + j]] == 0:
+                    evictable += 1
+            if need + evictable > nfree:
+                return r
+            for j in range(h):  # touch
+                b = tbl[tb + j]
+                if ref[b] == 0:
+                    _unlink(b, nxt, prv)
+                    nfree -= 1
+                ref[b] += 1
+            for j in range(need):  # get_new_blocks
+                b = nxt[HEAD]
+                _unlink(b, nxt, prv)
+                nfree -= 1
+                if bkey[b] >= 0:
+                    _map_remove(b, bkey[b], khead, ktail, mnext, mprev)
+                bkey[b] = -1
+                ref[b] = 1
+                tbl[tb + h + j] = b
+            nblk[r] = h + need
+            full = p // B
+            for j in range(h, full):  # cache_full_blocks
+                b = tbl[tb + j]
+                kk = key[base + j]
+                bkey[b] = kk
+                t = ktail[kk]
+                mprev[b] = t
+                mnext[b] = -1
+                if t >= 0:
+                    mnext[t] = b
+                else:
+                    khead[kk] = b
+                ktail[kk] = b
+            ncached[r] = full
+        elif kind == 1:  # decode step k: allocate_slots(request, 1)
+            need = (p + ev_k[e] + B - 1) // B - nblk[r]
+            if need > nfree:
+                return r
+            for j in range(need):
+                b = nxt[HEAD]
+                _unlink(b, nxt, prv)
+                nfree -= 1
+                if bkey[b] >= 0:
+                    _map_remove(b, bkey[b], khead, ktail, mnext, mprev)
+                bkey[b] = -1
+                ref[b] = 1
+                tbl[tb + nblk[r]] = b
+                nblk[r] += 1
+        elif kind == 0:  # finish: free(request), reverse order
+            for j in range(ncached[r], n_final[r]):
+                bkey[tbl[tb + j]] = -2
+            nf = 0
+            for j in range(nblk[r] - 1, -1, -1):
+                b = tbl[tb + j]
+                ref[b] -= 1
+                if ref[b] == 0:
+                    if bkey[b] == -1:
+                        first[nf] = b
+                        nf += 1
+                    else:  # append_n: cached blocks to the tail
+                        t = prv[TAIL]
+                        nxt[t] = b
+                        prv[b] = t
+                        nxt[b] = TAIL
+                        prv[TAIL] = b
+                        nfree += 1
+            for i in range(nf - 1, -1, -1):  # prepend_n: uncached blocks to the head, in order
+                b = first[i]
+                q = nxt[HEAD]
+                nxt[HEAD] = b
+                prv[b] = HEAD
+                nxt[b] = q
+                prv[q] = b
+                nfree += 1
+            nblk[r] = 0
+    return -1
+
+
+def _prepare(pages: EnginePages, schedule: Schedule, decode: bool, B: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Events]:
+    """Kernel inputs: per-request block-table offsets, blocks hashed at finish, and the events
+    (decode steps kept only where they allocate: ``(P + k - 1) % B == 0``)."""
+    P = pages.input_tokens
+    O = pages.output_tokens
+    written = P + (np.maximum(O, 1) - 1 if decode else 0)  # tokens whose KV is written
+    tbl_off = np.concatenate(([0], np.cumsum((written + B - 1) // B))).astype(np.int64)
+    n_final = written // B
+    events = event_order(schedule, O, decode, keep_decode=lambda r, k: (P[r] + k - 1) % B == 0)
+    return tbl_off, n_final, events.kind.astype(np.int64), events
+
+
+def vllm_pool_run(pages: EnginePages, schedule: Schedule, decode: bool, num_gpu_blocks: int | None, block_size: int = _B) -> tuple[np.ndarray, int]:
+    """One exact simulation at ``num_gpu_blocks`` (None = a pool that never evicts).
+
+    Returns ``(hit_tokens per request, first failing request or -1)``. Complexity: O(pages +
+    events) time, O(N + keys + pages) memory.
+
+    >>> import numpy as np, stackdist
+    >>> t = stackdist.RequestTrace(np.array([1, 1]), np.array([0, 1, 2]), np.array([16, 16]),
+    ...     np.zeros(2), np.array([16, 16]), np.array([1, 1]), block_size=16)
+    >>> hits, failed = vllm_pool_run(engine_pages(t), Schedule.serial(2), False, 2)
+    >>> hits.tolist(), failed
+    ([0, 0], -1)
+    """
+    B = block_size
+    tbl_off, n_final, kind, ev = _prepare(pages, schedule, decode, B)
+    N = int(tbl_off[-1]) + 1 if num_gpu_blocks is None else int(num_gpu_blocks)
+    hits = np.zeros(pages.n_requests, np.int64)
+    failed = _vllm_kernel(pages.key, pages.offsets, pages.input_tokens, tbl_off, n_final, kind,
+                          ev.request, ev.k, max(pages.n_keys, 1), N, B, hits)
+    if failed >= 0:
+        hits[:] = -1
+    return hits, int(failed)
+
+
+def _no_duplicates(pages: EnginePages, B: int) -> bool:
+    """True when no request with ``P % B == 0`` finds its last full page seen before (the
+    hypothesis of the one-replay claim in the module docstring)."""
+    P = pages.input_tokens
+    f = P // B
+    n = pages.n_requests
+    req_of_page = np.repeat(np.arange(n), np.diff(pages.offsets))
+    j = np.arange(len(pages.key)) - pages.offsets[req_of_page]
+    full = j < f[req_of_page]
+    fk = pages.key[full]
+    if len(fk) == 0:
+        return True
+    _, first_idx = np.unique(fk, return_index=True)
+    first_req = np.full(pages.n_keys, n, np.int64)
+    first_req[fk[first_idx]] = req_of_page[full][first_idx]
+    aligned = np.flatnonzero((P % B == 0) & (f > 0))
+    last_key = pages.key[pages.offsets[aligned] + f[aligned] - 1]
+    return bool(np.all(first_req[last_key] >= aligned))
+
+
+def vllm_one_replay(pages: EnginePages, pools: Sequence[int | None], block_size: int = _B) -> np.ndarray:
+    """Serial, no-decode hits at every pool from one stack-depth replay (module docstring).
+
+    Valid only when ``_no_duplicates``; infeasible pools are not detected here. Returns int64
+    ``(len(pools), n_requests)``. Complexity: one stack-distance pass, O(pages log pages),
+    plus O(pages) per pool, vectorised.
+    """
+    B = block_size
+    P = pages.input_tokens
+    f = P // B
+    cap = np.maximum(P - 1, 0) // B
+    n = pages.n_requests
+    starts = np.concatenate(([0], np.cumsum(f)))[:-1]
+    req = np.repeat(np.arange(n), f)
+    t = np.arange(int(f.sum())) - starts[req]  # position in the tail-first access order
+    jpage = f[req] - 1 - t
+    seq = pages.key[pages.offsets[req] + jpage]
+    sd = np.asarray(stackdist.stack_distances(seq), dtype=np.int64)
+    cold = sd == stackdist.COLD
+    depth = np.where(cold, np.iinfo(np.int64).max, sd - t)  # D(j) = sd - (f - 1 - j)
+    usable = jpage < cap[req]
+    partial_prev = np.concatenate(([0], (P[:-1] % B != 0).astype(np.int64)))
+    out = np.empty((len(pools), n), np.int64)
+    for i, pool in enumerate(pools):
+        if pool is None:
+            ok = usable & ~cold
+        else:
+            K = int(pool) - 1 - partial_prev
+            ok = usable & (depth <= K[req])
+        out[i] = B * np.bincount(req[ok], minlength=n)
+    return out
+
+
+def _serial_min_pool(pages: EnginePages, decode: bool, B: int) -> int:
+    """Smallest feasible ``num_gpu_blocks`` for a serial schedule: the peak blocks of one request + 1."""
+    P, O = pages.input_tokens, pages.output_tokens
+    written = P + (np.maximum(O, 1) - 1 if decode else 0)
+    return int(((written + B - 1) // B).max(initial=0)) + 1
+
+
+def simulate_vllm(
+    trace: stackdist.RequestTrace | EnginePages,
+    pool_blocks: Sequence[int | None],
+    schedule: Schedule | str = "serial",
+    decode: bool = False,
+    block_size: int = _B,
+    threads: int = 2,
+    method: str = "auto",
+) -> ServingResult:
+    """vLLM's per-request prefix hits at each ``num_gpu_blocks`` (None = infinite).
+
+    ``schedule`` is a :class:`Schedule`, ``"serial"`` or ``"model"`` (the service model with
+    its defaults). ``method="auto"`` uses the one-replay path when the module docstring's
+    claim applies (serial, no decode, no duplicate-producing repeat), else the exact per-size
+    simulation (``"per-size"`` forces it). Complexity: per size O(pages + events); one replay
+    O(pages log pages) in all. For infeasible pools, ``min_feasible_pool`` is computed (proved
+    minimal for serial schedules, see *Feasibility*).
+
+    >>> import numpy as np, stackdist
+    >>> t = stackdist.RequestTrace(np.array([1, 1]), np.array([0, 1, 2]), np.array([16, 16]),
+    ...     np.zeros(2), np.array([16, 16]), np.array([1, 1]), block_size=16)
+    >>> simulate_vllm(t, [2, None], "serial", decode=False, method="per-size").hit_tokens.tolist()
+    [[0, 0], [0, 0]]
+    """
+    if method not in ("auto", "per-size", "one-replay"):
+        raise ValueError(f"method must be 'auto', 'per-size' or 'one-replay'; got {method!r}")
+    pages = trace if isinstance(trace, EnginePages) else engine_pages(trace, block_size)
+    pools = check_pools(pool_blocks, 1)
+    sched = _schedule(schedule, trace, pages)
+    B = block_size
+    one = sched.is_serial and not decode and _no_duplicates(pages, B)
+    if method == "one-replay" and not one:
+        raise ValueError("method='one-replay' needs a serial schedule, decode=False and no 16-aligned prompt repeating its last page")
+    if method == "per-size":
+        one = False
+    bound = _serial_min_pool(pages, decode, B)
+    if one:
+        hits = vllm_one_replay(pages, pools, B)
+        failed = np.full(len(pools), -1, np.int64)
+        need = (pages.input_tokens + B - 1) // B
+        for i, pool in enumerate(pools):
+            if pool is not None and pool < bound:
+                failed[i] = int(np.flatnonzero(need > pool - 1)[0])
+                hits[i] = -1
+    else:
+        runs = run_pools(lambda n: vllm_pool_run(pages, sched, decode, n, B), pools, threads)
+        hits = np.stack([h for h, _ in runs]) if runs else np.zeros((0, pages.n_requests), np.int64)
+        failed = np.array([f for _, f in runs], np.int64)
+    min_pool, proved = None, False
+    if (failed >= 0).any():
+        proved = sched.is_serial
+        if sched.is_serial:
+            min_pool = bound
+        else:
+            hi = int(_prepare(pages, sched, decode, B)[0][-1]) + 1
+            min_pool = bisect_feasible(lambda n: vllm_pool_run(pages, sched, decode, n, B)[1] < 0, bound, hi)
+    return ServingResult("vllm", pools, hits, failed, min_pool, "one-replay" if one else "per-size", proved)
+
+
+def _schedule(schedule: Schedule | str, trace: object, pages: EnginePages) -> Schedule:
+    """Resolve ``"serial"`` / ``"model"`` / a Schedule, checking its length."""
+    if isinstance(schedule, Schedule):
+        if schedule.n_requests != pages.n_requests:
+            raise ValueError(f"schedule must have one row per request ({pages.n_requests}); got {schedule.n_requests}")
+        return schedule
+    if schedule == "serial":
+        return Schedule.serial(pages.n_requests)
+    if schedule == "model":
+        if not isinstance(trace, stackdist.RequestTrace):
+            raise ValueError("schedule='model' needs the RequestTrace (for its timestamps); got pages")
+        return Schedule.from_service_model(trace)
+    raise ValueError(f"schedule must be a Schedule, 'serial' or 'model'; got {schedule!r}")
