@@ -148,16 +148,4 @@ def request_trace(requests: list[list], block_size: int = 4, last_tokens: list[i
     """A RequestTrace from lists of block ids: full blocks, or a shorter last block per request."""
     from stackdist.traces import RequestTrace
 
-    lengths = [len(r) for r in requests]
-    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
-    tokens = np.full(int(offsets[-1]), block_size, np.int64)
-    if last_tokens is not None:
-        for r, n in enumerate(lengths):
-            if n:
-                tokens[offsets[r + 1] - 1] = last_tokens[r]
-    ids = np.array([b for r in requests for b in r], dtype=np.int64)
-    cumulative = np.r_[0, np.cumsum(tokens)]
-    input_length = cumulative[offsets[1:]] - cumulative[offsets[:-1]]
-    n = len(requests)
-    return RequestTrace(ids, offsets, tokens, np.arange(n, dtype=float), input_length, np.zeros(n, np.int64),
-                        block_size=block_size)
+    return RequestTrace.from_blocks(requests, block_size=block_size, last_tokens=last_tokens)

@@ -56,7 +56,11 @@ class CurveSteps:
     hit_sizes: np.ndarray
 
     def at(self, capacity: int) -> tuple[int, int]:
-        """(hits, hit size) at one capacity (at least the first breakpoint)."""
+        """(hits, hit size) at one capacity (at least the first breakpoint). O(log breakpoints).
+
+        >>> HitCurve.from_trace([0, 1, 0, 2, 1, 0]).steps().at(3)
+        (3, 3)
+        """
         i = int(np.searchsorted(self.capacities, capacity, side="right")) - 1
         if i < 0:
             raise ValueError(f"these steps start at capacity {int(self.capacities[0])}; got {capacity}.")
@@ -151,23 +155,39 @@ class HitCurve:
     @property
     def histogram(self) -> Histogram:
         """The window's distance histogram: exact hits at capacities at or above
-        :attr:`max_object_size` (below it, the levels of the module docstring apply)."""
+        :attr:`max_object_size` (below it, the levels of the module docstring apply). O(1).
+
+        >>> HitCurve.from_trace([0, 1, 0, 1]).histogram.values.tolist()
+        [2]
+        """
         return self._histogram
 
     # ----------------------------------------------------------------- derived totals
     @property
     def ceiling_hits(self) -> int:
-        """Hits of an infinite cache: every access in the window but the cold ones."""
+        """Hits of an infinite cache: every access in the window but the cold ones. O(1).
+
+        >>> HitCurve.from_trace([0, 1, 0, 2, 1, 0]).ceiling_hits
+        3
+        """
         return self.n_accesses - self.cold_misses
 
     @property
     def ceiling_hit_size(self) -> int:
-        """Size units hit by an infinite cache."""
+        """Size units hit by an infinite cache. O(1).
+
+        >>> HitCurve.from_trace([0, 1, 0, 1], [2, 3, 2, 3]).ceiling_hit_size
+        5
+        """
         return int(self._histogram.cum_sizes[-1]) if self._histogram.values.size else 0
 
     @property
     def ceiling_hit_rate(self) -> float:
-        """Hit rate of an infinite cache (0.0 for an empty window)."""
+        """Hit rate of an infinite cache (0.0 for an empty window). O(1).
+
+        >>> HitCurve.from_trace([0, 1, 0, 1]).ceiling_hit_rate
+        0.5
+        """
         return self.ceiling_hits / self.n_accesses if self.n_accesses else 0.0
 
     # ----------------------------------------------------------------- point queries
@@ -196,29 +216,53 @@ class HitCurve:
         return hits, sizes
 
     def hits_at(self, capacity: Any) -> Any:
-        """Number of hits in the window at ``capacity`` (a scalar or an array of capacities)."""
+        """Number of hits in the window at ``capacity`` (a scalar or an array of capacities).
+
+        O(log breakpoints) per capacity (plus a level replay, once, below the largest object).
+        Below the largest object the curve can fall: capacity 4 admits the size-3 key, which then
+        evicts the size-2 key that capacity 2 kept.
+
+        >>> HitCurve.from_trace([0, 1, 0, 1], [2, 3, 2, 3]).hits_at([2, 4, 5]).tolist()
+        [1, 0, 2]
+        """
         hits, _ = self._evaluate(capacity)
         return int(hits) if hits.ndim == 0 else hits
 
     def hit_size_at(self, capacity: Any) -> Any:
-        """Total size (tokens, bytes...) of the hits in the window at ``capacity``."""
+        """Total size (tokens, bytes...) of the hits in the window at ``capacity``. As :meth:`hits_at`.
+
+        >>> HitCurve.from_trace([0, 1, 0, 1], [2, 3, 2, 3]).hit_size_at([2, 5]).tolist()
+        [2, 5]
+        """
         _, sizes = self._evaluate(capacity)
         return int(sizes) if sizes.ndim == 0 else sizes
 
     def misses_at(self, capacity: Any) -> Any:
-        """Number of misses (cold ones included) in the window at ``capacity``."""
+        """Number of misses (cold ones included) in the window at ``capacity``. As :meth:`hits_at`.
+
+        >>> HitCurve.from_trace([0, 1, 0, 2, 1, 0]).misses_at(2)
+        5
+        """
         hits, _ = self._evaluate(capacity)
         misses = self.n_accesses - hits
         return int(misses) if np.ndim(misses) == 0 else misses
 
     def hit_rate_at(self, capacity: Any) -> Any:
-        """Hits / accesses in the window (0.0 for an empty window)."""
+        """Hits / accesses in the window (0.0 for an empty window). As :meth:`hits_at`.
+
+        >>> HitCurve.from_trace([0, 1, 0, 1]).hit_rate_at(2)
+        0.5
+        """
         hits, _ = self._evaluate(capacity)
         rate = hits / self.n_accesses if self.n_accesses else np.zeros(np.shape(hits))
         return float(rate) if np.ndim(rate) == 0 else rate
 
     def size_hit_rate_at(self, capacity: Any) -> Any:
-        """Hit size / total size in the window (a token or byte hit rate)."""
+        """Hit size / total size in the window (a token or byte hit rate). As :meth:`hits_at`.
+
+        >>> HitCurve.from_trace([0, 1, 0, 1], [2, 3, 2, 3]).size_hit_rate_at(5)
+        0.5
+        """
         _, sizes = self._evaluate(capacity)
         rate = sizes / self.total_size if self.total_size else np.zeros(np.shape(sizes))
         return float(rate) if np.ndim(rate) == 0 else rate
@@ -238,6 +282,10 @@ class HitCurve:
         size / total size) or ``hit_size``. Rates are compared exactly (as fractions). Exact
         below the largest object too: the levels there are searched lazily, lowest first.
         O(log n) plus any level replays needed.
+
+        >>> c = HitCurve.from_trace([0, 1, 0, 1], [2, 3, 2, 3])
+        >>> c.min_capacity_for(hits=1), c.min_capacity_for(hit_rate=0.5), c.min_capacity_for(hits=3)
+        (2, 5, None)
         """
         given = {k: v for k, v in dict(hit_rate=hit_rate, hits=hits, size_hit_rate=size_hit_rate, hit_size=hit_size).items() if v is not None}
         if len(given) != 1:
@@ -271,6 +319,10 @@ class HitCurve:
         (each costs a replay of its filtered trace, see the module docstring); without it, and
         with varied sizes, the steps start at the largest object size and nothing extra runs.
         O(breakpoints).
+
+        >>> st = HitCurve.from_trace([0, 1, 0, 1], [2, 3, 2, 3]).steps()
+        >>> st.capacities.tolist(), st.hits.tolist()
+        ([0, 2, 3, 5], [0, 1, 0, 2])
         """
         bounds = self._levels.tolist() + [None]
         first = 0 if below_largest else max(0, len(self._levels) - 1)
@@ -296,7 +348,11 @@ class HitCurve:
         return CurveSteps(*(np.concatenate(parts).astype(np.int64, copy=False) for parts in (caps, hits, sizes)))
 
     def sample(self, capacities: Any) -> dict[str, list]:
-        """The curve at the given capacities, as lists ready for JSON."""
+        """The curve at the given capacities, as lists ready for JSON. As :meth:`hits_at`.
+
+        >>> HitCurve.from_trace([0, 1, 0, 1]).sample([1, 2])["hits"]
+        [0, 2]
+        """
         caps = np.asarray(capacities, dtype=np.int64)
         hits, sizes = self._evaluate(caps)
         n, total = self.n_accesses, self.total_size
@@ -310,7 +366,11 @@ class HitCurve:
 
     def default_capacities(self, points: int = 50) -> np.ndarray:
         """``points`` capacities spread over the interesting range (0 to the last breakpoint),
-        always including each size level and the capacity that reaches the ceiling."""
+        always including each size level and the capacity that reaches the ceiling. O(points).
+
+        >>> HitCurve.from_trace([0, 1, 2, 0, 1, 2]).default_capacities(4).tolist()
+        [0, 1, 2, 3]
+        """
         if points < 2:
             raise ValueError(f"points must be at least 2; got {points}.")
         last = int(self._histogram.values[-1]) if self._histogram.values.size else self.max_object_size
@@ -319,7 +379,11 @@ class HitCurve:
         return unique_sorted(np.concatenate([grid, extra, [last]]))
 
     def summary(self) -> dict[str, Any]:
-        """Totals of the window as a JSON-ready dict."""
+        """Totals of the window as a JSON-ready dict. O(1).
+
+        >>> HitCurve.from_trace([0, 1, 0]).summary()["cold_misses"]
+        2
+        """
         return {
             "accesses": self.n_accesses,
             "window": list(self.window),
@@ -355,7 +419,11 @@ class HitCurve:
         return self._level_distance_cache[k]
 
     def hit_mask(self, capacity: int) -> np.ndarray:
-        """Which accesses of the whole trace (not only the window) hit at ``capacity``. Exact."""
+        """Which accesses of the whole trace (not only the window) hit at ``capacity``. Exact. O(n).
+
+        >>> HitCurve.from_trace([0, 1, 0, 2, 1, 0]).hit_mask(2).tolist()
+        [False, False, True, False, False, False]
+        """
         capacity = int(capacity)
         if capacity < 0:
             raise ValueError(f"capacity must be non-negative; got {capacity}.")
@@ -370,12 +438,20 @@ class HitCurve:
 
     @property
     def keys(self) -> DenseKeys:
-        """The trace's keys as dense ids."""
+        """The trace's keys as dense ids. O(1).
+
+        >>> HitCurve.from_trace(["x", "y", "x"]).keys.ids.tolist()
+        [0, 1, 0]
+        """
         return self._dense
 
     @property
     def sizes(self) -> np.ndarray | None:
-        """Per-access sizes of the whole trace (None for unit sizes)."""
+        """Per-access sizes of the whole trace (None for unit sizes). O(1).
+
+        >>> HitCurve.from_trace([0, 1], [4, 2]).sizes.tolist()
+        [4, 2]
+        """
         return self._sizes
 
 

@@ -54,12 +54,22 @@ class StackDistanceStream:
 
     @property
     def n_keys(self) -> int:
-        """Distinct keys seen so far."""
+        """Distinct keys seen so far. O(1).
+
+        >>> s = StackDistanceStream(); _ = s.feed([0, 1]); _ = s.feed([0, 1, 2])
+        >>> s.n_keys
+        3
+        """
         return len(self._ids)
 
     @property
     def state_nbytes(self) -> int:
-        """Bytes held by the replay arrays and the histogram (excluding the key dict)."""
+        """Bytes held by the replay arrays and the histogram (excluding the key dict). O(1).
+
+        >>> s = StackDistanceStream(); _ = s.feed([0, 1]); _ = s.feed([0, 1, 2])
+        >>> s.state_nbytes > 0
+        True
+        """
         h = self._histogram
         return self._state.nbytes + h.values.nbytes + h.cum_hits.nbytes + h.cum_sizes.nbytes
 
@@ -67,6 +77,10 @@ class StackDistanceStream:
         """Replay one batch (unit sizes when ``sizes`` is None); return its distances.
 
         A key whose size changes is a ``ValueError``; the accesses before it stay replayed.
+        O(len(batch) log keys).
+
+        >>> StackDistanceStream().feed(["a", "b", "a"]).tolist()[2]
+        2
         """
         batch = list(keys.tolist() if isinstance(keys, np.ndarray) else keys)
         size_arr = check_sizes(sizes, len(batch))
@@ -100,26 +114,46 @@ class StackDistanceStream:
             )
 
     def hits_at(self, capacity: int) -> int:
-        """Hits so far at ``capacity`` (exact; see the module docstring for small capacities)."""
+        """Hits so far at ``capacity`` (exact; see the module docstring for small capacities). O(log n).
+
+        >>> s = StackDistanceStream(); _ = s.feed([0, 1]); _ = s.feed([0, 1, 2])
+        >>> s.hits_at(1), s.hits_at(2)
+        (0, 2)
+        """
         self._exact_at(int(capacity))
         if int(capacity) < self.max_object_size:
             return 0  # equal sizes: nothing fits below the one object size
         return int(self._histogram.at(np.asarray(int(capacity)))[0])
 
     def hit_size_at(self, capacity: int) -> int:
-        """Total size of the hits so far at ``capacity``."""
+        """Total size of the hits so far at ``capacity``. O(log n).
+
+        >>> s = StackDistanceStream(); _ = s.feed([0, 1]); _ = s.feed([0, 1, 2])
+        >>> s.hit_size_at(2)
+        2
+        """
         self._exact_at(int(capacity))
         if int(capacity) < self.max_object_size:
             return 0
         return int(self._histogram.at(np.asarray(int(capacity)))[1])
 
     def hit_rate_at(self, capacity: int) -> float:
-        """Hits / accesses so far (0.0 before any access)."""
+        """Hits / accesses so far (0.0 before any access). O(log n).
+
+        >>> s = StackDistanceStream(); _ = s.feed([0, 1]); _ = s.feed([0, 1, 2])
+        >>> s.hit_rate_at(2)
+        0.4
+        """
         return self.hits_at(capacity) / self.n_accesses if self.n_accesses else 0.0
 
     def min_capacity_for(self, *, hit_rate: float | None = None, hits: int | None = None) -> int | None:
         """The smallest capacity reaching the target so far (at or above the largest object when
-        sizes vary, where the curve is exact), or None if none does."""
+        sizes vary, where the curve is exact), or None if none does.O(log n).
+
+        >>> s = StackDistanceStream(); _ = s.feed([0, 1]); _ = s.feed([0, 1, 2])
+        >>> s.min_capacity_for(hits=2), s.min_capacity_for(hit_rate=0.5)
+        (2, None)
+        """
         if (hit_rate is None) == (hits is None):
             raise ValueError("give exactly one target: hit_rate or hits.")
         if hit_rate is not None:

@@ -74,7 +74,12 @@ class InclusiveTierCurve:
 
     def outcomes(self, cpu_capacity: int) -> np.ndarray:
         """Where every access of the whole trace was served at ``cpu_capacity``:
-        0 = GPU hit, 1 = CPU hit, 2 = miss (the codes of :data:`OUTCOMES`)."""
+        0 = GPU hit, 1 = CPU hit, 2 = miss (the codes of :data:`OUTCOMES`). O(n).
+
+        >>> t = inclusive_tiers([0, 1, 2, 0, 1, 2], gpu_capacities=[1])[0]
+        >>> t.outcomes(3).tolist()
+        [2, 2, 2, 1, 1, 1]
+        """
         out = np.full(self.gpu_hit_mask.shape[0], 2, np.int8)
         out[self.gpu_hit_mask] = 0
         misses = np.flatnonzero(~self.gpu_hit_mask)
@@ -82,15 +87,30 @@ class InclusiveTierCurve:
         return out
 
     def cpu_hits_at(self, cpu_capacity: Any) -> Any:
-        """CPU-tier hits in the window at ``cpu_capacity`` (scalar or array)."""
+        """CPU-tier hits in the window at ``cpu_capacity`` (scalar or array). O(log n) per capacity.
+
+        >>> t = inclusive_tiers([0, 1, 2, 0, 1, 2], gpu_capacities=[1])[0]
+        >>> t.cpu_hits_at([2, 3]).tolist()
+        [0, 3]
+        """
         return self.cpu.hits_at(cpu_capacity)
 
     def misses_at(self, cpu_capacity: Any) -> Any:
-        """Accesses in the window that miss both tiers."""
+        """Accesses in the window that miss both tiers. O(log n) per capacity.
+
+        >>> t = inclusive_tiers([0, 1, 2, 0, 1, 2], gpu_capacities=[1])[0]
+        >>> t.misses_at(3)
+        3
+        """
         return self.n_accesses - self.gpu_hits - self.cpu.hits_at(cpu_capacity)
 
     def hit_rate_at(self, cpu_capacity: Any) -> Any:
-        """(GPU + CPU hits) / accesses."""
+        """(GPU + CPU hits) / accesses. O(log n) per capacity.
+
+        >>> t = inclusive_tiers([0, 1, 2, 0, 1, 2], gpu_capacities=[1])[0]
+        >>> t.hit_rate_at(3)
+        0.5
+        """
         hits = self.gpu_hits + self.cpu.hits_at(cpu_capacity)
         return hits / self.n_accesses if self.n_accesses else 0.0 * hits
 
@@ -98,7 +118,12 @@ class InclusiveTierCurve:
         self, *, hit_rate: float | None = None, hits: int | None = None, max_misses: int | None = None
     ) -> int | None:
         """The smallest CPU capacity reaching a total hit rate, a hit count, or at most
-        ``max_misses`` misses in the window (give exactly one); None if none does."""
+        ``max_misses`` misses in the window (give exactly one); None if none does. O(log n).
+
+        >>> t = inclusive_tiers([0, 1, 2, 0, 1, 2], gpu_capacities=[1])[0]
+        >>> t.min_cpu_capacity_for(max_misses=3), t.min_cpu_capacity_for(hit_rate=0.9)
+        (3, None)
+        """
         given = [v is not None for v in (hit_rate, hits, max_misses)]
         if sum(given) != 1:
             raise ValueError("give exactly one target: hit_rate, hits or max_misses.")
@@ -110,7 +135,12 @@ class InclusiveTierCurve:
         return self.cpu.min_capacity_for(hits=max(0, int(hits) - self.gpu_hits))
 
     def to_dict(self, cpu_capacities: Sequence[int]) -> dict[str, Any]:
-        """This GPU capacity's row as JSON-ready lists."""
+        """This GPU capacity's row as JSON-ready lists. O(len(cpu_capacities) log n).
+
+        >>> t = inclusive_tiers([0, 1, 2, 0, 1, 2], gpu_capacities=[1])[0]
+        >>> t.to_dict([3])["cpu_hits"]
+        [3]
+        """
         caps = np.asarray(cpu_capacities, dtype=np.int64)
         cpu_hits = np.asarray(self.cpu.hits_at(caps))
         return {
@@ -155,7 +185,13 @@ def inclusive_tiers(
 
 
 def inclusive_grid(tiers: Sequence[InclusiveTierCurve], cpu_capacities: Sequence[int] | np.ndarray) -> dict[str, Any]:
-    """A GPU x CPU grid of hits and misses: arrays of shape (len(tiers), len(cpu_capacities))."""
+    """A GPU x CPU grid of hits and misses: arrays of shape (len(tiers), len(cpu_capacities)).
+
+    O(tiers x capacities x log n).
+
+    >>> inclusive_grid(inclusive_tiers([0, 1, 2, 0, 1, 2], gpu_capacities=[1, 3]), [0, 3])["cpu_hits"].tolist()
+    [[0, 3], [0, 0]]
+    """
     caps = np.asarray(cpu_capacities, dtype=np.int64)
     cpu_hits = np.array([np.asarray(t.cpu.hits_at(caps)) for t in tiers], dtype=np.int64).reshape(len(tiers), caps.size)
     gpu_hits = np.array([t.gpu_hits for t in tiers], dtype=np.int64)
@@ -204,7 +240,11 @@ def exclusive_hits(curve: HitCurve, capacities: Sequence[int]) -> dict[str, Any]
 
 
 def exclusive_grid(curve: HitCurve, gpu_capacities: Sequence[int] | np.ndarray, cpu_capacities: Sequence[int] | np.ndarray) -> dict[str, Any]:
-    """Exclusive two-tier hits over a GPU x CPU grid, from the one histogram."""
+    """Exclusive two-tier hits over a GPU x CPU grid, from the one histogram. O(grid x log n).
+
+    >>> exclusive_grid(HitCurve.from_trace([0, 1, 2, 0, 1, 2]), [1], [2])["cpu_hits"].tolist()
+    [[3]]
+    """
     gpu = np.asarray(gpu_capacities, dtype=np.int64)
     cpu = np.asarray(cpu_capacities, dtype=np.int64)
     gpu_hits = np.zeros((gpu.size, cpu.size), np.int64)

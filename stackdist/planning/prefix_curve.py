@@ -29,7 +29,7 @@ import numpy as np
 
 from stackdist.engine.histogram import Histogram, exact_count, exact_fraction
 from stackdist.engine.kernels import COLD
-from stackdist.serving.semantics import PrefixReplay
+from stackdist.serving.semantics import PrefixReplay, replay_requests  # noqa: F401  (replay_requests: the doctests)
 from stackdist.traces import RequestTrace
 
 __all__ = ["PrefixCurve", "coverage_needs"]
@@ -68,52 +68,113 @@ class PrefixCurve:
 
     @property
     def semantics(self) -> str:
+        """The semantics of the replay this curve reads. O(1).
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.semantics
+        'engine'
+        """
         return self.replay.semantics
 
     # ------------------------------------------------------------------ point queries
     def block_hits_at(self, capacity_blocks: Any) -> Any:
-        """Blocks that hit (per-access: any cached block; engine: blocks in the hit prefix)."""
+        """Blocks that hit (per-access: any cached block; engine: blocks in the hit prefix). O(log n) per capacity.
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.block_hits_at([0, 1, 2]).tolist()
+        [0, 1, 2]
+        """
         hits = self._per_block.at(np.asarray(capacity_blocks, dtype=np.int64))[0]
         return int(hits) if np.ndim(hits) == 0 else hits
 
     def prefix_token_hits_at(self, capacity_blocks: Any) -> Any:
-        """Tokens in the requests' contiguous hit prefixes."""
+        """Tokens in the requests' contiguous hit prefixes. O(log n) per capacity.
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.prefix_token_hits_at([1, 2]).tolist()
+        [4, 8]
+        """
         hits = self._prefix.at(np.asarray(capacity_blocks, dtype=np.int64))[1]
         return int(hits) if np.ndim(hits) == 0 else hits
 
     def block_hit_rate_at(self, capacity_blocks: Any) -> Any:
+        """Block hits / blocks. O(log n) per capacity.
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.block_hit_rate_at(2)
+        0.5
+        """
         return self.block_hits_at(capacity_blocks) / max(self.n_blocks, 1)
 
     def reuse_hit_rate_at(self, capacity_blocks: Any) -> Any:
-        """Block hits / blocks seen before (cold blocks excluded)."""
+        """Block hits / blocks seen before (cold blocks excluded). O(log n) per capacity.
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.reuse_hit_rate_at(1)
+        0.5
+        """
         return self.block_hits_at(capacity_blocks) / max(self.n_blocks - self.cold_blocks, 1)
 
     def prefix_token_hit_rate_at(self, capacity_blocks: Any) -> Any:
+        """Prefix hit tokens / input tokens. O(log n) per capacity.
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.prefix_token_hit_rate_at(1)
+        0.25
+        """
         return self.prefix_token_hits_at(capacity_blocks) / max(self.input_tokens, 1)
 
     # ------------------------------------------------------------------ ceilings
     @property
     def ceiling_block_hits(self) -> int:
+        """Block hits of an infinite cache. O(1).
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.ceiling_block_hits
+        2
+        """
         return int(self._per_block.cum_hits[-1]) if self._per_block.values.size else 0
 
     @property
     def ceiling_token_hits(self) -> int:
+        """Prefix hit tokens of an infinite cache. O(1).
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.ceiling_token_hits
+        8
+        """
         return int(self._prefix.cum_sizes[-1]) if self._prefix.values.size else 0
 
     @property
     def ceiling_token_hit_rate(self) -> float:
+        """Prefix token hit rate of an infinite cache (the ceiling every target is a fraction of). O(1).
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.ceiling_token_hit_rate
+        0.5
+        """
         return self.ceiling_token_hits / max(self.input_tokens, 1)
 
     @property
     def saturation_blocks(self) -> int:
-        """The smallest capacity at which every curve reaches its ceiling."""
+        """The smallest capacity at which every curve reaches its ceiling. O(1).
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.saturation_blocks
+        2
+        """
         last = [int(h.values[-1]) for h in (self._per_block, self._prefix) if h.values.size]
         return max(last, default=0)
 
     # ------------------------------------------------------------------ inverse queries
     def min_capacity_for(self, *, token_hit_rate: float | None = None, fraction_of_ceiling: float | None = None) -> int | None:
         """The smallest capacity (blocks) whose prefix token hit rate reaches an absolute target
-        or a fraction of the ceiling (give one); None when unreachable. Exact."""
+        or a fraction of the ceiling (give one); None when unreachable. Exact. O(log n).
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.min_capacity_for(fraction_of_ceiling=0.5), c.min_capacity_for(token_hit_rate=0.6)
+        (1, None)
+        """
         if (token_hit_rate is None) == (fraction_of_ceiling is None):
             raise ValueError("give exactly one of token_hit_rate or fraction_of_ceiling.")
         if token_hit_rate is not None:
@@ -135,7 +196,12 @@ class PrefixCurve:
     ) -> dict[str, int]:
         """The smallest capacity that serves at least each quantile of the counted requests
         (a request is served when its coverage need is met); with ``reusable_only``, of the
-        requests that have a reusable prefix at all. Exact order statistics."""
+        requests that have a reusable prefix at all. Exact order statistics. O(requests log requests).
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.coverage_capacity(1.0, (0.5, 1.0))
+        {'p50': 0, 'p100': 2}
+        """
         needs = self.coverage_needs(target)
         if reusable_only:
             needs = needs[needs > 0]
@@ -147,6 +213,12 @@ class PrefixCurve:
         return out
 
     def summary(self) -> dict[str, Any]:
+        """Totals and ceilings as a JSON-ready dict. O(1).
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.summary()["cold_blocks"]
+        2
+        """
         return {
             "requests": self.n_requests,
             "blocks": self.n_blocks,

@@ -37,8 +37,8 @@ def render_plan_table(report: Plan) -> str:
                      f"{cov['n_requests_with_reuse']:,} of {cov['n_requests']:,} requests have reuse:")
         for q, cap in cov["requests_with_reuse"].items():
             lines.append(f"  {q:>6} of requests with reuse  {_fmt_cap(cap)}")
-        for key, what in (("tier_plan", "of the ceiling's prefix tokens"), ("tier_plan_by_coverage", "of requests with reuse covered")):
-            plan = sem[key]
+        for plan, what in ((sem["tier_plan"], "of the ceiling's prefix tokens"),
+                           (sem["tier_plan_by_coverage"], "of requests with reuse covered")):
             lines.append(f"tier plan, targets as fractions {what} (exclusive bands of one LRU stack; prices "
                          + ("assumed" if plan["prices_are_assumptions"] else "given") + "):")
             for tier in plan["tiers"]:

@@ -61,7 +61,11 @@ class AccessTrace:
 
     @property
     def n_accesses(self) -> int:
-        """Number of accesses."""
+        """Number of accesses. O(1).
+
+        >>> AccessTrace(np.array([1, 2, 1]), None, "t.csv").n_accesses
+        3
+        """
         return int(self.keys.shape[0])
 
     def __len__(self) -> int:
@@ -117,6 +121,12 @@ def read_access_trace(path: str | os.PathLike[str], format: str | None = None) -
       structured array with fields ``key`` and optional ``size``; never unpickled.
 
     The size column is optional but must be present on every line or on none.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.jsonl")
+    >>> _ = open(path, "w").write('{"key": 7, "size": 2}\\n{"key": 8, "size": 2}\\n')
+    >>> read_access_trace(path).keys.tolist()
+    [7, 8]
     """
     fmt = _access_format(path, format)
     if fmt == "npy":

@@ -140,6 +140,10 @@ def reblock(trace: RequestTrace, new_block_size: int) -> RequestTrace:
     fine-grained hit rates from a re-blocked trace are conservative for partial tails.
 
     Complexity: O(pages) vectorised (plus O(distinct ids) hashes on the fallback path).
+
+    >>> t = reblock(RequestTrace.from_blocks([[3, 4]], block_size=32, last_tokens=[20]), 16)
+    >>> t.block_ids.tolist(), t.block_tokens.tolist()
+    ([6, 7, 8, 9], [16, 16, 16, 4])
     """
     if isinstance(new_block_size, bool) or not isinstance(new_block_size, (int, np.integer)) or new_block_size < 1:
         raise UsageError(f"new_block_size must be a positive integer, got {new_block_size!r}")

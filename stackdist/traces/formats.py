@@ -30,7 +30,12 @@ def read_requests(
     """Read a request trace in ``format`` ("mooncake", "qwen" or "tokens").
 
     ``block_size`` defaults to 512 for mooncake and 16 for qwen and tokens;
-    ``partial_last_block`` applies to "tokens" only.
+    ``partial_last_block`` applies to "tokens" only. Complexity: that of the reader.
+
+    >>> read_requests("trace.jsonl", "parquet")
+    Traceback (most recent call last):
+    ...
+    stackdist.errors.UsageError: format must be one of mooncake, qwen, tokens, got 'parquet'
     """
     if format not in REQUEST_FORMATS:
         raise UsageError(f"format must be one of {', '.join(REQUEST_FORMATS)}, got {format!r}")
@@ -47,6 +52,11 @@ def access_as_requests(access: AccessTrace, block_size: int | None = None) -> Re
     whose block holds ``size`` tokens (1 when unsized), so it can be planned like any trace.
 
     ``block_size`` defaults to the largest size and must be at least it. O(n).
+
+    >>> from stackdist.traces import AccessTrace
+    >>> t = access_as_requests(AccessTrace(np.array([3, 4, 3]), np.array([2, 5, 2]), "x.csv"))
+    >>> t.n_requests, t.block_size, t.block_tokens.tolist()
+    (3, 5, [2, 5, 2])
     """
     n = access.n_accesses
     tokens = np.ones(n, np.int64) if access.sizes is None else access.sizes

@@ -99,6 +99,13 @@ def read_mooncake(path: str | os.PathLike[str], block_size: int = 512, skip_bad:
     ``ceil(input_length / block_size)``: the final partial block is covered and gets
     ``input_length - block_size * (n - 1)`` tokens. Timestamps are converted from ms to s.
     ``output_length`` may be absent (0). Complexity: O(file size).
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "m.jsonl")
+    >>> _ = open(path, "w").write('{"timestamp": 1500, "input_length": 600, "output_length": 9, "hash_ids": [4, 5]}\\n')
+    >>> t = read_mooncake(path)
+    >>> t.block_ids.tolist(), t.block_tokens.tolist(), t.timestamps_s.tolist()
+    ([4, 5], [512, 88], [1.5])
     """
     trace, _ = _read_hash_id_trace(path, block_size, skip_bad, lambda obj: None, 1000.0)
     return trace
@@ -157,6 +164,16 @@ def read_qwen(path: str | os.PathLike[str], block_size: int = 16, skip_bad: bool
     request, i.e. per turn); ``session_ids`` holds the conversation: the ``chat_id`` at the
     root of the ``parent_chat_id`` chain (see :func:`_conversation_roots`).
     Complexity: O(file size).
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "q.jsonl")
+    >>> _ = open(path, "w").write('{"chat_id": 7, "parent_chat_id": -1, "timestamp": 0, "input_length": 20, '
+    ...                           '"output_length": 3, "hash_ids": [1, 2]}\\n'
+    ...                           '{"chat_id": 8, "parent_chat_id": 7, "timestamp": 2, "input_length": 16, '
+    ...                           '"output_length": 3, "hash_ids": [1]}\\n')
+    >>> t = read_qwen(path)
+    >>> t.request_ids.tolist(), t.session_ids.tolist(), t.block_tokens.tolist()
+    ([7, 8], [7, 7], [16, 4, 16])
     """
     trace, extras = _read_hash_id_trace(path, block_size, skip_bad, _qwen_ids, 1.0)
     chat_ids = [chat for chat, _ in extras]

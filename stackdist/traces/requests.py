@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -72,25 +73,69 @@ class RequestTrace:
             self.request_ids = np.asarray(self.request_ids, dtype=np.int64)
         self._check()
 
+    @classmethod
+    def from_blocks(
+        cls,
+        requests: Sequence[Sequence[int]],
+        block_size: int = 16,
+        last_tokens: Sequence[int] | None = None,
+        output_length: Sequence[int] | None = None,
+    ) -> RequestTrace:
+        """A trace from per-request lists of block ids: full blocks, or ``last_tokens[r]`` tokens in
+        request r's last block; one request per second; prompts exactly cover their blocks. O(blocks).
+
+        >>> t = RequestTrace.from_blocks([[7, 8], [7]], block_size=4, last_tokens=[3, 4])
+        >>> t.input_length.tolist(), t.block_tokens.tolist()
+        ([7, 4], [4, 3, 4])
+        """
+        lengths = [len(r) for r in requests]
+        offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
+        tokens = np.full(int(offsets[-1]), block_size, np.int64)
+        if last_tokens is not None:
+            has_blocks = np.asarray(lengths) > 0
+            tokens[offsets[1:][has_blocks] - 1] = np.asarray(last_tokens, np.int64)[has_blocks]
+        cumulative = np.r_[0, np.cumsum(tokens)]
+        n = len(requests)
+        outputs = np.zeros(n, np.int64) if output_length is None else np.asarray(output_length, np.int64)
+        ids = _as_id_array([b for r in requests for b in r])
+        return cls(ids, offsets, tokens, np.arange(n, dtype=float), cumulative[offsets[1:]] - cumulative[offsets[:-1]],
+                   outputs, block_size=block_size)
+
     @property
     def n_requests(self) -> int:
-        """Number of requests."""
+        """Number of requests. O(1).
+
+        >>> RequestTrace.from_blocks([[0], [0, 1]]).n_requests
+        2
+        """
         return int(self.offsets.shape[0]) - 1
 
     @property
     def n_blocks(self) -> int:
-        """Number of block accesses (all requests' blocks together)."""
+        """Number of block accesses (all requests' blocks together). O(1).
+
+        >>> RequestTrace.from_blocks([[0], [0, 1]]).n_blocks
+        3
+        """
         return int(self.block_ids.shape[0])
 
     def request_blocks(self, r: int) -> np.ndarray:
-        """Block ids of request ``r`` (a view), head first."""
+        """Block ids of request ``r`` (a view), head first. O(1).
+
+        >>> RequestTrace.from_blocks([[0], [0, 1]]).request_blocks(-1).tolist()
+        [0, 1]
+        """
         if not -self.n_requests <= r < self.n_requests:
             raise IndexError(f"request index {r} is out of range for {self.n_requests} requests")
         r %= self.n_requests
         return self.block_ids[self.offsets[r] : self.offsets[r + 1]]
 
     def blocks_per_request(self) -> np.ndarray:
-        """Number of blocks of each request (int64)."""
+        """Number of blocks of each request (int64). O(requests).
+
+        >>> RequestTrace.from_blocks([[0], [0, 1]]).blocks_per_request().tolist()
+        [1, 2]
+        """
         return np.diff(self.offsets)
 
     def select(self, which: slice | np.ndarray | list[int] | list[bool]) -> RequestTrace:
@@ -98,6 +143,9 @@ class RequestTrace:
 
         ``which`` is a slice, a boolean mask of length n_requests, or an array of request
         indices. Complexity: O(requests + blocks selected).
+
+        >>> RequestTrace.from_blocks([[0], [0, 1], [2]]).select([2, 0]).block_ids.tolist()
+        [2, 0]
         """
         index = _request_index(which, self.n_requests)
         lengths = self.offsets[index + 1] - self.offsets[index]

@@ -61,6 +61,13 @@ def read_token_ids(
     prefix-token hit rates computed from the blocks exclude each prompt's tail. With
     ``True`` the tail becomes a block of its own, counted by its real length.
     Complexity: O(tokens).
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "t.jsonl")
+    >>> _ = open(path, "w").write("[1, 2, 3, 4, 5]\\n[1, 2, 3, 4, 9]\\n")
+    >>> t = read_token_ids(path, block_size=2)
+    >>> t.n_blocks, bool(t.block_ids[0] == t.block_ids[2]), t.input_length.tolist()
+    (4, True, [5, 5])
     """
     block_size = check_block_size(block_size)
     pieces: list[np.ndarray] = []

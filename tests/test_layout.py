@@ -1,0 +1,220 @@
+"""The layout rules of docs/architecture.md, enforced on the source (``ast``, nothing is imported).
+
+- no import cycles between modules (function-local imports count too);
+- a name starting with ``_`` is private to its file: never imported from another module, never
+  read as ``module._name``;
+- layers import downwards only (``LAYERS``); ``stackdist`` never imports ``kvlab``;
+- the three standalone lab files import only the standard library and each other;
+- no module over 600 lines, no function over 70 (a compiled kernel 150), no folder over 12 modules;
+- every package ``__init__`` only re-exports (imports, ``__all__``, a docstring, metadata).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("stackdist", "kvlab")
+STANDALONE = {"kvlab.kvsim", "kvlab.scenario", "kvlab.summarize"}
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_MODULES_PER_FOLDER = 600, 70, 12
+# A compiled (numba) kernel keeps its loop body written out: factored into helpers it ran up to
+# twice as slow (measured, see engine/kernels.py), so kernels get a longer limit.
+MAX_KERNEL_LINES = 150
+
+# Lowest first: a module may import its own layer and the layers listed before it.
+LAYERS = [
+    {"stackdist.errors", "stackdist.version", "stackdist.output"},
+    {"stackdist.engine"},
+    {"stackdist.traces"},
+    {"stackdist.serving"},
+    {"stackdist.planning"},
+    {"stackdist.render"},
+    {"stackdist.cli", "stackdist", "stackdist.__main__"},
+]
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
+
+
+def _package_of(module: str) -> str:
+    is_package = MODULES[module].name == "__init__.py"
+    return module if is_package else module.rpartition(".")[0]
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = _package_of(module).split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(module: str) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for every import in the module."""
+    out: list[tuple[str, str | None, int]] = []
+    for node in ast.walk(TREES[module]):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, None, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            target = _resolve(module, node)
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                out.append((sub, None, node.lineno) if sub in MODULES else (target, alias.name, node.lineno))
+    return out
+
+
+def _internal_edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module in MODULES:
+        for target, _name, _line in _imports(module):
+            if target in MODULES and target != module:
+                edges[module].add(target)
+    return edges
+
+
+def _layer(module: str) -> int | None:
+    best = None
+    for i, layer in enumerate(LAYERS):
+        for prefix in layer:
+            if module == prefix or module.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (i, len(prefix))
+    return None if best is None else best[0]
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of the directed graph ``edges`` (as a path that returns to its start), or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(edges.get(m, ())):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(edges):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def _without_self_reexports(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Drop a package's imports of its own submodules (re-exporting them is not a cycle)."""
+    return {m: {n for n in targets if not n.startswith(m + ".")} for m, targets in edges.items()}
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(_without_self_reexports(_internal_edges()))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def private_uses(module: str, tree: ast.Module, imports: list[tuple[str, str | None, int]]) -> list[str]:
+    """Every use in ``module`` of another module's private name: imported, or read as m._x."""
+    bad = []
+    for target, name, line in imports:
+        last = target.rpartition(".")[2]
+        if last.startswith("_") and not last.startswith("__"):
+            bad.append(f"{module}:{line} imports private module {target}")
+        if name and name.startswith("_") and not name.startswith("__") and target != module:
+            bad.append(f"{module}:{line} imports {name} from {target}")
+    imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in imported
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            bad.append(f"{module}:{node.lineno} reads {node.value.id}.{node.attr}")
+    return bad
+
+
+def test_no_private_names_across_modules():
+    bad = [use for module in MODULES for use in private_uses(module, TREES[module], _imports(module))]
+    assert not bad, "\n".join(bad)
+
+
+def test_layers_import_downwards_and_stackdist_never_imports_kvlab():
+    bad = []
+    for module in MODULES:
+        here = _layer(module)
+        for target, _name, line in _imports(module):
+            if module.startswith("stackdist") and target.split(".")[0] == "kvlab":
+                bad.append(f"{module}:{line} imports {target}")
+            there = _layer(target) if target.split(".")[0] == "stackdist" else None
+            if here is not None and there is not None and there > here:
+                bad.append(f"{module}:{line} (layer {here}) imports {target} (layer {there})")
+    assert not bad, "\n".join(bad)
+
+
+def test_standalone_lab_files_import_only_the_standard_library_and_each_other():
+    names = {m.rpartition(".")[2] for m in STANDALONE}
+    for module in STANDALONE:
+        for target, _name, line in _imports(module):
+            top = target.split(".")[0]
+            ok = top in sys.stdlib_module_names or target in STANDALONE or top in names or top == "__future__"
+            assert ok, f"{module}:{line} imports {target}"
+
+
+def test_sizes():
+    too_long = [f"{m}: {len(p.read_text().splitlines())} lines" for m, p in MODULES.items()
+                if len(p.read_text().splitlines()) > MAX_MODULE_LINES]
+    for m, tree in TREES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                compiled = any("njit" in ast.unparse(d) for d in node.decorator_list)
+                if length > (MAX_KERNEL_LINES if compiled else MAX_FUNCTION_LINES):
+                    too_long.append(f"{m}.{node.name}: {length} lines")
+    per_folder: dict[Path, int] = {}
+    for path in MODULES.values():
+        per_folder[path.parent] = per_folder.get(path.parent, 0) + 1
+    too_long += [f"{folder}: {n} modules" for folder, n in per_folder.items() if n > MAX_MODULES_PER_FOLDER]
+    assert not too_long, "\n".join(too_long)
+
+
+def test_package_inits_only_re_export():
+    allowed = (ast.Import, ast.ImportFrom)
+    for module, path in MODULES.items():
+        if path.name != "__init__.py":
+            continue
+        for node in TREES[module].body:
+            if isinstance(node, allowed) or isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            assert names and all(n.startswith("__") for n in names), f"{module}:{node.lineno} is not a re-export"
+
+
+def test_the_rules_catch_what_they_forbid():
+    """The checks can fail: made-up code with each forbidden thing is caught."""
+    code = "from .curve import _Histogram\nfrom . import kernels as k\nk._prefix_sum(1)\nimport stackdist._io\n"
+    tree = ast.parse(code)
+    imports = [("stackdist.engine.curve", "_Histogram", 1), ("stackdist.engine.kernels", None, 2), ("stackdist._io", None, 4)]
+    found = private_uses("stackdist.engine.tiers", tree, imports)
+    assert len(found) == 3
+    assert any("imports _Histogram" in f for f in found) and any("reads k._prefix_sum" in f for f in found)
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a"}}) is None
+    assert find_cycle(_without_self_reexports({"p": {"p.x"}, "p.x": {"p"}})) is None
+    assert _layer("stackdist.cli.plan") > _layer("stackdist.engine.curve") > _layer("stackdist.output.files")
