@@ -34,6 +34,7 @@ import numpy as np
 from stackdist.engine import kernels
 from stackdist.engine.distances import replay_arrival_depths, replay_distances
 from stackdist.engine.keys import dense_keys
+from stackdist.engine.kernels import COLD
 from stackdist.traces import RequestTrace
 
 __all__ = ["SEMANTICS", "PrefixReplay", "replay_requests", "request_hits"]
@@ -80,7 +81,7 @@ def request_hits(replay: PrefixReplay, capacity_blocks: int, tokens: bool = Fals
     one capacity: one vectorised pass, no curve per request. O(blocks).
     """
     trace = replay.trace
-    in_prefix = replay.effective <= int(capacity_blocks)
+    in_prefix = replay.effective <= min(int(capacity_blocks), COLD - 1)  # cold (COLD) never hits
     weights = trace.block_tokens if tokens else np.ones(trace.n_blocks, np.int64)
     cumulative = np.r_[0, np.cumsum(np.where(in_prefix, weights, 0))]
     return (cumulative[trace.offsets[1:]] - cumulative[trace.offsets[:-1]]).astype(np.int64)
