@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
 from stackdist.errors import UsageError
 from stackdist.output import Progress, write_json
+from stackdist.planning.engine_plan import ENGINE_MODELS, EngineOptions, parse_pools, per_request_columns, run_engine_models
 from stackdist.planning.plan import PlanOptions, build_plan, parse_duration
 from stackdist.planning.prices import parse_prices
+from stackdist.serving.schedule import Schedule
 
 from .args import fraction_list
 
@@ -39,7 +42,28 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--reblock", type=int, metavar="TOKENS", help="split blocks into finer pages first (e.g. 512 -> 16)")
     p.add_argument("--partial-last-block", action="store_true", help="tokens format: also hash a final partial block")
     p.add_argument("--skip-bad", action="store_true", help="skip malformed lines (and count them) instead of stopping")
-    p.add_argument("--semantics", choices=["engine", "per-access", "both"], default="both")
+    p.add_argument("--semantics", default="both", metavar="NAMES",
+                   help="comma-separated: engine (idealized prefix LRU), per-access (KVSET), vllm, sglang "
+                   "(the engines' own caches), both (= engine,per-access) or all (default both)")
+    eng = p.add_argument_group("engine models (--semantics vllm / sglang)")
+    eng.add_argument("--gpu-blocks", metavar="N1,N2,...",
+                     help="pool sizes in the engine's own count: vLLM's num_gpu_blocks (as in its start-up log), "
+                     "SGLang's KV pages; 'inf' for no eviction (default: 8 sizes spread up to no eviction, and inf)")
+    eng.add_argument("--engine-block-size", type=int, default=16, metavar="TOKENS",
+                     help="the engine's KV block (page) size in tokens (default 16)")
+    eng.add_argument("--decode", action=argparse.BooleanOptionalAction, default=None,
+                     help="generated tokens occupy and are cached in blocks as the engine writes them "
+                     "(default: on when the trace gives output lengths)")
+    eng.add_argument("--schedule", default="model", metavar="serial|model|FILE.csv",
+                     help="when requests run: serial (one at a time), model (arrival from the trace, prefill and "
+                     "decode at the rates below; the default) or a CSV request,arrival_s,prefill_end_s,finish_s")
+    eng.add_argument("--prefill-tokens-per-s", type=float, default=10000.0, metavar="R",
+                     help="service model: prefill speed (default 10000 tokens/s)")
+    eng.add_argument("--decode-tokens-per-s", type=float, default=50.0, metavar="R",
+                     help="service model: decode speed per request (default 50 tokens/s)")
+    eng.add_argument("--per-request", metavar="FILE.csv",
+                     help="one row per request: request,id,arrival_s,worker,input_tokens,output_tokens,hit_tokens_<N>... "
+                     "(one file per model, FILE.<model>.csv, when several are asked for)")
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", help="a known model name (default qwen2.5-1.5b, the lab's measured model)")
     model.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json for KV bytes per token")
@@ -80,7 +104,7 @@ def _options(args: argparse.Namespace) -> PlanOptions:
     if tiers != sorted(tiers) or len(tiers) > 3:
         raise UsageError(f"--tier-targets must be 1 to 3 non-decreasing fractions (HBM, DRAM, SSD); got {args.tier_targets!r}.")
     return PlanOptions(
-        semantics=("engine", "per-access") if args.semantics == "both" else (args.semantics,),
+        semantics=tuple(m for m in _models(args.semantics) if m not in ENGINE_MODELS),
         geometry=geometry,
         targets=fraction_list(args.targets, "--targets"),
         coverage_target=args.coverage,
@@ -118,7 +142,11 @@ def run_plan(args: argparse.Namespace) -> int:
 
     options = _options(args)
     trace = _load(args)
-    report = build_plan(trace, options, progress_factory=Progress)
+    options = dataclasses.replace(options, engine=_engine_options(args, trace))
+    results = run_engine_models(trace, options.engine, _stage) if options.engine.models else {}
+    report = build_plan(trace, options, progress_factory=Progress, engine_results=results)
+    if args.per_request:
+        _write_per_request(args.per_request, trace, options, results)
     if args.json == "-":
         write_json("-", report)
     else:
@@ -129,4 +157,79 @@ def run_plan(args: argparse.Namespace) -> int:
         from stackdist.render.plot import plot_plan
 
         plot_plan(args.plot, report, list(options.targets))
-    return 0
+    return _infeasible_status(report) if args.gpu_blocks else 0
+
+
+SEMANTICS_NAMES = ("engine", "per-access", "vllm", "sglang")
+
+
+def _models(text: str) -> tuple[str, ...]:
+    """The semantics and engine models named by ``--semantics`` (comma-separated), in order."""
+    aliases = {"both": ("engine", "per-access"), "all": SEMANTICS_NAMES}
+    names: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        for name in aliases.get(part, (part,)):
+            if name not in SEMANTICS_NAMES:
+                raise UsageError(f"--semantics must be a comma-separated list of {', '.join(SEMANTICS_NAMES)}, "
+                                 f"both or all; got {text!r}.")
+            if name not in names:
+                names.append(name)
+    return tuple(names)
+
+
+def _engine_options(args: argparse.Namespace, trace: Any) -> EngineOptions:
+    """The engine models' options from the flags (decode defaults to whether outputs are known)."""
+    models = tuple(m for m in _models(args.semantics) if m in ENGINE_MODELS)
+    if args.engine_block_size < 1 or (models and trace.block_size % args.engine_block_size):
+        raise UsageError(f"--engine-block-size must be a positive integer dividing the trace's block size "
+                         f"({trace.block_size} tokens); got {args.engine_block_size}.")
+    for flag, rate in (("--prefill-tokens-per-s", args.prefill_tokens_per_s), ("--decode-tokens-per-s", args.decode_tokens_per_s)):
+        if not rate > 0 or rate == float("inf"):
+            raise UsageError(f"{flag} must be a positive finite number of tokens per second; got {rate}.")
+    try:
+        pools = parse_pools(args.gpu_blocks) if args.gpu_blocks else ()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    schedule: Any = args.schedule
+    if schedule not in ("serial", "model"):
+        schedule = Schedule.read_csv(schedule, trace.n_requests)
+    decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
+    return EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
+                         args.decode_tokens_per_s, schedule_source=args.schedule)
+
+
+def _stage(label: str) -> None:
+    print(f"stackdist plan: {label}", file=sys.stderr)
+
+
+def _write_per_request(path: str, trace: Any, options: PlanOptions, results: dict[str, Any]) -> None:
+    """One CSV per model (``FILE.<model>.csv`` when there are several), rows in replay order."""
+    from stackdist.render.per_request import write_per_request
+
+    names = list(results)
+    if not names:
+        raise UsageError("--per-request needs an engine model: --semantics vllm or sglang.")
+    for name in names:
+        target = path if len(names) == 1 else _suffixed(path, name)
+        write_per_request(target, trace, per_request_columns(results[name]))
+
+
+def _suffixed(path: str, name: str) -> str:
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.{name}.{ext}" if dot else f"{path}.{name}"
+
+
+def _infeasible_status(report: Any) -> int:
+    """Exit 1 (after writing everything) when a pool size the user asked for is infeasible, saying
+    why (default pool sizes that turn out infeasible are reported in the plan, not an error)."""
+    status = 0
+    for name, section in report.get("engine_models", {}).items():
+        bad = [row for row in section["pools"] if not row["feasible"]]
+        if bad:
+            minimum = section["min_feasible_pool"]
+            print(f"stackdist plan: {name}: pool size(s) {', '.join(str(r['gpu_blocks']) for r in bad)} cannot hold "
+                  f"the requests running at once (request {bad[0]['failed_request']} cannot allocate; the engine would "
+                  f"queue or preempt, which is not modelled); smallest feasible pool: "
+                  f"{minimum['gpu_blocks'] if minimum else 'unknown'}", file=sys.stderr)
+            status = 1
+    return status

@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from stackdist.engine.keys import unique_sorted
+from stackdist.serving.results import ServingResult
 from stackdist.serving.semantics import PrefixReplay, replay_requests
 from stackdist.traces import RequestTrace
 from stackdist.version import __version__
 
+from .engine_plan import EngineOptions, engine_section, run_engine_models
 from .geometry import DEFAULT_MODEL, ModelGeometry
 from .prefix_curve import PrefixCurve
 from .prices import PRICES_USD_PER_GB
@@ -44,6 +46,7 @@ class PlanOptions:
     prices_per_gb: dict[str, float] | None = None
     curve_points: int = 120
     extra: dict[str, Any] = field(default_factory=dict)
+    engine: EngineOptions = field(default_factory=EngineOptions)
 
 
 def parse_duration(text: str, name: str) -> float:
@@ -193,13 +196,42 @@ def _comparison(curves: dict[str, PrefixCurve], units: _Units, targets: Sequence
 
 
 def build_plan(
-    trace: RequestTrace, options: PlanOptions, progress_factory: Callable[[str], Any] | None = None
+    trace: RequestTrace,
+    options: PlanOptions,
+    progress_factory: Callable[[str], Any] | None = None,
+    engine_results: dict[str, ServingResult] | None = None,
 ) -> Plan:
-    """The whole plan for ``trace``: per semantics, the ceilings, working sets, coverage, tier
-    plan, curve and (optionally) time windows; plus how the two semantics differ."""
+    """The whole plan for ``trace``: per curve semantics, the ceilings, working sets, coverage,
+    tier plan, curve and (optionally) time windows, plus how the two differ; per engine model
+    (``options.engine.models``), the hits at each pool size. ``engine_results`` are engine
+    model runs already made (:func:`~.engine_plan.run_engine_models`), so nothing runs twice."""
     units = _Units(trace.block_size, options.geometry)
     counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds)
-    report: dict[str, Any] = {
+    report = _header(trace, options, units, counted)
+    curves = {}
+    for semantics in options.semantics:
+        progress = progress_factory(f"replay ({semantics})") if progress_factory else None
+        try:
+            replay = replay_requests(trace, semantics, progress)
+        finally:
+            if progress is not None:
+                progress.close()
+        curves[semantics] = PrefixCurve(replay, counted)
+        report["semantics"][semantics] = _semantics_report(replay, counted, options, units)
+    if len(curves) == 2:
+        report["comparison"] = _comparison(curves, units, options.targets)
+    if options.engine.models:
+        results = engine_results if engine_results is not None else run_engine_models(trace, options.engine)
+        report["engine_models"] = {
+            model: engine_section(results[model], trace, options.engine, options.geometry.kv_bytes_per_token, counted)
+            for model in options.engine.models
+        }
+    return report  # type: ignore[return-value]
+
+
+def _header(trace: RequestTrace, options: PlanOptions, units: _Units, counted: np.ndarray) -> dict[str, Any]:
+    """The plan's trace, model, counting and price sections (the rest is filled per semantics)."""
+    return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "stackdist", "version": __version__},
         "trace": {
@@ -222,16 +254,3 @@ def build_plan(
         "prices_per_gb_usd": dict(PRICES_USD_PER_GB, **(options.prices_per_gb or {})),
         "semantics": {},
     }
-    curves = {}
-    for semantics in options.semantics:
-        progress = progress_factory(f"replay ({semantics})") if progress_factory else None
-        try:
-            replay = replay_requests(trace, semantics, progress)
-        finally:
-            if progress is not None:
-                progress.close()
-        curves[semantics] = PrefixCurve(replay, counted)
-        report["semantics"][semantics] = _semantics_report(replay, counted, options, units)
-    if len(curves) == 2:
-        report["comparison"] = _comparison(curves, units, options.targets)
-    return report  # type: ignore[return-value]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 __all__ = ["SCHEMA_VERSION", "Capacity", "WorkingSetRow", "Coverage", "TierRow", "TierPlan", "CurveTable",
-           "WindowRow", "SemanticsPlan", "Comparison", "TraceInfo", "ModelInfo", "Plan"]
+           "WindowRow", "SemanticsPlan", "Comparison", "PoolRow", "EngineModelPlan", "TraceInfo", "ModelInfo", "Plan"]
 
 SCHEMA_VERSION = 1
 
@@ -103,6 +103,29 @@ class ModelInfo(TypedDict):
     bytes_per_block: int
 
 
+class PoolRow(TypedDict):
+    gpu_blocks: int | str
+    gib: float | None
+    feasible: bool
+    hit_tokens: int | None
+    prefix_token_hit_rate: float | None
+    requests_with_hits: int | None
+    failed_request: int | None
+
+
+class EngineModelPlan(TypedDict):
+    model: str
+    pool_unit: str
+    engine_block_size_tokens: int
+    decode: bool
+    schedule: dict[str, Any]
+    method: str
+    requests: int
+    input_tokens: int
+    pools: list[PoolRow]
+    min_feasible_pool: dict[str, Any] | None
+
+
 class Plan(TypedDict, total=False):
     schema_version: int
     tool: dict[str, str]
@@ -112,3 +135,4 @@ class Plan(TypedDict, total=False):
     prices_per_gb_usd: dict[str, float]
     semantics: dict[str, SemanticsPlan]
     comparison: Comparison
+    engine_models: dict[str, EngineModelPlan]

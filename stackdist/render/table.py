@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stackdist.planning.schema import Capacity, Plan
+from stackdist.planning.schema import Capacity, EngineModelPlan, Plan
 
 __all__ = ["render_plan_table"]
 
@@ -59,4 +59,30 @@ def render_plan_table(report: Plan) -> str:
         gap = report["comparison"]["max_prefix_token_hit_rate_gap"]
         lines.append(f"  largest prefix token hit-rate gap (engine - per-access): {gap['engine_minus_per_access']:+.2%} "
                      f"at {gap['at']['gib']:.2f} GiB")
+    for section in report.get("engine_models", {}).values():
+        lines += ["", *_engine_lines(section)]
     return "\n".join(lines) + "\n"
+
+
+def _engine_lines(section: EngineModelPlan) -> list[str]:
+    """One engine model: its settings, then one line per pool size."""
+    sched = section["schedule"]
+    how = sched["kind"] if sched["kind"] != "model" else (
+        f"service model ({sched['prefill_tokens_per_s']:g} prefill, {sched['decode_tokens_per_s']:g} decode tokens/s)")
+    lines = [f"== {section['model']} (the engine's own cache rules) ==",
+             f"pool unit: {section['pool_unit']}; {section['engine_block_size_tokens']}-token blocks; schedule {how}; "
+             f"decode {'on' if section['decode'] else 'off'}; {section['requests']:,} requests counted",
+             f"  {'pool':>12} {'GiB':>9} {'hit tokens':>14} {'prefix token hit rate':>22} {'requests hit':>13}"]
+    for row in section["pools"]:
+        gib = "" if row["gib"] is None else f"{row['gib']:.2f}"
+        if not row["feasible"]:
+            lines.append(f"  {row['gpu_blocks']!s:>12} {gib:>9}   infeasible: request {row['failed_request']} cannot allocate "
+                         "(the engine would queue or preempt)")
+            continue
+        lines.append(f"  {row['gpu_blocks']!s:>12} {gib:>9} {row['hit_tokens']:>14,} {row['prefix_token_hit_rate']:>22.2%} "
+                     f"{row['requests_with_hits']:>13,}")
+    minimum = section["min_feasible_pool"]
+    if minimum:
+        proof = "proved minimal" if minimum["proved_minimal"] else "feasible, one less is not"
+        lines.append(f"  smallest feasible pool: {minimum['gpu_blocks']:,} ({minimum['gib']:.2f} GiB; {proof})")
+    return lines
