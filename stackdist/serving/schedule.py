@@ -5,7 +5,7 @@ This is the schedule of ``validation/SPEC.md`` (section *Schedules*): request ``
 
 - :meth:`Schedule.serial`: concurrency 1, each request runs to completion before the next
   arrives (the times are a canonical spacing that only serves the event order);
-- :meth:`Schedule.from_service_model`: ``arrival_s = (timestamp - timestamp of request 0)``,
+- :meth:`Schedule.from_service_model`: ``arrival_s = (timestamp_ms - timestamp_ms of request 0) / 1000``,
   ``prefill_end_s = arrival_s + P / prefill_tokens_per_s``,
   ``finish_s = prefill_end_s + O / decode_tokens_per_s`` (defaults 10000 and 50 tokens/s);
 - :meth:`Schedule.read_csv`: a schedule CSV ``request,arrival_s,prefill_end_s,finish_s``.
@@ -129,7 +129,11 @@ class Schedule:
             if isinstance(rate, bool) or not np.isfinite(rate) or rate <= 0:
                 raise ValueError(f"{name} must be a positive finite number; got {rate!r}")
         ts = np.asarray(trace.timestamps_s, dtype=np.float64)
-        arrival = ts - ts[0] if len(ts) else ts.copy()
+        ms = ts * 1000.0
+        ms_int = np.rint(ms)
+        if np.all(np.abs(ms - ms_int) < 1e-3):  # integer ms (Mooncake): the SPEC's exact arithmetic
+            ms = ms_int
+        arrival = (ms - ms[0]) / 1000.0 if len(ms) else ms.copy()
         prefill_end = arrival + np.asarray(trace.input_length, dtype=np.float64) / float(prefill_tokens_per_s)
         finish = prefill_end + np.asarray(trace.output_length, dtype=np.float64) / float(decode_tokens_per_s)
         return cls(arrival, prefill_end, finish)

@@ -314,8 +314,8 @@ def vllm_one_replay(pages: EnginePages, pools: Sequence[int | None], block_size:
     t = np.arange(int(f.sum())) - starts[req]  # position in the tail-first access order
     jpage = f[req] - 1 - t
     seq = pages.key[pages.offsets[req] + jpage]
-    sd = np.asarray(stackdist.stack_distances(seq), dtype=np.int64)
-    cold = sd == stackdist.COLD
+    sd = _stack_depths(seq, max(pages.n_keys, 1))
+    cold = sd < 0
     depth = np.where(cold, np.iinfo(np.int64).max, sd - t)  # D(j) = sd - (f - 1 - j)
     usable = jpage < cap[req]
     partial_prev = np.concatenate(([0], (P[:-1] % B != 0).astype(np.int64)))
@@ -327,6 +327,44 @@ def vllm_one_replay(pages: EnginePages, pools: Sequence[int | None], block_size:
             K = int(pool) - 1 - partial_prev
             ok = usable & (depth <= K[req])
         out[i] = B * np.bincount(req[ok], minlength=n)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _stack_depths(seq, n_keys):  # type: ignore[no-untyped-def]
+    """LRU stack depth (1 = most recent) of each access before it moves to the top; -1 if cold.
+
+    A Fenwick tree over access positions marks each key's latest access; the depth is the
+    number of marks at or after the key's previous access. Complexity: O(n log n).
+    """
+    n = len(seq)
+    tree = np.zeros(n + 1, np.int64)
+    last = np.full(n_keys, -1, np.int64)
+    out = np.empty(n, np.int64)
+    marked = 0
+    for t in range(n):
+        k = seq[t]
+        p = last[k]
+        if p >= 0:
+            s = 0  # marks at positions < p
+            i = p
+            while i > 0:
+                s += tree[i]
+                i -= i & -i
+            out[t] = marked - s
+            i = p + 1
+            while i <= n:
+                tree[i] -= 1
+                i += i & -i
+            marked -= 1
+        else:
+            out[t] = -1
+        i = t + 1
+        while i <= n:
+            tree[i] += 1
+            i += i & -i
+        marked += 1
+        last[k] = t
     return out
 
 
