@@ -8,10 +8,11 @@ Per request (in arrival order):
    request's blocks are committed tail first, so the head ends most recent (vLLM's order).
    ``mode="block"``: every block is an independent access, head first (the exact-agreement
    mode: with LRU it reproduces the stack-distance bands and ``kvlab.kvsim`` exactly).
-2. Transfers. Blocks found in the SSD cross NVMe then PCIe; blocks in DRAM cross PCIe. Each
-   link (``h2d``, ``d2h``, ``nvme`` shared by reads and writes) is a FIFO server: a transfer
-   starts when the link is free, so earlier prefetches delay demand (a contended link).
-   Write-backs and demotions are queued on ``d2h``/``nvme`` when the prefill ends.
+2. Transfers (:class:`~kvlab.placement.links.LinkModel`). Blocks found in the SSD cross NVMe
+   then PCIe; blocks in DRAM cross PCIe. Each link (``h2d``, ``d2h``, ``nvme`` shared by reads
+   and writes) is a FIFO server: a transfer starts when the link is free, so earlier
+   prefetches delay demand (a contended link). Write-backs and demotions are queued on
+   ``d2h``/``nvme`` when the prefill ends.
 3. TTFT = link wait + transfer time + GPU wait + prefill of the uncached tokens (calibrated
    model). The GPU is one FIFO server for prefills (``gpu_queue=True``); decode is assumed to be
    batched alongside and does not hold it.
@@ -43,10 +44,11 @@ import numpy as np
 
 from .calibration import LatencyModel, kv_bytes_per_token
 from .hierarchy import ORGANISATIONS, TieredCache
+from .links import Link, LinkModel
 from .policies import Policy, make_policy
 from .workloads import Workload
 
-__all__ = ["SimConfig", "SimResult", "simulate", "SessionPredictor", "PREFETCHERS", "MODES", "TIER_NAMES"]
+__all__ = ["MODES", "PREFETCHERS", "TIER_NAMES", "SessionPredictor", "SimConfig", "SimResult", "simulate"]
 
 MODES = ("prefix", "block")
 PREFETCHERS = ("none", "causal", "oracle")
@@ -169,60 +171,65 @@ class SessionPredictor:
         return [self.last_blocks[s] for s in soonest]
 
 
-class _Link:
-    """A FIFO server: ``send`` returns the finish time of a transfer queued at ``t``."""
+class _Run:
+    """One simulation's state: the cache, the links, the GPU, the counters and the per-request outputs."""
 
-    __slots__ = ("free_at",)
+    def __init__(self, workload: Workload, config: SimConfig) -> None:
+        self.workload, self.config = workload, config
+        # A fresh policy per run: an instance in the config is copied so its metadata never leaks.
+        self.policy = make_policy(config.policy) if isinstance(config.policy, str) else copy.deepcopy(config.policy)
+        self.cache = TieredCache(list(config.capacities), self.policy, config.organisation)
+        self.n_tiers = len(config.capacities)
+        self.bytes_per_token = config.bytes_per_token or kv_bytes_per_token()
+        self.links = LinkModel(config.latency, workload.block_tokens * self.bytes_per_token)
+        self.gpu = Link()
+        self.blocks: list[int] = workload.blocks.tolist()
+        self.offsets: list[int] = workload.offsets.tolist()
+        self.arrivals: list[float] = workload.arrival_s.tolist()
+        self.in_tokens: list[int] = workload.input_tokens.tolist()
+        self.out_tokens: list[int] = workload.output_tokens.tolist()
+        self.sessions: list[int] = workload.session.tolist()
+        n = workload.n_requests
+        self.ttft, self.tpot, self.stall, self.wait, self.gpu_wait = (np.zeros(n) for _ in range(5))
+        self.hits = [0] * self.n_tiers
+        self.misses = self.stale = 0
+        self.tiers = np.empty(len(self.blocks), dtype=np.int64) if config.record_tiers else None
+        self.ready: dict[int, float] = {}  # prefetched block -> time (s) its prefetch lands
+        self.predictor = SessionPredictor() if config.prefetch == "causal" else None
 
-    def __init__(self) -> None:
-        self.free_at = 0.0
+    def request(self, r: int) -> None:
+        """Serve request ``r``: lookup, fetches and prefill (TTFT), write-backs, decode, prefetch."""
+        lo, hi = self.offsets[r], self.offsets[r + 1]
+        req = self.blocks[lo:hi]
+        cache, links = self.cache, self.links
+        up0, down0 = list(cache.up), list(cache.down)
+        found, cached_blocks = self.lookup(req)
+        if self.tiers is not None:
+            self.tiers[lo:hi] = found
+        if self.config.check_every and r % self.config.check_every == 0:
+            cache._check()
+        up = [cache.up[k] - up0[k] for k in range(self.n_tiers - 1)]
+        down = [cache.down[k] - down0[k] for k in range(self.n_tiers - 1)]
+        first_token = self.first_token(r, req, cached_blocks, up)
+        links.write_back(first_token, down)
+        context = self.in_tokens[r] + self.out_tokens[r] / 2
+        overflow = max(0, len(req) - self.config.capacities[0])
+        step_stall = links.transfer_ms("h2d", overflow) if overflow and self.n_tiers > 1 else 0.0
+        self.tpot[r] = self.config.latency.decode_ms(context) + step_stall
+        self.stall[r] = step_stall
+        if self.config.prefetch != "none":
+            self.prefetch(r, req, first_token)
 
-    def send(self, t: float, duration_s: float) -> float:
-        start = t if t > self.free_at else self.free_at
-        self.free_at = start + duration_s
-        return self.free_at
+    def lookup(self, req: list[int]) -> tuple[list[int], int]:
+        """Run one request's blocks through the cache (``mode``); count hits, misses and stale hits.
 
-
-def simulate(workload: Workload, config: SimConfig) -> SimResult:
-    """Run ``workload`` through the tiers of ``config``; return counts and latencies.
-
-    Complexity: O(total block accesses x policy cost), one pass.
-    """
-    # A fresh policy per run: an instance in the config is copied so its metadata never leaks.
-    policy = make_policy(config.policy) if isinstance(config.policy, str) else copy.deepcopy(config.policy)
-    cache = TieredCache(list(config.capacities), policy, config.organisation)
-    n_tiers = len(config.capacities)
-    bytes_per_token = config.bytes_per_token or kv_bytes_per_token()
-    block_bytes = workload.block_tokens * bytes_per_token
-    lat = config.latency
-    h2d, d2h, nvme, gpu = _Link(), _Link(), _Link(), _Link()
-    blocks = workload.blocks.tolist()
-    offsets = workload.offsets.tolist()
-    arrivals = workload.arrival_s.tolist()
-    in_tokens = workload.input_tokens.tolist()
-    out_tokens = workload.output_tokens.tolist()
-    sessions = workload.session.tolist()
-    n_requests = workload.n_requests
-    ttft = np.zeros(n_requests)
-    tpot = np.zeros(n_requests)
-    stall = np.zeros(n_requests)
-    wait = np.zeros(n_requests)
-    gpu_wait = np.zeros(n_requests)
-    hits = [0] * n_tiers
-    misses = stale = 0
-    tiers_out = np.empty(len(blocks), dtype=np.int64) if config.record_tiers else None
-    ready: dict[int, float] = {}
-    predictor = SessionPredictor() if config.prefetch == "causal" else None
-    gpu_cap = config.capacities[0]
-    prefix = config.mode == "prefix"
-    access, locate = cache.access, cache.locate
-    for r in range(n_requests):
-        lo, hi = offsets[r], offsets[r + 1]
-        req = blocks[lo:hi]
-        n = hi - lo
-        up0 = list(cache.up)
-        down0 = list(cache.down)
-        if prefix:
+        Returns each block's tier before the access (-1 = miss) and the number of cached blocks
+        the request uses (prefix mode: its hit prefix).
+        """
+        cache, hits, n = self.cache, self.hits, len(req)
+        access = cache.access
+        if self.config.mode == "prefix":
+            locate = cache.locate
             found = [locate(b) for b in req]
             usable = 0
             while usable < n and found[usable] >= 0:
@@ -231,100 +238,99 @@ def simulate(workload: Workload, config: SimConfig) -> SimResult:
                 access(req[i], i < usable)
             for i in range(usable):
                 hits[found[i]] += 1
-            stale += sum(1 for i in range(usable, n) if found[i] >= 0)
-            misses += n - usable
-            cached_blocks = usable
-        else:
-            found = [access(b) for b in req]
-            cached_blocks = 0
-            for t in found:
-                if t >= 0:
-                    hits[t] += 1
-                    cached_blocks += 1
-            misses += n - cached_blocks
-        if tiers_out is not None:
-            tiers_out[lo:hi] = found
-        if config.check_every and r % config.check_every == 0:
-            cache._check()
-        # ----- transfers and TTFT
-        arrival = arrivals[r]
+            self.stale += sum(1 for i in range(usable, n) if found[i] >= 0)
+            self.misses += n - usable
+            return found, usable
+        found = [access(b) for b in req]
+        cached_blocks = 0
+        for t in found:
+            if t >= 0:
+                hits[t] += 1
+                cached_blocks += 1
+        self.misses += n - cached_blocks
+        return found, cached_blocks
+
+    def first_token(self, r: int, req: list[int], cached_blocks: int, up: list[int]) -> float:
+        """Queue request ``r``'s fetches (after any prefetch of its blocks lands) and its prefill;
+        record its TTFT, link wait and GPU wait; return the first token's time (s)."""
+        arrival = self.arrivals[r]
         start = arrival
-        if ready:
+        if self.ready:
             for b in req:
-                landed = ready.pop(b, None)
+                landed = self.ready.pop(b, None)
                 if landed is not None and landed > start:
                     start = landed
-        up = [cache.up[k] - up0[k] for k in range(n_tiers - 1)]
-        down = [cache.down[k] - down0[k] for k in range(n_tiers - 1)]
-        t = start
-        if n_tiers > 2 and up[1]:
-            t = nvme.send(t, lat.transfer_ms("nvme_read", up[1] * block_bytes) / 1e3)
-        if n_tiers > 1 and up[0]:
-            t = h2d.send(t, lat.transfer_ms("h2d", up[0] * block_bytes) / 1e3)
-        transfer_end = t
+        transfer_end = self.links.fetch(start, up)
         # At least one token is always prefilled (the engine recomputes the last one).
-        cached_tokens = min(in_tokens[r] - 1, cached_blocks * workload.block_tokens)
-        new_tokens = in_tokens[r] - cached_tokens
-        prefill_s = lat.prefill_ms(new_tokens, cached_tokens) / 1e3
-        first_token = gpu.send(transfer_end, prefill_s) if config.gpu_queue else transfer_end + prefill_s
-        gpu_wait[r] = max(0.0, (first_token - transfer_end - prefill_s) * 1e3)
-        ttft[r] = (first_token - arrival) * 1e3
-        waited = (transfer_end - arrival) * 1e3 - _pure_transfer_ms(lat, up, block_bytes)
-        wait[r] = waited if waited > 1e-9 else 0.0  # float noise of the subtraction
-        if n_tiers > 1 and down[0]:
-            d2h.send(first_token, lat.transfer_ms("d2h", down[0] * block_bytes) / 1e3)
-        if n_tiers > 2 and down[1]:
-            nvme.send(first_token, lat.transfer_ms("nvme_write", down[1] * block_bytes) / 1e3)
-        # ----- decode
-        context = in_tokens[r] + out_tokens[r] / 2
-        overflow = max(0, n - gpu_cap)
-        step_stall = lat.transfer_ms("h2d", overflow * block_bytes) if overflow and n_tiers > 1 else 0.0
-        tpot[r] = lat.decode_ms(context) + step_stall
-        stall[r] = step_stall
-        # ----- prefetch for the next requests
-        if config.prefetch != "none":
-            if predictor is not None:
-                predictor.observe(sessions[r], arrival, req)
-                candidates = predictor.predict(config.lookahead)
-            else:
-                candidates = [blocks[offsets[q] : offsets[q + 1]] for q in range(r + 1, min(n_requests, r + 1 + config.lookahead))]
-            _prefetch(cache, candidates, gpu_cap, first_token, block_bytes, lat, h2d, d2h, nvme, ready)
+        cached_tokens = min(self.in_tokens[r] - 1, cached_blocks * self.workload.block_tokens)
+        new_tokens = self.in_tokens[r] - cached_tokens
+        prefill_s = self.config.latency.prefill_ms(new_tokens, cached_tokens) / 1e3
+        first_token = self.gpu.send(transfer_end, prefill_s) if self.config.gpu_queue else transfer_end + prefill_s
+        self.gpu_wait[r] = max(0.0, (first_token - transfer_end - prefill_s) * 1e3)
+        self.ttft[r] = (first_token - arrival) * 1e3
+        waited = (transfer_end - arrival) * 1e3 - self.links.fetch_ms(up)
+        self.wait[r] = waited if waited > 1e-9 else 0.0  # float noise of the subtraction
+        return first_token
+
+    def prefetch(self, r: int, req: list[int], t: float) -> None:
+        """Promote the blocks predicted for the next requests (held below the top tier, at most the
+        top tier's capacity); queue their transfers from time ``t`` (s) and note when they land."""
+        config, cache = self.config, self.cache
+        if self.predictor is not None:
+            self.predictor.observe(self.sessions[r], self.arrivals[r], req)
+            candidates = self.predictor.predict(config.lookahead)
+        else:
+            last = min(self.workload.n_requests, r + 1 + config.lookahead)
+            candidates = [self.blocks[self.offsets[q] : self.offsets[q + 1]] for q in range(r + 1, last)]
+        up0, down0 = list(cache.prefetch_up), list(cache.prefetch_down)
+        moved = _promote(cache, candidates, config.capacities[0])
+        if not moved:
+            return
+        up = [cache.prefetch_up[k] - up0[k] for k in range(len(up0))]
+        down = [cache.prefetch_down[k] - down0[k] for k in range(len(down0))]
+        done = self.links.fetch(t, up)
+        self.links.write_back(t, down)
+        for b in moved:
+            self.ready[b] = done
+
+    def result(self) -> SimResult:
+        """The counts and latencies gathered so far."""
+        config, workload = self.config, self.workload
+        cfg = {
+            "capacities": list(config.capacities),
+            "policy": self.policy.describe(),
+            "organisation": config.organisation,
+            "mode": config.mode,
+            "prefetch": config.prefetch,
+            "lookahead": config.lookahead,
+            "block_tokens": workload.block_tokens,
+            "bytes_per_token": self.bytes_per_token,
+            "gpu_queue": config.gpu_queue,
+        }
+        return SimResult(
+            workload=workload.name, config=cfg, requests=workload.n_requests, block_accesses=len(self.blocks),
+            hits=self.hits, misses=self.misses, stale_hits=self.stale,
+            migration_bytes=_migration_bytes(self.cache, self.links.block_bytes), ttft_ms=self.ttft,
+            tpot_ms=self.tpot, stall_ms=self.stall, link_wait_ms=self.wait, gpu_wait_ms=self.gpu_wait,
+            tiers=self.tiers,
+        )
+
+
+def simulate(workload: Workload, config: SimConfig) -> SimResult:
+    """Run ``workload`` through the tiers of ``config``; return counts and latencies.
+
+    Complexity: O(total block accesses x policy cost), one pass.
+    """
+    run = _Run(workload, config)
+    for r in range(workload.n_requests):
+        run.request(r)
     if config.check_every:
-        cache._check()
-    migration = _migration_bytes(cache, block_bytes)
-    cfg = {
-        "capacities": list(config.capacities),
-        "policy": policy.describe(),
-        "organisation": config.organisation,
-        "mode": config.mode,
-        "prefetch": config.prefetch,
-        "lookahead": config.lookahead,
-        "block_tokens": workload.block_tokens,
-        "bytes_per_token": bytes_per_token,
-        "gpu_queue": config.gpu_queue,
-    }
-    return SimResult(
-        workload=workload.name, config=cfg, requests=n_requests, block_accesses=len(blocks), hits=hits,
-        misses=misses, stale_hits=stale, migration_bytes=migration, ttft_ms=ttft, tpot_ms=tpot, stall_ms=stall,
-        link_wait_ms=wait, gpu_wait_ms=gpu_wait, tiers=tiers_out,
-    )
+        run.cache._check()
+    return run.result()
 
 
-def _pure_transfer_ms(lat: LatencyModel, up: list[int], block_bytes: int) -> float:
-    total = 0.0
-    if len(up) > 1 and up[1]:
-        total += lat.transfer_ms("nvme_read", up[1] * block_bytes)
-    if up and up[0]:
-        total += lat.transfer_ms("h2d", up[0] * block_bytes)
-    return total
-
-
-def _prefetch(
-    cache: TieredCache, candidates: list[list[int]], budget: int, t: float, block_bytes: int,
-    lat: LatencyModel, h2d: _Link, d2h: _Link, nvme: _Link, ready: dict[int, float],
-) -> None:
-    """Promote predicted blocks held below the top tier; queue their transfers from time ``t``."""
-    up0, down0 = list(cache.prefetch_up), list(cache.prefetch_down)
+def _promote(cache: TieredCache, candidates: list[list[int]], budget: int) -> list[int]:
+    """Prefetch the distinct candidate blocks held below the top tier, at most ``budget``; return them."""
     moved: list[int] = []
     seen: set[int] = set()
     for request in candidates:
@@ -336,21 +342,7 @@ def _prefetch(
             seen.add(b)
             if cache.prefetch(b) > 0:
                 moved.append(b)
-    if not moved:
-        return
-    up = [cache.prefetch_up[k] - up0[k] for k in range(len(up0))]
-    down = [cache.prefetch_down[k] - down0[k] for k in range(len(down0))]
-    done = t
-    if len(up) > 1 and up[1]:
-        done = nvme.send(done, lat.transfer_ms("nvme_read", up[1] * block_bytes) / 1e3)
-    if up and up[0]:
-        done = h2d.send(done, lat.transfer_ms("h2d", up[0] * block_bytes) / 1e3)
-    if down and down[0]:
-        d2h.send(t, lat.transfer_ms("d2h", down[0] * block_bytes) / 1e3)
-    if len(down) > 1 and down[1]:
-        nvme.send(t, lat.transfer_ms("nvme_write", down[1] * block_bytes) / 1e3)
-    for b in moved:
-        ready[b] = done
+    return moved
 
 
 def _migration_bytes(cache: TieredCache, block_bytes: int) -> dict[str, int]:
