@@ -38,27 +38,33 @@ use are the *union* of the running requests' blocks, which depends on what they 
 the hits, which are not monotone in N; the search then returns a feasible N whose N - 1 is
 infeasible (bisection between the serial bound and a pool that never evicts), not proved minimal.
 
-**One replay for every pool size** (serial, no decode). Claim: if no request with
-``P % 16 == 0`` has its last full page already seen earlier in the trace, then at every N the
-hit of request i is ``16 * #{j < (P_i - 1) // 16 : D_i(j) <= N - 1 - [P_{i-1} % 16 != 0]}``,
-where ``D_i(j)`` is page j's depth (1 = most recent) in the LRU stack of full pages in which
-each request pushes its pages tail first (page f-1, ..., page 0; page 0 ends on top).
-Proof sketch. (1) Serial: at each lookup every block is in the free queue, which is always
+**One replay for every pool size** (serial schedules, with or without decode). Let
+``W = P + O' - 1`` be the tokens whose KV a request writes, ``a = W // 16`` its blocks hashed
+at finish (full prompt pages, then full blocks holding generated tokens, whose keys are unique).
+Claim: if no request with ``P % 16 == 0`` has its last full page already seen earlier in the
+trace, then at every N the hit of request i is
+``16 * #{j < (P_i - 1) // 16 : D_i(j) <= N - 1 - [W_{i-1} % 16 != 0]}``, where ``D_i(j)`` is
+page j's depth (1 = most recent) before request i in the LRU stack of hashed blocks in which
+each request pushes its blocks tail first (block a-1, ..., block 0; page 0 ends on top).
+Proof. (1) Serial: at each lookup every block is in the free queue, which is always
 [uncached blocks][cached blocks, least recently freed first]: uncached blocks are only
-prepended, cached ones only appended, pops take the head. (2) A page j+1 is last freed in the
-same request as page j or earlier, and ``free`` appends page j after page j+1, so along a
-chain the cached pages are a prefix and each is more recent than the next: the cached set is
-prefix-closed and the hit is the cached prefix. (3) Without duplicates (the hypothesis: a
-duplicate arises only when the capped last page of a 16-aligned prompt is cached, which needs it
-seen before), cached blocks are pages, ordered exactly as the LRU stack above, and evictions take
-the bottom: the cached set is a top segment of the stack. (4) Its size: let u be the number of
-uncached free blocks. A request allocates ``n = cdiv(P, 16) - hit >= 1`` blocks and frees
-``[P % 16 != 0]`` uncached ones, so ``u' = max(u - n, 0) + [P % 16 != 0]``; before the first
-eviction nothing cached was ever lost (all seen pages are cached), and after it u equals the last
-request's partial flag, so at request i the cache holds the top ``N - 1 - [P_{i-1} % 16 != 0]``
-pages of the stack (or all of them, fewer). Hence the formula; inclusion holds, one depth replay
-answers every N. When the hypothesis fails (the trace has such a repeat) the per-size
-simulation is used. The test suite checks the replay against the simulation.
+prepended, cached ones only appended, pops (prompt or decode) take the head. (2) A page j+1 is
+last freed in the same request as page j or earlier, and ``free`` appends page j after page
+j+1, so along a chain the cached pages are a prefix, each more recent than the next: the
+cached set is prefix-closed and the hit is its cached prefix under the cap. (3) Without
+duplicates (the hypothesis: a prompt page is cached twice only when the capped last page of a
+16-aligned prompt is cached already, which needs it seen before; generated blocks are unique),
+cached blocks are distinct stack items ordered exactly as the stack above, and every eviction
+takes the bottom, so the cached set is a top segment of the stack. (4) Its size: let u be the
+number of uncached free blocks. A request allocates ``n >= 1`` blocks in all (prompt and decode)
+and frees ``[W % 16 != 0]`` uncached ones, so ``u' = max(u - n, 0) + [W % 16 != 0]``; before the
+first eviction nothing cached was ever lost (all stack items are cached), after it u equals the
+previous request's partial flag, so request i sees the top ``N - 1 - [W_{i-1} % 16 != 0]``
+items (or all, if fewer). Hence the formula; inclusion holds and one depth replay answers every
+N. When the hypothesis fails (the trace repeats such a prompt) the per-size simulation is used;
+the test suite checks the replay against the simulation, and that without the hypothesis it
+can differ. Timed (concurrent) schedules break (1): running requests pin blocks and free them
+out of arrival order, and the per-size simulation is used.
 
 >>> import numpy as np, stackdist
 >>> t = stackdist.RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
@@ -297,28 +303,33 @@ def _no_duplicates(pages: EnginePages, B: int) -> bool:
     return bool(np.all(first_req[last_key] >= aligned))
 
 
-def vllm_one_replay(pages: EnginePages, pools: Sequence[int | None], block_size: int = _B) -> np.ndarray:
-    """Serial, no-decode hits at every pool from one stack-depth replay (module docstring).
+def vllm_one_replay(pages: EnginePages, pools: Sequence[int | None], decode: bool = False, block_size: int = _B) -> np.ndarray:
+    """Serial hits at every pool from one stack-depth replay (module docstring).
 
     Valid only when ``_no_duplicates``; infeasible pools are not detected here. Returns int64
-    ``(len(pools), n_requests)``. Complexity: one stack-distance pass, O(pages log pages),
-    plus O(pages) per pool, vectorised.
+    ``(len(pools), n_requests)``. Complexity: one stack-depth pass, O(blocks log blocks), plus
+    O(pages) per pool, vectorised.
     """
     B = block_size
     P = pages.input_tokens
     f = P // B
+    written = P + (np.maximum(pages.output_tokens, 1) - 1 if decode else 0)
+    a = written // B  # blocks cached at finish: full prompt pages, then generated blocks
     cap = np.maximum(P - 1, 0) // B
     n = pages.n_requests
-    starts = np.concatenate(([0], np.cumsum(f)))[:-1]
-    req = np.repeat(np.arange(n), f)
-    t = np.arange(int(f.sum())) - starts[req]  # position in the tail-first access order
-    jpage = f[req] - 1 - t
-    seq = pages.key[pages.offsets[req] + jpage]
-    sd = _stack_depths(seq, max(pages.n_keys, 1))
+    starts = np.concatenate(([0], np.cumsum(a)))[:-1]
+    req = np.repeat(np.arange(n), a)
+    t = np.arange(int(a.sum())) - starts[req]  # position in the tail-first free order
+    jblk = a[req] - 1 - t
+    prompt = jblk < f[req]
+    seq = np.empty(len(req), np.int64)
+    seq[prompt] = pages.key[pages.offsets[req[prompt]] + jblk[prompt]]
+    seq[~prompt] = pages.n_keys + np.arange(int((~prompt).sum()))  # generated: unique keys
+    sd = _stack_depths(seq, pages.n_keys + len(seq) + 1)
     cold = sd < 0
-    depth = np.where(cold, np.iinfo(np.int64).max, sd - t)  # D(j) = sd - (f - 1 - j)
-    usable = jpage < cap[req]
-    partial_prev = np.concatenate(([0], (P[:-1] % B != 0).astype(np.int64)))
+    depth = np.where(cold, np.iinfo(np.int64).max, sd - t)  # D(j) = sd - (a - 1 - j)
+    usable = jblk < cap[req]
+    partial_prev = np.concatenate(([0], (written[:-1] % B != 0).astype(np.int64)))
     out = np.empty((len(pools), n), np.int64)
     for i, pool in enumerate(pools):
         if pool is None:
@@ -388,7 +399,7 @@ def simulate_vllm(
 
     ``schedule`` is a :class:`Schedule`, ``"serial"`` or ``"model"`` (the service model with
     its defaults). ``method="auto"`` uses the one-replay path when the module docstring's
-    claim applies (serial, no decode, no duplicate-producing repeat), else the exact per-size
+    claim applies (serial schedule, no duplicate-producing repeat), else the exact per-size
     simulation (``"per-size"`` forces it). Complexity: per size O(pages + events); one replay
     O(pages log pages) in all. For infeasible pools, ``min_feasible_pool`` is computed (proved
     minimal for serial schedules, see *Feasibility*).
@@ -405,16 +416,17 @@ def simulate_vllm(
     pools = check_pools(pool_blocks, 1)
     sched = _schedule(schedule, trace, pages)
     B = block_size
-    one = sched.is_serial and not decode and _no_duplicates(pages, B)
+    one = sched.is_serial and _no_duplicates(pages, B)
     if method == "one-replay" and not one:
-        raise ValueError("method='one-replay' needs a serial schedule, decode=False and no 16-aligned prompt repeating its last page")
+        raise ValueError("method='one-replay' needs a serial schedule and no 16-aligned prompt repeating its last page")
     if method == "per-size":
         one = False
     bound = _serial_min_pool(pages, decode, B)
     if one:
-        hits = vllm_one_replay(pages, pools, B)
+        hits = vllm_one_replay(pages, pools, decode, B)
         failed = np.full(len(pools), -1, np.int64)
-        need = (pages.input_tokens + B - 1) // B
+        P, O = pages.input_tokens, pages.output_tokens
+        need = (P + (np.maximum(O, 1) - 1 if decode else 0) + B - 1) // B
         for i, pool in enumerate(pools):
             if pool is not None and pool < bound:
                 failed[i] = int(np.flatnonzero(need > pool - 1)[0])
