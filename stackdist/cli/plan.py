@@ -9,7 +9,14 @@ from typing import Any
 
 from stackdist.errors import UsageError
 from stackdist.output import Progress, write_json
-from stackdist.planning.engine_plan import ENGINE_MODELS, EngineOptions, parse_pools, per_request_columns, run_engine_models
+from stackdist.planning.engine_plan import (
+    ENGINE_MODELS,
+    ROUTERS,
+    EngineOptions,
+    parse_pools,
+    per_request_columns,
+    run_engine_models,
+)
 from stackdist.planning.plan import PlanOptions, build_plan, parse_duration
 from stackdist.planning.prices import parse_prices
 from stackdist.serving.schedule import Schedule
@@ -36,8 +43,9 @@ def add_plan_parser(sub: Any) -> None:
         description="How much KV-cache memory buys each prefix hit rate, per semantics, in blocks, tokens and GiB.",
     )
     p.add_argument("trace", help="request trace (Mooncake JSONL by default)")
-    p.add_argument("--format", choices=["mooncake", "tokens", "qwen", "csv"], default="mooncake",
-                   help="mooncake (hash_ids), tokens (token-id JSONL), qwen (Qwen-Bailian), csv (key[,size]: one block per request)")
+    p.add_argument("--format", choices=["mooncake", "tokens", "qwen", "dynamo", "csv"], default="mooncake",
+                   help="mooncake (hash_ids), tokens (token-id JSONL), qwen (Qwen-Bailian), dynamo (NVIDIA Dynamo's "
+                   "dynamo.request.trace.v1 JSONL, with workers and engine-reported hits), csv (key[,size]: one block per request)")
     p.add_argument("--block-size", type=int, help="tokens per block (default: 512 mooncake, 16 tokens/qwen)")
     p.add_argument("--reblock", type=int, metavar="TOKENS", help="split blocks into finer pages first (e.g. 512 -> 16)")
     p.add_argument("--partial-last-block", action="store_true", help="tokens format: also hash a final partial block")
@@ -54,9 +62,18 @@ def add_plan_parser(sub: Any) -> None:
     eng.add_argument("--decode", action=argparse.BooleanOptionalAction, default=None,
                      help="generated tokens occupy and are cached in blocks as the engine writes them "
                      "(default: on when the trace gives output lengths)")
-    eng.add_argument("--schedule", default="model", metavar="serial|model|FILE.csv",
+    eng.add_argument("--schedule", metavar="serial|model|recorded|FILE.csv",
                      help="when requests run: serial (one at a time), model (arrival from the trace, prefill and "
-                     "decode at the rates below; the default) or a CSV request,arrival_s,prefill_end_s,finish_s")
+                     "decode at the rates below), recorded (the trace's own times, e.g. Dynamo's) or a CSV "
+                     "request,arrival_s,prefill_end_s,finish_s (default: recorded when the trace has it, else model)")
+    eng.add_argument("--workers", default="one", metavar="recorded|K",
+                     help="recorded: each request on the worker the trace names; K: K workers chosen by --router; "
+                     "each worker has its own pool of --gpu-blocks (default: one worker)")
+    eng.add_argument("--router", default="round-robin", choices=list(ROUTERS),
+                     help="how requests are spread over K workers (default round-robin)")
+    eng.add_argument("--decode-reuse", action="store_true",
+                     help="a later request of the same session that extends an earlier prompt and its answer reuses "
+                     "the KV the earlier request wrote while decoding (vllm model)")
     eng.add_argument("--prefill-tokens-per-s", type=float, default=10000.0, metavar="R",
                      help="service model: prefill speed (default 10000 tokens/s)")
     eng.add_argument("--decode-tokens-per-s", type=float, default=50.0, metavar="R",
@@ -190,12 +207,18 @@ def _engine_options(args: argparse.Namespace, trace: Any) -> EngineOptions:
         pools = parse_pools(args.gpu_blocks) if args.gpu_blocks else ()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    schedule: Any = args.schedule
-    if schedule not in ("serial", "model"):
+    schedule: Any = args.schedule or ("recorded" if trace.recorded_schedule_s is not None else "model")
+    if schedule not in ("serial", "model", "recorded"):
         schedule = Schedule.read_csv(schedule, trace.n_requests)
+    workers: Any = args.workers
+    if workers not in ("one", "recorded"):
+        if not str(workers).isdigit() or not 1 <= int(workers) <= 4096:
+            raise UsageError(f"--workers must be recorded or a number of workers from 1 to 4096; got {workers!r}.")
+        workers = int(workers)
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
     return EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
-                         args.decode_tokens_per_s, schedule_source=args.schedule)
+                         args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
+                         router=args.router, decode_reuse=args.decode_reuse)
 
 
 def _stage(label: str) -> None:

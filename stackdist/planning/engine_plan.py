@@ -29,7 +29,7 @@ from stackdist.serving.schedule import Schedule
 from stackdist.traces import RequestTrace
 
 __all__ = ["ENGINE_MODELS", "EngineOptions", "default_pools", "run_engine_models", "engine_section",
-           "per_request_columns", "parse_pools"]
+           "per_request_columns", "parse_pools", "assign_workers", "ROUTERS"]
 
 ENGINE_MODELS = ("vllm", "sglang")
 
@@ -47,12 +47,89 @@ class EngineOptions:
     prefill_tokens_per_s: float = 10000.0
     decode_tokens_per_s: float = 50.0
     schedule_source: str = "model"
+    workers: str | int = "one"
+    router: str = "round-robin"
+    seed: int = 0
+    decode_reuse: bool = False
 
 
-def _schedule(trace: RequestTrace, options: EngineOptions) -> Schedule | str:
+ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded")
+
+
+def _schedule(trace: RequestTrace, options: EngineOptions) -> Schedule:
     if options.schedule == "model":
         return Schedule.from_service_model(trace, options.prefill_tokens_per_s, options.decode_tokens_per_s)
+    if options.schedule == "recorded":
+        if trace.recorded_schedule_s is None:
+            raise ValueError("--schedule recorded needs a trace that records when requests ran (e.g. --format dynamo)")
+        times = trace.recorded_schedule_s
+        return Schedule(times[:, 0], times[:, 1], times[:, 2])
+    if options.schedule == "serial":
+        return Schedule.serial(trace.n_requests)
+    assert isinstance(options.schedule, Schedule)
     return options.schedule
+
+
+def _subset(schedule: Schedule, index: np.ndarray) -> Schedule:
+    if schedule.is_serial:
+        return Schedule.serial(index.size)
+    return Schedule(schedule.arrival_s[index], schedule.prefill_end_s[index], schedule.finish_s[index])
+
+
+def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedule) -> np.ndarray:
+    """The worker of every request: recorded in the trace, or chosen by ``options.router`` among
+    ``options.workers`` workers (``least-loaded``: fewest requests running at arrival, ties to the
+    lowest index). O(requests log requests).
+
+    >>> t = RequestTrace.from_blocks([[1], [2], [3]])
+    >>> assign_workers(t, EngineOptions(workers=2), Schedule.serial(3)).tolist()
+    [0, 1, 0]
+    """
+    n = trace.n_requests
+    if options.workers == "one":
+        return np.zeros(n, np.int64)
+    if options.workers == "recorded":
+        if trace.workers is None:
+            raise ValueError("--workers recorded needs a trace that records each request's worker (e.g. --format dynamo)")
+        return trace.workers
+    k = int(options.workers)
+    if options.router == "round-robin":
+        return np.arange(n, dtype=np.int64) % k
+    if options.router == "random":
+        return np.random.default_rng(options.seed).integers(0, k, n).astype(np.int64)
+    if options.router == "session":
+        sessions = trace.session_ids if trace.session_ids is not None else np.arange(n)
+        return (_mix(sessions.astype(np.uint64)) % np.uint64(k)).astype(np.int64)
+    if options.router == "prefix-hash":
+        first = np.where(np.diff(trace.offsets) > 0, trace.block_ids[np.minimum(trace.offsets[:-1], max(trace.n_blocks - 1, 0))], 0)
+        return (_mix(first.astype(np.uint64)) % np.uint64(k)).astype(np.int64)
+    return _least_loaded(schedule, k)
+
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """A fixed 64-bit mix (splitmix64's finaliser), so routing is reproducible across runs."""
+    with np.errstate(over="ignore"):
+        z = values + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def _least_loaded(schedule: Schedule, k: int) -> np.ndarray:
+    import heapq
+
+    order = np.argsort(schedule.arrival_s, kind="stable")
+    running: list[tuple[float, int]] = []  # (finish, worker)
+    load = [0] * k
+    out = np.zeros(schedule.n_requests, np.int64)
+    for r in order.tolist():
+        while running and running[0][0] <= schedule.arrival_s[r]:
+            load[heapq.heappop(running)[1]] -= 1
+        w = min(range(k), key=lambda i: (load[i], i))
+        out[r] = w
+        load[w] += 1
+        heapq.heappush(running, (float(schedule.finish_s[r]), w))
+    return out
 
 
 def default_pools(trace: RequestTrace, engine_block_size: int = 16, points: int = 8) -> tuple[int | None, ...]:
@@ -77,13 +154,37 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
 
     pools = tuple(options.pools) or default_pools(trace, options.engine_block_size)
     schedule = _schedule(trace, options)
+    workers = assign_workers(trace, options, schedule)
     out: dict[str, ServingResult] = {}
     for model in options.models:
         if progress is not None:
-            progress(f"{model} model, {len(pools)} pool sizes")
+            progress(f"{model} model, {len(pools)} pool sizes, {len(np.unique(workers))} worker(s)")
         run = simulate_vllm if model == "vllm" else simulate_sglang
-        out[model] = run(trace, pools, schedule, options.decode, options.engine_block_size)
+        parts = []
+        for w in np.unique(workers).tolist():
+            index = np.flatnonzero(workers == w)
+            sub = trace if index.size == trace.n_requests else trace.select(index)
+            parts.append((index, run(sub, pools, _subset(schedule, index), options.decode, options.engine_block_size)))
+        out[model] = _merge(parts, trace.n_requests) if len(parts) != 1 else parts[0][1]
     return out
+
+
+def _merge(parts: list[tuple[np.ndarray, ServingResult]], n: int) -> ServingResult:
+    """Per-worker results as one: a pool is feasible iff it is on every worker (the pool is per
+    worker); the smallest feasible pool is the largest of the workers' own."""
+    first = parts[0][1]
+    hits = np.full((len(first.pools), n), -1, np.int64)
+    failed = np.full(len(first.pools), -1, np.int64)
+    for index, result in parts:
+        hits[:, index] = result.hit_tokens
+        for i, f in enumerate(result.failed_request.tolist()):
+            if f >= 0 and (failed[i] < 0 or index[f] < failed[i]):
+                failed[i] = index[f]
+    hits[failed >= 0] = -1
+    mins = [r.min_feasible_pool for _, r in parts if r.min_feasible_pool is not None]
+    proved = all(r.min_feasible_proved for _, r in parts if r.min_feasible_pool is not None) and len(mins) == len(parts)
+    return ServingResult(first.engine, first.pools, hits, failed, max(mins) if mins else None,
+                         "+".join(sorted({r.method for _, r in parts})), proved)
 
 
 def _pool_label(pool: int | None) -> int | str:
@@ -117,6 +218,10 @@ def engine_section(
         minimum = {"gpu_blocks": int(result.min_feasible_pool), "proved_minimal": bool(result.min_feasible_proved),
                    "gib": result.min_feasible_pool * block_bytes / 2**30}
     schedule = options.schedule_source if isinstance(options.schedule, Schedule) else options.schedule
+    if trace.engine_cached_tokens is not None and (trace.engine_cached_tokens[mask] >= 0).all():
+        for i, row in enumerate(rows):
+            if row["feasible"]:
+                row["vs_engine"] = _vs_engine(result.hit_tokens[i][mask], trace.engine_cached_tokens[mask], input_tokens)
     return {
         "model": result.engine,
         "pool_unit": "num_gpu_blocks (vLLM; block 0 is its null block)" if result.engine == "vllm" else "pages of the KV pool (SGLang)",
@@ -160,3 +265,20 @@ def parse_pools(text: str, flag: str = "--gpu-blocks") -> tuple[int | None, ...]
     if not pools:
         raise ValueError(f"{flag} must name at least one pool size; got {text!r}")
     return tuple(pools)
+
+
+def _vs_engine(predicted: np.ndarray, engine: np.ndarray, input_tokens: int) -> dict[str, Any]:
+    """Prediction against the engine's own reported hits, in total and per request.
+
+    >>> _vs_engine(np.array([16, 0]), np.array([16, 8]), 40)["requests_exact"]
+    1
+    """
+    diff = predicted - engine
+    return {
+        "engine_cached_tokens": int(engine.sum()),
+        "predicted_cached_tokens": int(predicted.sum()),
+        "error_tokens": int(diff.sum()),
+        "error_percentage_points": 100.0 * int(diff.sum()) / input_tokens if input_tokens else 0.0,
+        "requests_exact": int(np.count_nonzero(diff == 0)),
+        "mean_abs_error_tokens_per_request": float(np.abs(diff).mean()) if diff.size else 0.0,
+    }

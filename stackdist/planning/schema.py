@@ -103,7 +103,7 @@ class ModelInfo(TypedDict):
     bytes_per_block: int
 
 
-class PoolRow(TypedDict):
+class PoolRow(TypedDict, total=False):
     gpu_blocks: int | str
     gib: float | None
     feasible: bool
@@ -111,6 +111,7 @@ class PoolRow(TypedDict):
     prefix_token_hit_rate: float | None
     requests_with_hits: int | None
     failed_request: int | None
+    vs_engine: dict[str, Any]
 
 
 class EngineModelPlan(TypedDict):

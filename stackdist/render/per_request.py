@@ -29,9 +29,8 @@ def per_request_text(trace: RequestTrace, hit_columns: Sequence[tuple[str, np.nd
     1,1,1.0,0,4,0,3
     """
     n = trace.n_requests
-    ids = trace.request_ids if trace.request_ids is not None else np.arange(n)
-    workers = getattr(trace, "workers", None)
-    workers = np.zeros(n, np.int64) if workers is None else workers
+    ids = next((v for v in (trace.request_labels, trace.request_ids) if v is not None), np.arange(n))
+    workers = np.zeros(n, np.int64) if trace.workers is None else trace.workers
     arrival = trace.timestamps_s - (trace.timestamps_s[0] if n else 0.0)
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

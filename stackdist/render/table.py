@@ -81,6 +81,11 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
             continue
         lines.append(f"  {row['gpu_blocks']!s:>12} {gib:>9} {row['hit_tokens']:>14,} {row['prefix_token_hit_rate']:>22.2%} "
                      f"{row['requests_with_hits']:>13,}")
+        vs = row.get("vs_engine")
+        if vs:
+            lines.append(f"  {'':>12} vs the engine's own count: {vs['engine_cached_tokens']:,} tokens reported, "
+                         f"{vs['predicted_cached_tokens']:,} predicted ({vs['error_tokens']:+,} tokens, {vs['error_percentage_points']:+.2f} percentage points of input), "
+                         f"{vs['requests_exact']:,} of {section['requests']:,} requests exact")
     minimum = section["min_feasible_pool"]
     if minimum:
         proof = "proved minimal" if minimum["proved_minimal"] else "feasible, one less is not"

@@ -3,7 +3,8 @@
 - :mod:`.access`: :class:`AccessTrace` (``key[,size]`` accesses) from CSV/TSV, JSONL, ``.npy``.
 - :mod:`.requests`: :class:`RequestTrace`, the one request-trace type (prompt KV blocks per
   request, prefix-chained).
-- :mod:`.hashed` (Mooncake, Qwen-Bailian), :mod:`.tokens` (token ids): request readers;
+- :mod:`.hashed` (Mooncake, Qwen-Bailian), :mod:`.tokens` (token ids), :mod:`.dynamo` (Dynamo's
+  request trace, with workers, sessions, schedule and engine-reported hits): request readers;
   :mod:`.formats` dispatches by format name.
 - :mod:`.blocks`: prefix-chained block hashing, re-blocking into finer pages, dense ids.
 - :mod:`.lines`: the line-level parsing the readers share.
@@ -13,6 +14,7 @@ This ``__init__`` only re-exports.
 
 from .access import ACCESS_FORMATS, AccessTrace, read_access_trace
 from .blocks import ROOT_HASH, chain_hashes, dense_ids, reblock
+from .dynamo import read_dynamo
 from .formats import (
     DEFAULT_BLOCK_SIZE,
     REQUEST_FORMATS,
@@ -34,6 +36,7 @@ __all__ = [
     "chain_hashes",
     "dense_ids",
     "read_access_trace",
+    "read_dynamo",
     "read_mooncake",
     "read_qwen",
     "read_requests",

@@ -36,7 +36,11 @@ class RequestTrace:
     (int64 tokens; output 0 when unknown), ``block_size`` (tokens per full block), ``source``
     (file name), ``session_ids`` (int64 conversation ids, or None), ``skipped`` (malformed
     lines skipped by ``skip_bad``), ``request_ids`` (int64 per-request ids from the file, e.g.
-    Qwen ``chat_id``, or None).
+    Qwen ``chat_id``, or None). Engine logs add: ``request_labels`` (the log's own request ids as
+    strings, or None), ``workers`` (int64 worker each request ran on, or None),
+    ``engine_cached_tokens`` (int64 prompt tokens the engine reported serving from cache, or
+    None) and ``recorded_schedule_s`` (float64, shape (n, 3): when each request started running,
+    ended prefill and finished, in seconds on the ``timestamps_s`` clock, or None).
 
     The sum of a request's ``block_tokens`` is at most its ``input_length``: equal when the
     blocks cover the whole prompt (Mooncake, Qwen, token files with ``partial_last_block``),
@@ -59,6 +63,10 @@ class RequestTrace:
     session_ids: np.ndarray | None = None
     skipped: int = 0
     request_ids: np.ndarray | None = field(default=None)
+    request_labels: np.ndarray | None = None
+    workers: np.ndarray | None = None
+    engine_cached_tokens: np.ndarray | None = None
+    recorded_schedule_s: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.block_ids = _as_id_array(self.block_ids)
@@ -71,6 +79,13 @@ class RequestTrace:
             self.session_ids = np.asarray(self.session_ids, dtype=np.int64)
         if self.request_ids is not None:
             self.request_ids = np.asarray(self.request_ids, dtype=np.int64)
+        for name in ("workers", "engine_cached_tokens"):
+            if getattr(self, name) is not None:
+                setattr(self, name, np.asarray(getattr(self, name), dtype=np.int64))
+        if self.request_labels is not None:
+            self.request_labels = np.asarray(self.request_labels, dtype=object)
+        if self.recorded_schedule_s is not None:
+            self.recorded_schedule_s = np.asarray(self.recorded_schedule_s, dtype=np.float64).reshape(-1, 3)
         self._check()
 
     @classmethod
@@ -169,6 +184,10 @@ class RequestTrace:
             session_ids=pick(self.session_ids),
             skipped=self.skipped,
             request_ids=pick(self.request_ids),
+            request_labels=pick(self.request_labels),
+            workers=pick(self.workers),
+            engine_cached_tokens=pick(self.engine_cached_tokens),
+            recorded_schedule_s=pick(self.recorded_schedule_s),
         )
 
     def _check(self) -> None:
@@ -188,9 +207,10 @@ class RequestTrace:
             raise ValueError("block_tokens must have one entry per block")
         if self.n_blocks and (self.block_tokens.min() < 1 or self.block_tokens.max() > self.block_size):
             raise ValueError(f"block_tokens must lie in 1..block_size ({self.block_size})")
-        for name in ("timestamps_s", "input_length", "output_length", "session_ids", "request_ids"):
+        for name in ("timestamps_s", "input_length", "output_length", "session_ids", "request_ids",
+                     "request_labels", "workers", "engine_cached_tokens", "recorded_schedule_s"):
             values = getattr(self, name)
-            if values is not None and values.shape != (n,):
+            if values is not None and values.shape[:1] != (n,):
                 raise ValueError(f"{name} must have one entry per request ({n})")
         if not np.all(np.isfinite(self.timestamps_s)):
             raise ValueError("timestamps_s must be finite")

@@ -1,0 +1,134 @@
+"""Reader of NVIDIA Dynamo request traces (``dynamo.request.trace.v1`` JSONL).
+
+One event a line; only ``request_end`` events are kept (others are skipped and not counted as
+malformed). The file is in end order, so requests are ordered by ``request_received_ms``. Each
+request's ``replay.input_sequence_hashes`` are prefix-chained hashes of its prompt in blocks of
+``replay.trace_block_size`` tokens (16), the final partial block included, so
+``len(hashes) == ceil(input_length / block size)``. The worker is
+``worker.prefill_worker_id``; the session is ``agent_context.session_id``; the engine's own hit
+count is ``cached_tokens``. The recorded schedule: a request starts running when it was
+received plus its queueing time (``ttft_ms - prefill_time_ms``, at least 0), ends prefill at
+``request_received_ms + ttft_ms`` and finishes at ``request_received_ms + total_time_ms``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from stackdist.errors import TraceFormatError
+
+from .lines import UINT64_MAX, LineError, count_field, data_lines, field, int_array, json_object, shown
+from .requests import RequestTrace
+
+__all__ = ["read_dynamo"]
+
+_SCHEMA = "dynamo.request.trace.v1"
+
+
+def _number(obj: dict[str, Any], name: str, default: float | None = None) -> float:
+    value = obj.get(name, default) if default is not None else field(obj, name)
+    if type(value) not in (int, float) or not 0 <= value < 1e18:
+        raise LineError(f"'{name}' must be a non-negative number, got {shown(value)}")
+    return float(value)
+
+
+def _object(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    value = field(obj, name)
+    if type(value) is not dict:
+        raise LineError(f"'{name}' must be an object, got {shown(value)}")
+    return value
+
+
+def _hashes(replay: dict[str, Any], input_length: int) -> tuple[list[int], int]:
+    block = count_field(replay, "trace_block_size")
+    hashes = field(replay, "input_sequence_hashes")
+    if type(hashes) is not list or not all(type(h) is int and 0 <= h <= UINT64_MAX for h in hashes):
+        raise LineError(f"'input_sequence_hashes' must be a list of integers in 0..2**64-1, got {shown(hashes)}")
+    if block < 1 or len(hashes) != -(-input_length // block):
+        raise LineError(f"input_sequence_hashes has {len(hashes)} entries but input_length {input_length} needs "
+                        f"ceil({input_length}/{block}) = {-(-input_length // max(block, 1))} blocks of trace_block_size {block}")
+    return hashes, block
+
+
+def _request(event: dict[str, Any]) -> dict[str, Any]:
+    """One request_end event's fields, checked."""
+    request = _object(event, "request")
+    worker = _object(request, "worker")
+    replay = _object(request, "replay")
+    context = event.get("agent_context") or {}
+    input_length = count_field(request, "input_tokens")
+    hashes, block = _hashes(replay, input_length)
+    received = _number(request, "request_received_ms")
+    ttft, prefill = _number(request, "ttft_ms"), _number(request, "prefill_time_ms", 0.0)
+    total = _number(request, "total_time_ms")
+    if ttft > total:
+        raise LineError(f"ttft_ms must be at most total_time_ms; got {ttft} and {total}")
+    return {
+        "id": str(field(request, "request_id")), "input": input_length,
+        "output": count_field(request, "output_tokens", default=0),
+        "cached": count_field(request, "cached_tokens") if "cached_tokens" in request else -1, "received_ms": received,
+        "schedule_ms": (received + max(ttft - prefill, 0.0), received + ttft, received + total),
+        "worker": int(count_field(worker, "prefill_worker_id")), "session": str(context.get("session_id", "")),
+        "hashes": hashes, "block": block,
+    }
+
+
+def _events(path: str | os.PathLike[str], skip_bad: bool) -> tuple[list[dict[str, Any]], int]:
+    rows, skipped = [], 0
+    for lineno, raw in data_lines(path):
+        try:
+            line = json_object(raw)
+            event = _object(line, "event")
+            if event.get("schema", _SCHEMA) != _SCHEMA or event.get("event_type") != "request_end":
+                continue
+            rows.append(_request(event))
+        except LineError as exc:
+            if not skip_bad:
+                raise TraceFormatError(path, lineno, str(exc)) from None
+            skipped += 1
+    return rows, skipped
+
+
+def read_dynamo(path: str | os.PathLike[str], skip_bad: bool = False) -> RequestTrace:
+    """Read a Dynamo request trace (see the module docstring). Complexity: O(file size).
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "d.jsonl")
+    >>> _ = open(path, "w").write('{"timestamp": 2100, "event": {"schema": "dynamo.request.trace.v1", '
+    ...     '"event_type": "request_end", "agent_context": {"session_id": "demo:root"}, "request": '
+    ...     '{"request_id": "r-2", "input_tokens": 40, "output_tokens": 7, "cached_tokens": 32, '
+    ...     '"request_received_ms": 1700000001000, "prefill_time_ms": 12.5, "ttft_ms": 14.0, '
+    ...     '"total_time_ms": 220.0, "worker": {"prefill_worker_id": 11, "decode_worker_id": 11}, '
+    ...     '"replay": {"trace_block_size": 16, "input_length": 40, "input_sequence_hashes": [9001, 9002, 9003]}}}}\\n')
+    >>> t = read_dynamo(path)
+    >>> t.block_tokens.tolist(), t.workers.tolist(), t.engine_cached_tokens.tolist(), t.request_labels.tolist()
+    ([16, 16, 8], [11], [32], ['r-2'])
+    """
+    rows, skipped = _events(path, skip_bad)
+    rows.sort(key=lambda r: r["received_ms"])
+    blocks = {r["block"] for r in rows}
+    if len(blocks) > 1:
+        raise TraceFormatError(path, None, f"every request must use one trace_block_size; got {sorted(blocks)}")
+    block = blocks.pop() if blocks else 16
+    counts = np.array([len(r["hashes"]) for r in rows], np.int64)
+    offsets = np.r_[0, np.cumsum(counts)].astype(np.int64)
+    inputs = np.array([r["input"] for r in rows], np.int64)
+    tokens = np.full(int(offsets[-1]), block, np.int64)
+    has = counts > 0
+    tokens[offsets[1:][has] - 1] = inputs[has] - block * (counts[has] - 1)
+    flat = [h for r in rows for h in r["hashes"]]
+    start = rows[0]["received_ms"] if rows else 0.0
+    sessions: dict[str, int] = {}
+    return RequestTrace(
+        block_ids=int_array(flat, any(h > 2**63 - 1 for h in flat)), offsets=offsets, block_tokens=tokens,
+        timestamps_s=np.array([(r["received_ms"] - start) / 1000 for r in rows]), input_length=inputs,
+        output_length=np.array([r["output"] for r in rows], np.int64), block_size=block, source=os.fspath(path),
+        session_ids=np.array([sessions.setdefault(r["session"], len(sessions)) for r in rows], np.int64),
+        skipped=skipped, request_labels=np.array([r["id"] for r in rows], dtype=object),
+        workers=np.array([r["worker"] for r in rows], np.int64),
+        engine_cached_tokens=np.array([r["cached"] for r in rows], np.int64),
+        recorded_schedule_s=np.array([[(t - start) / 1000 for t in r["schedule_ms"]] for r in rows]).reshape(-1, 3),
+    )
