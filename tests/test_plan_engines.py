@@ -8,10 +8,14 @@ import json
 
 import numpy as np
 import pytest
-
 from naive import request_trace, run_stackdist
+
 from stackdist.errors import TraceFormatError
-from stackdist.planning.engine_plan import EngineOptions, assign_workers, run_engine_models
+from stackdist.planning.engine_plan import (
+    EngineOptions,
+    assign_workers,
+    run_engine_models,
+)
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.vllm import simulate_vllm
 from stackdist.traces import read_dynamo
