@@ -92,28 +92,34 @@ __all__ = ["simulate_vllm", "vllm_pool_run", "vllm_one_replay"]
 _B = 16
 
 
-@njit(cache=True, nogil=True)
-def _unlink(b, nxt, prv):  # type: ignore[no-untyped-def]
-    p = prv[b]
-    q = nxt[b]
-    nxt[p] = q
-    prv[q] = p
+# Per-block state, one int32 row per block (fields side by side: one cache line per block):
+# free-queue links, ref count, hash key (-1 uncached, -2 cached under a key nobody looks up),
+# links of the key's list of cached blocks (insertion order).
+_NXT, _PRV, _REF, _KEY, _MNEXT, _MPREV = range(6)
 
 
 @njit(cache=True, nogil=True)
-def _map_remove(b, kk, khead, ktail, mnext, mprev):  # type: ignore[no-untyped-def]
-    p = mprev[b]
-    q = mnext[b]
-    if p >= 0:
-        mnext[p] = q
-    else:
-        khead[kk] = q
-    if q >= 0:
-        mprev[q] = p
-    else:
-        ktail[kk] = p
-    mnext[b] = -1
-    mprev[b] = -1
+def _pop_head(bs, HEAD, ks):  # type: ignore[no-untyped-def]
+    """get_new_blocks for one block: pop the free queue's head, evict its hash, ref = 1."""
+    b = bs[HEAD, _NXT]
+    q = bs[b, _NXT]
+    bs[HEAD, _NXT] = q
+    bs[q, _PRV] = HEAD
+    kk = bs[b, _KEY]
+    if kk >= 0:  # _maybe_evict_cached_block: unlink b from its key's block list
+        p = bs[b, _MPREV]
+        n = bs[b, _MNEXT]
+        if p >= 0:
+            bs[p, _MNEXT] = n
+        else:
+            ks[kk, 0] = n
+        if n >= 0:
+            bs[n, _MPREV] = p
+        else:
+            ks[kk, 1] = p
+    bs[b, _KEY] = -1
+    bs[b, _REF] = 1
+    return b
 
 
 @njit(cache=True, nogil=True)
@@ -124,32 +130,25 @@ def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N
     """
     HEAD = N
     TAIL = N + 1
-    nxt = np.empty(N + 2, np.int64)
-    prv = np.empty(N + 2, np.int64)
-    nxt[HEAD] = TAIL
-    prv[TAIL] = HEAD
+    bs = np.full((N + 2, 6), -1, np.int32)
+    bs[:, _REF] = 0
     last = HEAD
-    for b in range(1, N):  # block 0 is the null block
-        nxt[last] = b
-        prv[b] = last
+    for b in range(1, N):  # block 0 is the null block, never queued
+        bs[last, _NXT] = b
+        bs[b, _PRV] = last
         last = b
-    nxt[last] = TAIL
-    prv[TAIL] = last
+    bs[last, _NXT] = TAIL
+    bs[TAIL, _PRV] = last
     nfree = N - 1
-    ref = np.zeros(N, np.int32)
-    bkey = np.full(N, -1, np.int64)  # -1 uncached, -2 cached under a key no one looks up
-    mnext = np.full(N, -1, np.int64)
-    mprev = np.full(N, -1, np.int64)
-    khead = np.full(n_keys, -1, np.int64)
-    ktail = np.full(n_keys, -1, np.int64)
+    ks = np.full((n_keys, 2), -1, np.int32)  # first and last cached block of each key
     n_req = len(P)
-    tbl = np.empty(tbl_off[n_req], np.int64)
+    tbl = np.empty(tbl_off[n_req], np.int32)
     nblk = np.zeros(n_req, np.int64)
     ncached = np.zeros(n_req, np.int64)
     maxw = 1
     for r in range(n_req):
         maxw = max(maxw, tbl_off[r + 1] - tbl_off[r])
-    first = np.empty(maxw, np.int64)
+    first = np.empty(maxw, np.int32)
     for e in range(len(ev_kind)):
         r = ev_req[e]
         kind = ev_kind[e]
@@ -159,89 +158,79 @@ def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N
             base = off[r]
             cap = (p - 1) // B
             h = 0
+            evictable = 0
             while h < cap:
-                b = khead[key[base + h]]
+                b = ks[key[base + h], 0]
                 if b < 0:
                     break
                 tbl[tb + h] = b
+                if bs[b, _REF] == 0:
+                    evictable += 1
                 h += 1
             hits[r] = B * h
             need = (p + B - 1) // B - h
-            evictable = 0
-            for j in range(h):
-                if ref[tbl[tb + j]] == 0:
-                    evictable += 1
             if need + evictable > nfree:
                 return r
             for j in range(h):  # touch
                 b = tbl[tb + j]
-                if ref[b] == 0:
-                    _unlink(b, nxt, prv)
+                if bs[b, _REF] == 0:
+                    pp = bs[b, _PRV]
+                    q = bs[b, _NXT]
+                    bs[pp, _NXT] = q
+                    bs[q, _PRV] = pp
                     nfree -= 1
-                ref[b] += 1
-            for j in range(need):  # get_new_blocks
-                b = nxt[HEAD]
-                _unlink(b, nxt, prv)
-                nfree -= 1
-                if bkey[b] >= 0:
-                    _map_remove(b, bkey[b], khead, ktail, mnext, mprev)
-                bkey[b] = -1
-                ref[b] = 1
-                tbl[tb + h + j] = b
+                bs[b, _REF] += 1
+            for j in range(need):
+                tbl[tb + h + j] = _pop_head(bs, HEAD, ks)
+            nfree -= need
             nblk[r] = h + need
             full = p // B
-            for j in range(h, full):  # cache_full_blocks
+            for j in range(h, full):  # cache_full_blocks: append to the key's list
                 b = tbl[tb + j]
                 kk = key[base + j]
-                bkey[b] = kk
-                t = ktail[kk]
-                mprev[b] = t
-                mnext[b] = -1
+                bs[b, _KEY] = kk
+                t = ks[kk, 1]
+                bs[b, _MPREV] = t
+                bs[b, _MNEXT] = -1
                 if t >= 0:
-                    mnext[t] = b
+                    bs[t, _MNEXT] = b
                 else:
-                    khead[kk] = b
-                ktail[kk] = b
+                    ks[kk, 0] = b
+                ks[kk, 1] = b
             ncached[r] = full
         elif kind == 1:  # decode step k: allocate_slots(request, 1)
             need = (p + ev_k[e] + B - 1) // B - nblk[r]
             if need > nfree:
                 return r
             for j in range(need):
-                b = nxt[HEAD]
-                _unlink(b, nxt, prv)
-                nfree -= 1
-                if bkey[b] >= 0:
-                    _map_remove(b, bkey[b], khead, ktail, mnext, mprev)
-                bkey[b] = -1
-                ref[b] = 1
-                tbl[tb + nblk[r]] = b
+                tbl[tb + nblk[r]] = _pop_head(bs, HEAD, ks)
                 nblk[r] += 1
+            nfree -= need
         elif kind == 0:  # finish: free(request), reverse order
             for j in range(ncached[r], n_final[r]):
-                bkey[tbl[tb + j]] = -2
+                bs[tbl[tb + j], _KEY] = -2
             nf = 0
             for j in range(nblk[r] - 1, -1, -1):
                 b = tbl[tb + j]
-                ref[b] -= 1
-                if ref[b] == 0:
-                    if bkey[b] == -1:
+                bs[b, _REF] -= 1
+                if bs[b, _REF] == 0:
+                    if bs[b, _KEY] == -1:
                         first[nf] = b
                         nf += 1
                     else:  # append_n: cached blocks to the tail
-                        t = prv[TAIL]
-                        nxt[t] = b
-                        prv[b] = t
-                        nxt[b] = TAIL
-                        prv[TAIL] = b
+                        t = bs[TAIL, _PRV]
+                        bs[t, _NXT] = b
+                        bs[b, _PRV] = t
+                        bs[b, _NXT] = TAIL
+                        bs[TAIL, _PRV] = b
                         nfree += 1
             for i in range(nf - 1, -1, -1):  # prepend_n: uncached blocks to the head, in order
                 b = first[i]
-                q = nxt[HEAD]
-                nxt[HEAD] = b
-                prv[b] = HEAD
-                nxt[b] = q
-                prv[q] = b
+                q = bs[HEAD, _NXT]
+                bs[HEAD, _NXT] = b
+                bs[b, _PRV] = HEAD
+                bs[b, _NXT] = q
+                bs[q, _PRV] = b
                 nfree += 1
             nblk[r] = 0
     return -1
@@ -275,6 +264,8 @@ def vllm_pool_run(pages: EnginePages, schedule: Schedule, decode: bool, num_gpu_
     B = block_size
     tbl_off, n_final, kind, ev = _prepare(pages, schedule, decode, B)
     N = int(tbl_off[-1]) + 1 if num_gpu_blocks is None else int(num_gpu_blocks)
+    if N >= 2**31 - 2 or pages.n_keys >= 2**31:
+        raise ValueError(f"num_gpu_blocks and page ids must fit in int32; got {N} blocks, {pages.n_keys} page ids")
     hits = np.zeros(pages.n_requests, np.int64)
     failed = _vllm_kernel(pages.key, pages.offsets, pages.input_tokens, tbl_off, n_final, kind,
                           ev.request, ev.k, max(pages.n_keys, 1), N, B, hits)
