@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from stackdist.engine.histogram import exact_count
 from stackdist.engine.keys import unique_sorted
 from stackdist.serving.results import ServingResult
 from stackdist.serving.semantics import PrefixReplay, replay_requests
@@ -21,6 +22,7 @@ from stackdist.version import __version__
 
 from .engine_plan import EngineOptions, engine_section, run_engine_models
 from .geometry import DEFAULT_MODEL, ModelGeometry
+from .optimal import optimal_bound, optimal_working_set
 from .prefix_curve import PrefixCurve
 from .prices import PRICES_USD_PER_GB
 from .schema import SCHEMA_VERSION, Plan
@@ -47,6 +49,7 @@ class PlanOptions:
     curve_points: int = 120
     extra: dict[str, Any] = field(default_factory=dict)
     engine: EngineOptions = field(default_factory=EngineOptions)
+    optimal: bool = False
 
 
 def parse_duration(text: str, name: str) -> float:
@@ -220,6 +223,8 @@ def build_plan(
         report["semantics"][semantics] = _semantics_report(replay, counted, options, units)
     if len(curves) == 2:
         report["comparison"] = _comparison(curves, units, options.targets)
+    if options.optimal and curves:
+        report["optimal_bound"] = _optimal(trace, counted, curves, units, options.targets)
     if options.engine.models:
         results = engine_results if engine_results is not None else run_engine_models(trace, options.engine)
         report["engine_models"] = {
@@ -227,6 +232,26 @@ def build_plan(
             for model in options.engine.models
         }
     return report  # type: ignore[return-value]
+
+
+def _optimal(trace: RequestTrace, counted: np.ndarray, curves: dict[str, PrefixCurve], units: _Units,
+             targets: Sequence[float]) -> dict[str, Any]:
+    """Belady's bound at every working-set capacity of every semantics, beside each LRU, and
+    Belady's own working set for each target (what a perfect policy would need)."""
+    caps = {c.min_capacity_for(fraction_of_ceiling=t) for c in curves.values() for t in targets}
+    rows = optimal_bound(trace, counted, [c for c in caps if c], units.bytes_per_block)
+    for row in rows:
+        row["lru_prefix_token_hit_rate"] = {name: float(c.prefix_token_hit_rate_at(row["capacity_blocks"]))
+                                            for name, c in curves.items()}
+    any_curve = next(iter(curves.values()))
+    upper = max(any_curve.saturation_blocks, 1)
+    sets = []
+    for t in targets:
+        need = exact_count(t, any_curve.ceiling_token_hits, "target")
+        blocks = optimal_working_set(trace, counted, need, upper)
+        sets.append({"fraction_of_ceiling": t, "belady": units.describe(blocks),
+                     "lru": {name: units.describe(c.min_capacity_for(fraction_of_ceiling=t)) for name, c in curves.items()}})
+    return {"at_lru_working_sets": rows, "working_sets": sets}
 
 
 def _header(trace: RequestTrace, options: PlanOptions, units: _Units, counted: np.ndarray) -> dict[str, Any]:

@@ -137,3 +137,4 @@ class Plan(TypedDict, total=False):
     semantics: dict[str, SemanticsPlan]
     comparison: Comparison
     engine_models: dict[str, EngineModelPlan]
+    optimal_bound: dict[str, Any]

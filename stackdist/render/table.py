@@ -59,6 +59,16 @@ def render_plan_table(report: Plan) -> str:
         gap = report["comparison"]["max_prefix_token_hit_rate_gap"]
         lines.append(f"  largest prefix token hit-rate gap (engine - per-access): {gap['engine_minus_per_access']:+.2%} "
                      f"at {gap['at']['gib']:.2f} GiB")
+    if report.get("optimal_bound"):
+        lines += ["", "== optimal bound (Belady: evicts the block reused furthest ahead; needs the future) =="]
+        for ws in report["optimal_bound"]["working_sets"]:
+            lines.append(f"  {ws['fraction_of_ceiling']:>6.1%} of the ceiling: Belady {_fmt_cap(ws['belady'])}")
+            for name, cap in ws["lru"].items():
+                lines.append(f"  {'':>6}  {name + ' LRU':>18} {_fmt_cap(cap)}")
+        for row in report["optimal_bound"]["at_lru_working_sets"]:
+            lru = ", ".join(f"{name} LRU {rate:.2%}" for name, rate in row["lru_prefix_token_hit_rate"].items())
+            lines.append(f"  at {row['gib']:9.2f} GiB: Belady {row['belady_prefix_token_hit_rate']:.2%} prefix token "
+                         f"hit rate; {lru}")
     for section in report.get("engine_models", {}).values():
         lines += ["", *_engine_lines(section)]
     return "\n".join(lines) + "\n"
