@@ -75,7 +75,7 @@ import stackdist
 
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
-from .schedule import Schedule, event_order
+from .schedule import Events, Schedule, event_order
 from .vllm import _schedule
 
 __all__ = ["simulate_sglang", "sglang_pool_run"]
@@ -381,13 +381,23 @@ def sglang_pool_run(pages: EnginePages, schedule: Schedule, decode: bool, num_pa
     >>> sglang_pool_run(engine_pages(t), Schedule.serial(2), False, 2)[0].tolist()
     [0, 16]
     """
-    B = page_size
+    return _run(pages, _prepare(pages, schedule, decode, page_size), num_pages, page_size)
+
+
+def _prepare(pages: EnginePages, schedule: Schedule, decode: bool, B: int) -> tuple[np.ndarray, np.ndarray, Events]:
+    """Kernel inputs shared by every pool size: tokens written per request, event kinds, events."""
     P, O = pages.input_tokens, pages.output_tokens
     written = P + (np.maximum(O, 1) - 1 if decode else 0)
     ev = event_order(schedule, O, decode)
+    return written, ev.kind.astype(np.int64), ev
+
+
+def _run(pages: EnginePages, prep: tuple[np.ndarray, np.ndarray, Events], num_pages: int | None, B: int) -> tuple[np.ndarray, int]:
+    """The kernel on prepared inputs."""
+    written, kind, ev = prep
     N = int(((written + B - 1) // B).sum()) + 1 if num_pages is None else int(num_pages)
     hits = np.zeros(pages.n_requests, np.int64)
-    failed = _sglang_kernel(pages.key, pages.offsets, P, written, ev.kind.astype(np.int64), ev.request,
+    failed = _sglang_kernel(pages.key, pages.offsets, pages.input_tokens, written, kind, ev.request,
                             max(pages.n_keys, 1), N, B, hits)
     if failed >= 0:
         hits[:] = -1
@@ -408,12 +418,14 @@ def simulate_sglang(
     decode: bool = False,
     page_size: int = _B,
     threads: int = 2,
+    find_min_pool: bool = True,
 ) -> ServingResult:
     """SGLang's per-request prefix hits at each pool of ``pool_pages`` pages (None = infinite).
 
     ``schedule`` is a :class:`Schedule`, ``"serial"`` or ``"model"``. Every size runs its own
     exact simulation (no inclusion property, see the module docstring), two sizes at a time.
-    For infeasible pools ``min_feasible_pool`` is computed (proved minimal for serial schedules).
+    When a pool is infeasible and ``find_min_pool``, ``min_feasible_pool`` is computed (proved
+    minimal for serial schedules).
     Complexity: per size O(pages + events + path nodes walked, x log nodes for the heap).
 
     >>> import numpy as np, stackdist
@@ -426,17 +438,18 @@ def simulate_sglang(
     pools = check_pools(pool_pages, 1)
     sched = _schedule(schedule, trace, pages)
     B = page_size
-    runs = run_pools(lambda n: sglang_pool_run(pages, sched, decode, n, B), pools, threads)
+    prep = _prepare(pages, sched, decode, B)
+    runs = run_pools(lambda n: _run(pages, prep, n, B), pools, threads)
     hits = np.stack([h for h, _ in runs])
     failed = np.array([f for _, f in runs], np.int64)
     bound = _serial_min_pages(pages, decode, B)
     min_pool, proved = None, False
-    if (failed >= 0).any():
+    if (failed >= 0).any() and find_min_pool:
         proved = sched.is_serial
         if proved:
             min_pool = bound
         else:
             P, O = pages.input_tokens, pages.output_tokens
             hi = int(((P + np.maximum(O, 1) + B - 1) // B).sum()) + 1
-            min_pool = bisect_feasible(lambda n: sglang_pool_run(pages, sched, decode, n, B)[1] < 0, bound, hi)
+            min_pool = bisect_feasible(lambda n: _run(pages, prep, n, B)[1] < 0, bound, hi)
     return ServingResult("sglang", pools, hits, failed, min_pool, "per-size", proved)

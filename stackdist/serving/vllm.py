@@ -261,8 +261,12 @@ def vllm_pool_run(pages: EnginePages, schedule: Schedule, decode: bool, num_gpu_
     >>> hits.tolist(), failed
     ([0, 0], -1)
     """
-    B = block_size
-    tbl_off, n_final, kind, ev = _prepare(pages, schedule, decode, B)
+    return _run(pages, _prepare(pages, schedule, decode, block_size), num_gpu_blocks, block_size)
+
+
+def _run(pages: EnginePages, prep: tuple[np.ndarray, np.ndarray, np.ndarray, Events], num_gpu_blocks: int | None, B: int) -> tuple[np.ndarray, int]:
+    """The kernel on prepared inputs (shared by every pool size of one call)."""
+    tbl_off, n_final, kind, ev = prep
     N = int(tbl_off[-1]) + 1 if num_gpu_blocks is None else int(num_gpu_blocks)
     if N >= 2**31 - 2 or pages.n_keys >= 2**31:
         raise ValueError(f"num_gpu_blocks and page ids must fit in int32; got {N} blocks, {pages.n_keys} page ids")
@@ -385,6 +389,7 @@ def simulate_vllm(
     block_size: int = _B,
     threads: int = 2,
     method: str = "auto",
+    find_min_pool: bool = True,
 ) -> ServingResult:
     """vLLM's per-request prefix hits at each ``num_gpu_blocks`` (None = infinite).
 
@@ -392,8 +397,8 @@ def simulate_vllm(
     its defaults). ``method="auto"`` uses the one-replay path when the module docstring's
     claim applies (serial schedule, no duplicate-producing repeat), else the exact per-size
     simulation (``"per-size"`` forces it). Complexity: per size O(pages + events); one replay
-    O(pages log pages) in all. For infeasible pools, ``min_feasible_pool`` is computed (proved
-    minimal for serial schedules, see *Feasibility*).
+    O(pages log pages) in all. When a pool is infeasible and ``find_min_pool``,
+    ``min_feasible_pool`` is computed (proved minimal for serial schedules, see *Feasibility*).
 
     >>> import numpy as np, stackdist
     >>> t = stackdist.RequestTrace(np.array([1, 1]), np.array([0, 1, 2]), np.array([16, 16]),
@@ -423,17 +428,18 @@ def simulate_vllm(
                 failed[i] = int(np.flatnonzero(need > pool - 1)[0])
                 hits[i] = -1
     else:
-        runs = run_pools(lambda n: vllm_pool_run(pages, sched, decode, n, B), pools, threads)
+        prep = _prepare(pages, sched, decode, B)
+        runs = run_pools(lambda n: _run(pages, prep, n, B), pools, threads)
         hits = np.stack([h for h, _ in runs]) if runs else np.zeros((0, pages.n_requests), np.int64)
         failed = np.array([f for _, f in runs], np.int64)
     min_pool, proved = None, False
-    if (failed >= 0).any():
+    if (failed >= 0).any() and find_min_pool:
         proved = sched.is_serial
         if sched.is_serial:
             min_pool = bound
         else:
-            hi = int(_prepare(pages, sched, decode, B)[0][-1]) + 1
-            min_pool = bisect_feasible(lambda n: vllm_pool_run(pages, sched, decode, n, B)[1] < 0, bound, hi)
+            prep = _prepare(pages, sched, decode, B)
+            min_pool = bisect_feasible(lambda n: _run(pages, prep, n, B)[1] < 0, bound, int(prep[0][-1]) + 1)
     return ServingResult("vllm", pools, hits, failed, min_pool, "one-replay" if one else "per-size", proved)
 
 
