@@ -88,7 +88,7 @@ def test_reblock_and_csv_formats(capsys, tmp_path, first_requests):
         (["--tier-targets", "0.9,0.5"], 2, "--tier-targets must be"),
         (["--coverage", "0"], 2, "--coverage must be in (0, 1]"),
         (["--semantics", "lru"], 2, "invalid choice"),
-        (["--block-size", "0"], 2, "--block-size must be a positive integer"),
+        (["--block-size", "0"], 2, "argument --block-size: must be an integer from 1"),
     ],
 )
 def test_bad_arguments(capsys, first_requests, extra, code, message):

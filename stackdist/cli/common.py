@@ -4,19 +4,26 @@ curve, and running a command under the exit-code convention of :mod:`stackdist.e
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 from stackdist.errors import (
+    EXIT_BROKEN_PIPE,
     EXIT_DATA,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     TraceFormatError,
     UsageError,
+    require_data,
 )
+from stackdist.version import __version__
 
-__all__ = ["Parser", "add_trace_arguments", "load_curve", "run_command"]
+from .args import access_window, warmup_accesses
+
+__all__ = ["Parser", "add_trace_arguments", "add_version", "load_curve", "record_line", "run_command", "tool_header"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -27,54 +34,147 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def add_version(p: argparse.ArgumentParser) -> None:
+    """``--version`` on a (sub)command."""
+    p.add_argument("--version", action="version", version=f"stackdist {__version__}")
+
+
+def tool_header(kind: str) -> dict[str, Any]:
+    """The first keys of every JSON the commands write: what it is, its schema, the tool."""
+    from stackdist.planning.schema import SCHEMA_VERSION
+
+    return {"schema_version": SCHEMA_VERSION, "kind": kind, "tool": {"name": "stackdist", "version": __version__}}
+
+
 def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     """The trace and output arguments of ``curve`` and ``tiers``."""
+    add_version(p)
     p.add_argument("trace", help="key[,size] trace (.csv/.tsv/.txt, .jsonl, .npy) or a request trace (see --format)")
     p.add_argument("--format", choices=["csv", "tsv", "jsonl", "npy", "mooncake", "qwen", "tokens"],
                    help="override the format guessed from the extension; mooncake/qwen/tokens replay the request "
                    "trace's block stream (head first, one unit per block)")
-    p.add_argument("--window", metavar="START:STOP", help="count hits only for accesses START..STOP-1 (Python slice rules)")
+    p.add_argument("--window", metavar="START:STOP",
+                   help="count hits only for accesses START..STOP-1 (Python slice rules; write a negative start "
+                   "as --window=-2:)")
+    p.add_argument("--warmup", metavar="N|P%",
+                   help="exclude the first N accesses (or P percent of them) of the window from the counts; "
+                   "they still fill the cache (default 0)")
     p.add_argument("--output", "-o", metavar="FILE", default="-", help="write the JSON here (atomically) instead of stdout")
     p.add_argument("--plot", metavar="PNG", help="also draw the curve(s) to this PNG (needs matplotlib)")
+
+
+def record_line(path: str, fmt: str | None, position: int) -> str:
+    """``file:line`` of the record at 0-based ``position`` of an access trace (text formats),
+    ``file: row N`` for ``.npy``, or ``file: access N`` when the file cannot be re-read."""
+    from stackdist.traces.lines import data_lines
+
+    where = f"{path}: access {position + 1:,}"
+    kind = fmt or os.path.splitext(path)[1].lower().lstrip(".")
+    if kind == "npy":
+        return f"{path}: row {position:,}"
+    text_kind, first, index = kind not in ("jsonl", "json", "ndjson"), True, -1
+    try:
+        for lineno, raw in data_lines(path):
+            text = raw.decode("utf-8", "replace").strip()
+            if text_kind and text.startswith("#"):
+                continue
+            if first and text_kind:
+                first = False
+                if text.replace("\t", ",").split(",")[0].strip().lower() == "key":
+                    continue
+            index += 1
+            if index == position:
+                return f"{path}:{lineno}"
+    except Exception:  # noqa: BLE001 - only the message is at stake
+        return where
+    return where
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
+
+
+def access_range(args: argparse.Namespace, n: int) -> tuple[int, int]:
+    """The counted accesses [start, stop) from ``--window`` and ``--warmup`` (names the flags)."""
+    from stackdist.engine import parse_window
+
+    window = access_window(args.window, "--window")
+    start, stop = parse_window(window, n)
+    start = min(stop, start + warmup_accesses(getattr(args, "warmup", None), stop - start, "--warmup"))
+    return start, stop
 
 
 def load_curve(args: argparse.Namespace) -> Any:
     """Read the trace named by ``args`` and replay it once into a HitCurve (progress on stderr)."""
     from stackdist.engine import HitCurve
+    from stackdist.engine.keys import first_size_change
     from stackdist.output import Progress
     from stackdist.traces import REQUEST_FORMATS, read_access_trace, read_requests
 
+    access_window(args.window, "--window")  # a bad --window is a usage error before any reading
     if args.format in REQUEST_FORMATS:
         keys, sizes = read_requests(args.trace, args.format).block_ids, None
     else:
         trace = read_access_trace(args.trace, args.format)
         keys, sizes = trace.keys, trace.sizes
+        changed = first_size_change(keys, sizes)
+        if changed is not None:
+            raise TraceFormatError(record_line(args.trace, args.format, changed), None,
+                                   f"key {_plain(keys[changed])!r} has size {int(sizes[changed]) if sizes is not None else 1} here but another size "
+                                   "earlier; a key's size must be fixed")
+    n = len(keys)
+    require_data(n, args.trace, "the trace has no accesses")
+    start, stop = access_range(args, n)
+    require_data(stop - start, args.trace, f"no accesses are counted (--window {args.window or ':'}, "
+                 f"--warmup {getattr(args, 'warmup', None) or 0}, {n:,} accesses in the trace)")
     progress = Progress("replay")
     try:
-        return HitCurve.from_trace(keys, sizes, args.window, progress=progress)
+        return HitCurve.from_trace(keys, sizes, (start, stop), progress=progress)
     finally:
         progress.close()
 
 
-def run_command(name: str, run: Callable[[], int], outputs: list[tuple[str, Any]]) -> int:
-    """Check the outputs are writable, run, and map errors to exit codes with one line on stderr."""
-    from stackdist.output import check_writable
+def _os_message(exc: OSError) -> str:
+    if exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return exc.strerror or str(exc)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def run_command(name: str, run: Callable[[], int], outputs: list[tuple[str, Any]], inputs: Iterable[Any] = ()) -> int:
+    """Check every output (writable, not an input, not a folder), run, and map errors to exit
+    codes with one line on stderr (see :mod:`stackdist.errors`)."""
+    from stackdist.output import check_outputs
+
+    def fail(code: int, message: str) -> int:
+        print(f"stackdist {name}: error: {message}", file=sys.stderr)
+        return code
 
     try:
-        for option, value in outputs:
-            check_writable(value, option)
+        check_outputs(outputs, inputs)
         return run()
     except UsageError as exc:
-        print(f"stackdist {name}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (TraceFormatError, ValueError) as exc:
-        print(f"stackdist {name}: error: {exc}", file=sys.stderr)
-        return EXIT_DATA
+        return fail(EXIT_USAGE, str(exc))
+    except (TraceFormatError, ValueError, OverflowError) as exc:
+        return fail(EXIT_DATA, str(exc))
+    except MemoryError:
+        return fail(EXIT_DATA, "not enough memory for this input and these arguments (try fewer points or a shorter trace)")
     except BrokenPipeError:
-        return 0
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print(f"stackdist {name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except OSError as exc:
-        print(f"stackdist {name}: error: {exc.strerror and f'{exc.filename}: {exc.strerror}' or exc}", file=sys.stderr)
-        return EXIT_DATA
+        if exc.errno == errno.EPIPE:
+            _quiet_stdout()
+            return EXIT_BROKEN_PIPE
+        return fail(EXIT_DATA, _os_message(exc))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from stackdist.errors import EXIT_INTERRUPTED
 from stackdist.version import __version__
 
 from .common import Parser, run_command
@@ -34,10 +35,18 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``stackdist`` with ``argv`` (default: the command line); return the exit status."""
-    args = build_parser().parse_args(argv)
-    outputs = [(f"--{name}", getattr(args, name, None)) for name in ("output", "json", "plot")]
-    return run_command(args.command, lambda: _RUNNERS[args.command](args), outputs)
+    """Run ``stackdist`` with ``argv`` (default: the command line); return the exit status.
+
+    Every output is checked (writable, not an input, not a folder) before any work.
+    """
+    try:
+        args = build_parser().parse_args(argv)
+        outputs = [(f"--{name}", getattr(args, name, None)) for name in ("output", "json", "plot")]
+        inputs = [getattr(args, name, None) for name in ("trace", "model_config", "schedule")]
+        return run_command(args.command, lambda: _RUNNERS[args.command](args), outputs, inputs)
+    except KeyboardInterrupt:
+        print("stackdist: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

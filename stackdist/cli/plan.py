@@ -7,8 +7,8 @@ import dataclasses
 import sys
 from typing import Any
 
-from stackdist.errors import UsageError
-from stackdist.output import Progress, write_json
+from stackdist.errors import TraceFormatError, UsageError, require_data
+from stackdist.output import Progress, write_json, write_stdout
 from stackdist.planning.engine_plan import (
     ENGINE_MODELS,
     ROUTERS,
@@ -21,7 +21,11 @@ from stackdist.planning.plan import PlanOptions, build_plan, parse_duration
 from stackdist.planning.prices import parse_prices
 from stackdist.serving.schedule import Schedule
 
-from .args import fraction_list
+from .args import bounded_int, fraction_list
+from .common import add_version, record_line
+
+MAX_WINDOWS = 10_000
+"""The most time windows ``--window`` may cut a trace into."""
 
 EXAMPLES = """examples:
   stackdist plan data/traces/mooncake_conversation_trace.jsonl
@@ -42,12 +46,13 @@ def add_plan_parser(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="How much KV-cache memory buys each prefix hit rate, per semantics, in blocks, tokens and GiB.",
     )
+    add_version(p)
     p.add_argument("trace", help="request trace (Mooncake JSONL by default)")
     p.add_argument("--format", choices=["mooncake", "tokens", "qwen", "dynamo", "csv"], default="mooncake",
                    help="mooncake (hash_ids), tokens (token-id JSONL), qwen (Qwen-Bailian), dynamo (NVIDIA Dynamo's "
                    "dynamo.request.trace.v1 JSONL, with workers and engine-reported hits), csv (key[,size]: one block per request)")
-    p.add_argument("--block-size", type=int, help="tokens per block (default: 512 mooncake, 16 tokens/qwen)")
-    p.add_argument("--reblock", type=int, metavar="TOKENS", help="split blocks into finer pages first (e.g. 512 -> 16)")
+    p.add_argument("--block-size", type=bounded_int("--block-size", 1, 2**31), help="tokens per block (default: 512 mooncake, 16 tokens/qwen)")
+    p.add_argument("--reblock", type=bounded_int("--reblock", 1, 2**31), metavar="TOKENS", help="split blocks into finer pages first (e.g. 512 -> 16)")
     p.add_argument("--partial-last-block", action="store_true", help="tokens format: also hash a final partial block")
     p.add_argument("--skip-bad", action="store_true", help="skip malformed lines (and count them) instead of stopping")
     p.add_argument("--semantics", default="both", metavar="NAMES",
@@ -86,12 +91,15 @@ def add_plan_parser(sub: Any) -> None:
     model.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json for KV bytes per token")
     p.add_argument("--targets", default="0.9,0.95,0.99", help="prefix token hit-rate targets (default 0.9,0.95,0.99)")
     p.add_argument("--coverage", type=float, default=1.0, help="request coverage target Y in (0, 1] (default 1.0)")
-    p.add_argument("--warmup", default="0", help="exclude the first N requests, or a duration like 10m (default 0)")
+    p.add_argument("--warmup", default="0", metavar="N|DURATION|P%",
+                   help="exclude the first N requests, the first DURATION (e.g. 10m) or P percent of the requests (default 0)")
     p.add_argument("--window", metavar="DURATION", help="also answer per time window of this width (e.g. 10m), and cumulatively")
     p.add_argument("--tier-targets", default="0.5,0.9,0.99",
                    help="HBM, +DRAM, +SSD targets: fractions of the ceiling's prefix tokens, and (second plan) of requests covered")
     p.add_argument("--prices", metavar="hbm=P,dram=P,ssd=P", help="US$ per GB for the tier plan (defaults are assumptions)")
-    p.add_argument("--json", metavar="OUT", help="write the full report as JSON to OUT ('-' for stdout instead of the table)")
+    p.add_argument("--optimal", action="store_true",
+                   help="also compute Belady's bound (evict the block reused furthest ahead) at the working sets")
+    p.add_argument("--json", "--output", "-o", dest="json", metavar="OUT", help="write the full report as JSON to OUT ('-' for stdout instead of the table)")
     p.add_argument("--plot", metavar="PNG", help="draw the hit curves against GiB with the target lines (needs matplotlib)")
 
 
@@ -109,11 +117,13 @@ def _options(args: argparse.Namespace) -> PlanOptions:
     warm = args.warmup.strip()
     try:
         if warm.isdigit():
-            warm_requests, warm_seconds = int(warm), 0.0
+            warm_requests, warm_seconds = bounded_int("--warmup")(warm), 0.0
+        elif warm.endswith("%"):
+            warm_requests, warm_seconds = 0, 0.0  # resolved against the trace in _resolve_warmup
         else:
             warm_requests, warm_seconds = 0, parse_duration(warm, "--warmup")
-        window = parse_duration(args.window, "--window") if args.window else None
-    except ValueError as exc:
+        window = parse_duration(args.window, "--window") if args.window is not None else None
+    except (ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(str(exc)) from None
     if window is not None and window <= 0:
         raise UsageError(f"--window must be a positive duration; got {args.window!r}.")
@@ -131,10 +141,12 @@ def _options(args: argparse.Namespace) -> PlanOptions:
         tier_targets=tiers,
         prices_per_gb=None if args.prices is None else parse_prices(args.prices),
         extra={"format": args.format, "reblocked_to": args.reblock},
+        optimal=args.optimal,
     )
 
 
 def _load(args: argparse.Namespace) -> Any:
+    from stackdist.engine.keys import first_size_change
     from stackdist.traces import (
         access_as_requests,
         read_access_trace,
@@ -145,7 +157,12 @@ def _load(args: argparse.Namespace) -> Any:
     if args.block_size is not None and args.block_size < 1:
         raise UsageError(f"--block-size must be a positive integer; got {args.block_size}.")
     if args.format == "csv":  # a key[,size] stream: every access is a one-block request
-        trace = access_as_requests(read_access_trace(args.trace), args.block_size)
+        access = read_access_trace(args.trace)
+        changed = first_size_change(access.keys, access.sizes)
+        if changed is not None:
+            raise TraceFormatError(record_line(args.trace, None, changed), None, "this key has another size earlier; "
+                                   "a key's size must be fixed")
+        trace = access_as_requests(access, args.block_size)
     else:
         trace = read_requests(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block)
     if args.reblock is not None:
@@ -159,22 +176,52 @@ def run_plan(args: argparse.Namespace) -> int:
 
     options = _options(args)
     trace = _load(args)
-    options = dataclasses.replace(options, engine=_engine_options(args, trace))
+    options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace))
     results = run_engine_models(trace, options.engine, _stage) if options.engine.models else {}
     report = build_plan(trace, options, progress_factory=Progress, engine_results=results)
     if args.per_request:
         _write_per_request(args.per_request, trace, options, results)
-    if args.json == "-":
-        write_json("-", report)
-    else:
-        sys.stdout.write(render_plan_table(report))
-        if args.json:
-            write_json(args.json, report)
-    if args.plot:
+    if args.plot:  # files first: a closed stdout never loses them
         from stackdist.render.plot import plot_plan
 
         plot_plan(args.plot, report, list(options.targets))
+    if args.json is not None and args.json != "-":
+        write_json(args.json, report)
+    if args.json == "-":
+        write_json("-", report)
+    else:
+        write_stdout(render_plan_table(report))
     return _infeasible_status(report) if args.gpu_blocks else 0
+
+
+def _checked(args: argparse.Namespace, options: PlanOptions, trace: Any) -> PlanOptions:
+    """The warm-up resolved against the trace (``P%``); empty input and too many windows refused."""
+    import math
+
+    from stackdist.planning.plan import warmup_mask
+
+    n = trace.n_requests
+    skipped = getattr(trace, "skipped", 0)
+    require_data(n, args.trace, f"the trace has no requests ({skipped:,} malformed lines skipped)" if skipped
+                 else "the trace has no requests")
+    warm = args.warmup.strip()
+    if warm.endswith("%"):
+        try:
+            pct = float(warm[:-1])
+        except ValueError:
+            pct = math.nan
+        if not 0 <= pct <= 100:
+            raise UsageError(f"--warmup must be N requests, a duration like 10m or a percentage 0% to 100%; got {args.warmup!r}.")
+        options = dataclasses.replace(options, warmup_requests=math.ceil(pct * n / 100))
+    counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds)
+    require_data(int(counted.sum()), args.trace, f"--warmup {args.warmup} covers all {n:,} requests")
+    if options.window_seconds is not None and n:
+        span = float(trace.timestamps_s.max() - trace.timestamps_s.min())
+        windows = math.floor(span / options.window_seconds) + 1
+        if windows > MAX_WINDOWS:
+            raise UsageError(f"--window {args.window} cuts the {span:g} s trace into {windows:,} windows; at most "
+                             f"{MAX_WINDOWS:,} (use a width of at least {span / (MAX_WINDOWS - 1):.3g} s).")
+    return options
 
 
 SEMANTICS_NAMES = ("engine", "per-access", "vllm", "sglang")

@@ -41,9 +41,10 @@ import numpy as np
 
 from .distances import replay_distances
 from .histogram import Histogram, exact_count, replay_counting
-from .keys import DenseKeys, check_sizes, dense_keys, unique_sorted
+from .kernels import COLD
+from .keys import DenseKeys, check_sizes, check_total_size, dense_keys, unique_sorted
 
-__all__ = ["HitCurve", "CurveSteps", "parse_window", "hit_curve"]
+__all__ = ["CurveSteps", "HitCurve", "hit_curve", "parse_window"]
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ class HitCurve:
         start, stop = window
         self._window_sizes = None if sizes is None else sizes[start:stop]
         self.n_accesses = stop - start
-        self.total_size = self.n_accesses if self._window_sizes is None else int(self._window_sizes.sum())
+        self.total_size = self.n_accesses if self._window_sizes is None else check_total_size(self._window_sizes)
         self._levels = _size_levels(dense, sizes, size_of_key)
         self.max_object_size = int(self._levels[-1]) if self._levels.size else 0
         self._histogram = histogram or Histogram.build(distances[start:stop], self._window_sizes, self.total_size)
@@ -427,6 +428,7 @@ class HitCurve:
         capacity = int(capacity)
         if capacity < 0:
             raise ValueError(f"capacity must be non-negative; got {capacity}.")
+        capacity = min(capacity, COLD - 1)  # a cold miss (COLD) never hits, even at 2**63 - 1
         if capacity >= self.max_object_size:
             return self.distances <= capacity
         mask = np.zeros(self.distances.shape[0], bool)

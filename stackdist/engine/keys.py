@@ -17,7 +17,7 @@ import numpy as np
 
 from . import kernels
 
-__all__ = ["DenseKeys", "dense_keys", "check_sizes", "unique_sorted"]
+__all__ = ["SIZE_LIMIT", "DenseKeys", "check_sizes", "check_total_size", "dense_keys", "first_size_change", "unique_sorted"]
 
 _DIRECT_ID_LIMIT = 1 << 22
 
@@ -108,7 +108,46 @@ def check_sizes(sizes: Any, n: int) -> np.ndarray | None:
     if int(arr.min()) <= 0:
         bad = int(np.argmax(arr <= 0))
         raise ValueError(f"sizes must be positive integers; got {int(arr[bad])} at position {bad}.")
+    check_total_size(arr)
     return arr
+
+
+SIZE_LIMIT = 2**63 - 2
+"""The largest total size a trace may have: every distance and hit size stays below the
+cold sentinel (``COLD`` = 2**63 - 1), so no sum can wrap or be mistaken for a cold miss."""
+
+
+def check_total_size(sizes: np.ndarray) -> int:
+    """The exact total of ``sizes`` (int64, positive); ValueError when it exceeds :data:`SIZE_LIMIT`.
+
+    >>> check_total_size(np.array([2**62, 2**62 - 3]))
+    9223372036854775805
+    """
+    if sizes.size == 0:
+        return 0
+    rough = float(np.sum(sizes, dtype=np.float64))
+    total = int(np.sum(sizes)) if rough < 2.0**62 else sum(sizes.tolist())
+    if total > SIZE_LIMIT:
+        raise ValueError(f"the sizes sum to {total:,}, more than 2^63-2: the counts would overflow 64 bits; "
+                         "use a coarser size unit (e.g. blocks or KiB instead of bytes).")
+    return total
+
+
+def first_size_change(keys: np.ndarray, sizes: np.ndarray | None) -> int | None:
+    """The first access (0-based) whose key had another size before, or None. O(n log n).
+
+    >>> first_size_change(np.array([1, 2, 1, 1]), np.array([3, 3, 3, 4]))
+    3
+    """
+    if sizes is None or sizes.size == 0:
+        return None
+    ids = dense_keys(keys).ids
+    order = np.argsort(ids, kind="stable")
+    sid, ssz = ids[order], sizes[order]
+    changed = (sid[1:] == sid[:-1]) & (ssz[1:] != ssz[:-1])
+    if not np.any(changed):
+        return None
+    return int(order[1:][changed].min())
 
 
 def unique_sorted(values: np.ndarray) -> np.ndarray:

@@ -46,6 +46,7 @@ import numpy as np
 from .curve import HitCurve
 from .distances import replay_distances
 from .histogram import exact_count
+from .kernels import COLD
 from .keys import DenseKeys, unique_sorted
 
 OUTCOMES = ("gpu", "cpu", "miss")
@@ -53,11 +54,11 @@ OUTCOMES = ("gpu", "cpu", "miss")
 __all__ = [
     "OUTCOMES",
     "InclusiveTierCurve",
-    "inclusive_tiers",
-    "inclusive_grid",
-    "exclusive_hits",
-    "exclusive_grid",
     "compare_organisations",
+    "exclusive_grid",
+    "exclusive_hits",
+    "inclusive_grid",
+    "inclusive_tiers",
 ]
 
 
@@ -212,13 +213,29 @@ def _band_edges(curve: HitCurve, capacities: Sequence[int]) -> tuple[np.ndarray,
     if caps.ndim != 1 or caps.size < 2 or np.any(caps < 0):
         raise ValueError(f"capacities must be 2 or more non-negative integers, one per tier; got {list(capacities)}.")
     sizes = curve.sizes
-    if sizes is None or sizes.size == 0:
-        return np.cumsum(caps), True
-    distinct = unique_sorted(sizes)
-    if distinct.size == 1:
-        s = int(distinct[0])
-        return np.cumsum(caps // s * s), True
-    return np.cumsum(caps), False
+    exact = True
+    if sizes is not None and sizes.size:
+        distinct = unique_sorted(sizes)
+        if distinct.size == 1:
+            s = int(distinct[0])
+            caps = caps // s * s
+        else:
+            exact = False
+    return _saturating_cumsum(caps), exact
+
+
+def _saturating_cumsum(caps: np.ndarray) -> np.ndarray:
+    """Cumulative sums, exact in Python integers, capped below the cold sentinel (a band edge
+    of 2**62 + 2**62 must not wrap to a negative number, and no edge may reach ``COLD``).
+
+    >>> _saturating_cumsum(np.array([2**62, 2**62])).tolist() == [2**62, COLD - 1]
+    True
+    """
+    total, edges = 0, []
+    for c in caps.tolist():
+        total += int(c)
+        edges.append(min(total, COLD - 1))
+    return np.array(edges, dtype=np.int64)
 
 
 def exclusive_hits(curve: HitCurve, capacities: Sequence[int]) -> dict[str, Any]:

@@ -1,10 +1,19 @@
-"""Output: the one atomic file writer, JSON formatting, and the stderr progress bar.
+"""Output: the one output-path guard and atomic file writer, JSON formatting, and the stderr progress bar.
 
 Package-internal; this ``__init__`` only re-exports.
 """
 
-from .files import check_writable, write_atomic, write_json
+from .files import (
+           check_outputs,
+           check_writable,
+           is_stream,
+           same_file,
+           write_atomic,
+           write_json,
+           write_stdout,
+)
 from .jsonfmt import dumps_json, json_default
 from .progress import Progress
 
-__all__ = ["Progress", "check_writable", "dumps_json", "json_default", "write_atomic", "write_json"]
+__all__ = ["Progress", "check_outputs", "check_writable", "dumps_json", "is_stream", "json_default", "same_file",
+           "write_atomic", "write_json", "write_stdout"]

@@ -1,4 +1,12 @@
-"""PNG figures: the one matplotlib loader and the curve plot (matplotlib is an optional extra: ``pip install 'stackdist[plot]'``)."""
+"""PNG figures: the one matplotlib loader, and the curve, tier and plan figures (matplotlib is
+an optional extra: ``pip install 'stackdist[plot]'``).
+
+Conventions of every figure: exact curves are drawn from their step functions (``steps()``),
+never from a sample; one colour per configuration and one line style per semantics; the y axis
+is a fraction labelled in percent; the x axis names its unit; the title names what was
+replayed (the trace, the model, the semantics, the warm-up, the block size); marker labels are
+spread so they never overlap (:func:`spread_labels`).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +19,10 @@ import numpy as np
 from stackdist.errors import UsageError
 from stackdist.output import write_atomic
 
-__all__ = ["pyplot", "save_png", "plot_curves", "plot_plan"]
+__all__ = ["plot_curves", "plot_hit_curve", "plot_plan", "plot_tiers", "pyplot", "save_png", "spread_labels", "step_xy"]
+
+STYLES = {"engine": "-", "per-access": "--"}
+"""Line style per semantics; colours come from the configuration (one per series family)."""
 
 
 def pyplot() -> Any:
@@ -38,6 +49,65 @@ def save_png(fig: Any, path: str | os.PathLike[str]) -> None:
     write_atomic(path, buf.getvalue())
 
 
+def spread_labels(positions: Sequence[float], min_gap: float) -> list[float]:
+    """Label positions as close as possible to ``positions`` but at least ``min_gap`` apart
+    (order kept). O(n log n).
+
+    >>> [round(v, 2) for v in spread_labels([0.5, 0.51, 0.52, 0.9], 0.05)]
+    [0.46, 0.51, 0.56, 0.9]
+    """
+    order = sorted(range(len(positions)), key=lambda i: positions[i])
+    placed = [float(positions[i]) for i in order]
+    for _ in range(len(placed)):  # push apart, then re-centre each crowded cluster
+        moved = False
+        for j in range(1, len(placed)):
+            if placed[j] - placed[j - 1] < min_gap - 1e-12:
+                mid = (placed[j] + placed[j - 1]) / 2
+                placed[j - 1], placed[j] = mid - min_gap / 2, mid + min_gap / 2
+                moved = True
+        if not moved:
+            break
+    for j in range(1, len(placed)):
+        placed[j] = max(placed[j], placed[j - 1] + min_gap)
+    out = [0.0] * len(placed)
+    for rank, i in enumerate(order):
+        out[i] = placed[rank]
+    return out
+
+
+def step_xy(capacities: np.ndarray, values: np.ndarray, right: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """An exact step function (value ``values[i]`` from ``capacities[i]`` on) extended to ``right``.
+
+    >>> step_xy(np.array([0, 2]), np.array([0, 5]), 3)[0].tolist()
+    [0.0, 2.0, 3.0]
+    """
+    x = np.asarray(capacities, dtype=np.float64)
+    y = np.asarray(values, dtype=np.float64)
+    end = float(right) if right is not None else (float(x[-1]) * 1.05 if x.size and x[-1] > 0 else 1.0)
+    return np.r_[x, max(end, float(x[-1]) if x.size else end)], np.r_[y, y[-1] if y.size else 0.0]
+
+
+def _percent_axis(ax: Any, top: float) -> None:
+    from matplotlib.ticker import PercentFormatter
+
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(0, min(1.02, max(top, 0.05) * 1.12 + 0.02))
+    ax.grid(alpha=0.3)
+
+
+def _target_lines(ax: Any, levels: Sequence[tuple[str, float]], top: float) -> None:
+    """Horizontal target lines with labels on the right edge, spread so they never overlap."""
+    if not levels:
+        return
+    ylim = min(1.02, max(top, 0.05) * 1.12 + 0.02)
+    ys = spread_labels([y for _, y in levels], 0.045 * ylim)
+    for (label, level), y in zip(levels, ys):
+        ax.axhline(level, color="grey", lw=0.8, ls=":")
+        ax.annotate(label, xy=(1.0, level), xycoords=("axes fraction", "data"), xytext=(1.01, y),
+                    textcoords=("axes fraction", "data"), fontsize=7, color="dimgrey", va="center",
+                    arrowprops={"arrowstyle": "-", "color": "lightgrey", "lw": 0.6})
+
+
 def plot_curves(
     path: str | os.PathLike[str],
     series: Sequence[tuple[str, np.ndarray, np.ndarray]],
@@ -48,49 +118,100 @@ def plot_curves(
     hlines: Sequence[tuple[str, float]] = (),
     vlines: Sequence[tuple[str, float]] = (),
     xscale: str = "linear",
+    styles: Sequence[dict[str, Any]] | None = None,
 ) -> None:
-    """Step curves ``(label, x, y)`` on one axis, with labelled horizontal and vertical marker
-    lines, saved atomically as a PNG."""
+    """Step curves ``(label, x, y)`` (y a fraction, drawn in percent) on one axis, with labelled
+    horizontal and vertical marker lines (labels spread apart), saved atomically as a PNG."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    for label, xs, ys in series:
-        ax.step(xs, ys, where="post", label=label)
-    for i, (label, level) in enumerate(hlines):
-        ax.axhline(level, color="grey", lw=0.8, ls=":")
-        ax.annotate(label, (0.01 + 0.16 * i, level), xycoords=("axes fraction", "data"), fontsize=7, color="dimgrey", va="bottom")
-    for label, at in vlines:
-        ax.axvline(at, color="tab:red", lw=0.8, ls="--")
-        ax.annotate(label, (at, 0.02), xycoords=("data", "axes fraction"), fontsize=8, rotation=90, color="tab:red")
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for i, (label, xs, ys) in enumerate(series):
+        kw = dict(styles[i]) if styles else {}
+        kw.setdefault("where", "post")
+        ax.step(xs, ys, label=label, **kw)
+    top = max([float(np.max(y)) for _, _, y in series if np.size(y)] + [y for _, y in hlines] + [0.0])
+    _percent_axis(ax, top)
+    _target_lines(ax, hlines, top)
+    if vlines:
+        ylim = ax.get_ylim()[1]
+        order = sorted(range(len(vlines)), key=lambda i: vlines[i][1])
+        heights = [0.03 + 0.3 * (rank % 3) for rank in range(len(order))]  # stagger neighbours
+        for rank, i in enumerate(order):
+            label, at = vlines[i]
+            ax.axvline(at, color="tab:red", lw=0.8, ls="--")
+            ax.annotate(label, (at, heights[rank] * ylim), fontsize=7, rotation=90, color="tab:red",
+                        xytext=(2, 0), textcoords="offset points", va="bottom")
     if xscale == "symlog":
         positive = [float(np.min(x[x > 0])) for _, x, _ in series if np.any(np.asarray(x) > 0)]
         ax.set_xscale("symlog", linthresh=min(positive) if positive else 1.0)
         ax.set_xlim(left=0)
     else:
         ax.set_xscale(xscale)
+        ax.set_xlim(left=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    top = max([float(np.max(y)) for _, _, y in series if np.size(y)] + [y for _, y in hlines] + [0.0])
-    ax.set_ylim(0, min(1.02, top * 1.15 + 0.02))
-    ax.grid(alpha=0.3)
     if title:
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
     if len(series) > 1:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="lower right")
     save_png(fig, path)
     plt.close(fig)
 
 
+def _unit(fmt: str | None) -> str:
+    return "blocks" if fmt in ("mooncake", "qwen", "tokens") else "size units of the trace's size column (1 per access if none)"
+
+
+def plot_hit_curve(path: str | os.PathLike[str], curve: Any, targets: Sequence[float], *, source: str,
+                   window: str | None = None, warmup: str | None = None, fmt: str | None = None) -> None:
+    """The exact LRU hit curve (from ``steps()``) with the hit-rate targets."""
+    steps = curve.steps(below_largest=curve.summary()["distinct_sizes"] <= 64)
+    x, y = step_xy(steps.capacities, steps.hits / max(curve.n_accesses, 1))
+    counted = f"accesses {curve.window[0]:,}..{curve.window[1] - 1:,}" if curve.n_accesses else "no accesses"
+    title = (f"exact LRU hit curve: {os.path.basename(source)}\n{counted} counted (--window {window or ':'}, "
+             f"--warmup {warmup or 0}), ceiling {curve.ceiling_hit_rate:.1%}")
+    plot_curves(path, [("LRU hit rate (exact)", x, y)], xlabel=f"cache capacity ({_unit(fmt)})",
+                hlines=[(f"target {t:.0%}", t) for t in targets], title=title)
+
+
+def plot_tiers(path: str | os.PathLike[str], result: dict[str, Any], *, source: str, fmt: str | None = None) -> None:
+    """Total (GPU + CPU) hit rate over the CPU capacity: one colour per GPU capacity, solid for
+    inclusive, dashed for exclusive tiers. The points are the reported grid (markers: sampled)."""
+    n = max(int(result["summary"]["accesses"]), 1)
+    series, styles = [], []
+    for kind, ls in (("inclusive", "-"), ("exclusive", "--")):
+        grid = result.get(kind)
+        if grid is None:
+            continue
+        for i, g in enumerate(np.asarray(grid["gpu_capacity"]).tolist()):
+            y = (np.asarray(grid["gpu_hits"])[i] + np.asarray(grid["cpu_hits"])[i]) / n
+            series.append((f"{kind}, GPU {g:,}", np.asarray(grid["cpu_capacity"]), y))
+            styles.append({"ls": ls, "color": f"C{i % 10}", "marker": ".", "ms": 3})
+    title = f"two-tier hit rate (GPU + CPU): {os.path.basename(source)}, at the {len(series[0][1]) if series else 0} CPU capacities reported"
+    plot_curves(path, series, xlabel=f"CPU tier capacity ({_unit(fmt)})", ylabel="hit rate (GPU + CPU)",
+                title=title, styles=styles)
+
+
 def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float]) -> None:
-    """The plan's hit curves against GiB with the ceiling, the targets and the working sets."""
-    series = []
+    """The plan's hit curves against GiB with the ceiling, the targets and the working sets:
+    one colour per metric, one line style per semantics."""
+    series, styles = [], []
     for name, sem in report["semantics"].items():
         c = sem["curve"]
-        series.append((f"{name}: prefix token hit rate", np.array(c["capacity_gib"]), np.array(c["prefix_token_hit_rate"])))
-        series.append((f"{name}: block hit rate", np.array(c["capacity_gib"]), np.array(c["block_hit_rate"])))
-    first = next(iter(report["semantics"].values()))
+        ls = STYLES.get(name, ":")
+        gib = np.array(c["capacity_gib"])
+        series.append((f"{name}: prefix token hit rate", gib, np.array(c["prefix_token_hit_rate"])))
+        styles.append({"ls": ls, "color": "C0"})
+        series.append((f"{name}: block hit rate", gib, np.array(c["block_hit_rate"])))
+        styles.append({"ls": ls, "color": "C1"})
+    first_name, first = next(iter(report["semantics"].items()))
     ceiling = first["summary"]["ceiling_token_hit_rate"]
-    hlines = [(f"ceiling {ceiling:.1%}", ceiling)] + [(f"{t:g} x ceiling", t * ceiling) for t in targets]
-    vlines = [(f"{w['target']:g}: {w['fraction_of_ceiling']['gib']:.1f} GiB", w["fraction_of_ceiling"]["gib"])
+    hlines = [(f"ceiling {ceiling:.1%} ({first_name})", ceiling)] + [(f"{t:.0%} of ceiling", t * ceiling) for t in targets]
+    vlines = [(f"{w['target']:.0%} of ceiling: {w['fraction_of_ceiling']['gib']:.2f} GiB", w["fraction_of_ceiling"]["gib"])
               for w in first["working_set"] if w["fraction_of_ceiling"]]
-    plot_curves(path, series, xlabel=f"KV-cache capacity (GiB, {report['model']['name']}, symlog)", hlines=hlines,
-                vlines=vlines, title=f"{report['trace']['source']}", xscale="symlog")
+    t, m = report["trace"], report["model"]
+    warm = report.get("counted", {}).get("warmup_requests", report.get("options", {}).get("warmup_requests", 0))
+    title = (f"KV-cache hit rate vs capacity: {os.path.basename(str(t['source']))}, {m['name']}, "
+             f"{t['block_size_tokens']}-token blocks\nsemantics {', '.join(report['semantics'])} "
+             f"(solid engine, dashed per-access); warm-up {warm} requests excluded")
+    plot_curves(path, series, xlabel="KV-cache capacity (GiB = 2^30 bytes; symlog axis)", hlines=hlines,
+                vlines=vlines, title=title, xscale="symlog", styles=styles)

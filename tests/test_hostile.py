@@ -1,0 +1,316 @@
+"""Hostile input, every command: never lose a file, never a wrong answer with exit 0, one clear
+line and the documented exit code (0 ok, 1 data, 2 usage, 130 Ctrl-C, 141 broken pipe).
+
+In-process (``stackdist.cli.main``) except where a real process is needed (closed stdout,
+signals). Tiny inputs only.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from stackdist.cli import main
+from stackdist.output import check_outputs, is_stream, same_file, write_atomic
+
+INT64_MAX = 2**63 - 1
+REPO = Path(__file__).resolve().parent.parent
+
+MOONCAKE = "".join(
+    json.dumps({"timestamp": 1000 * i, "input_length": 1536, "output_length": 4, "hash_ids": [0, 1 + i % 3, 10 + i]}) + "\n"
+    for i in range(8)
+)
+
+
+def run(capsys, *argv):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse's own errors (exit 2) and --help
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture()
+def t(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a\nb\na\nb\nc\nd\n")
+    return path
+
+
+@pytest.fixture()
+def req(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text(MOONCAKE)
+    return path
+
+
+def one_line_error(err, code, expected_code, *needles):
+    assert code == expected_code, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if "error" in line or "interrupted" in line]
+    assert len(lines) == 1, err
+    for needle in needles:
+        assert needle in err, err
+
+
+# ------------------------------------------------------------------ data loss
+OUTPUT_AS_INPUT = [
+    ("curve", "{t}", "-o", "{t}"),
+    ("curve", "{t}", "--output", "{t}"),
+    ("curve", "{t}", "--plot", "{t}"),
+    ("curve", "{t}", "--csv", "-o", "{link}"),
+    ("curve", "{t}", "-o", "{hard}"),
+    ("tiers", "{t}", "--gpu", "1", "-o", "{t}"),
+    ("tiers", "{t}", "--gpu", "1", "--plot", "{link}"),
+    ("plan", "{r}", "--json", "{r}"),
+    ("plan", "{r}", "--plot", "{r}"),
+    ("plan", "{r}", "--output", "{rlink}"),
+]
+
+
+@pytest.mark.parametrize("argv", OUTPUT_AS_INPUT)
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(capsys, tmp_path, t, req, argv):
+    (tmp_path / "link.csv").symlink_to(t)
+    os.link(t, tmp_path / "hard.csv")
+    (tmp_path / "rlink.jsonl").symlink_to(req)
+    names = {"{t}": t, "{link}": tmp_path / "link.csv", "{hard}": tmp_path / "hard.csv", "{r}": req,
+             "{rlink}": tmp_path / "rlink.jsonl"}
+    before = t.read_bytes(), req.read_bytes()
+    code, _, err = run(capsys, *[names.get(a, a) for a in argv])
+    one_line_error(err, code, 2, "is the input")
+    assert (t.read_bytes(), req.read_bytes()) == before
+    assert (tmp_path / "link.csv").is_symlink()
+
+
+def test_two_outputs_naming_one_file_are_refused(capsys, tmp_path, t):
+    code, _, err = run(capsys, "curve", t, "-o", tmp_path / "x", "--plot", tmp_path / "x")
+    one_line_error(err, code, 2, "same file")
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_symlinked_output_is_written_through(capsys, tmp_path, t):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "out.json"
+    link.symlink_to(target)
+    code, _, err = run(capsys, "curve", t, "-o", link)
+    assert code == 0, err
+    assert link.is_symlink() and json.loads(target.read_text())["kind"] == "curve"
+
+
+def test_modes_follow_the_umask_and_the_existing_file(capsys, tmp_path, t):
+    old = os.umask(0o002)
+    try:
+        fresh, kept = tmp_path / "new.json", tmp_path / "kept.json"
+        kept.write_text("{}")
+        kept.chmod(0o664)
+        assert run(capsys, "curve", t, "-o", fresh)[0] == 0
+        assert run(capsys, "curve", t, "-o", kept)[0] == 0
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o664
+        assert stat.S_IMODE(kept.stat().st_mode) == 0o664
+    finally:
+        os.umask(old)
+
+
+def test_character_devices_and_fifos_are_written_directly(tmp_path):
+    assert is_stream("-") and is_stream("/dev/stdout") and is_stream("/dev/null")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_atomic(fifo, "through the pipe\n")
+    reader.join(5)
+    assert got == ["through the pipe\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_a_full_disk_keeps_the_old_file_and_names_the_output(capsys, tmp_path, t, monkeypatch):
+    out = tmp_path / "out.json"
+    out.write_text("old")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    code, _, err = run(capsys, "curve", t, "-o", out)
+    one_line_error(err, code, 1, f"{out}: No space left on device")
+    assert "None" not in err and out.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "t.csv"]
+
+
+def test_dev_full_is_a_clear_error(capsys, t):
+    code, _, err = run(capsys, "curve", t, "-o", "/dev/full")
+    one_line_error(err, code, 1, "/dev/full: No space left on device")
+
+
+def test_same_file_sees_links(tmp_path, t):
+    (tmp_path / "l").symlink_to(t)
+    assert same_file(t, tmp_path / "l") and not same_file(t, tmp_path / "missing")
+    check_outputs([("-o", "-"), ("--plot", None)], [t])
+
+
+# ------------------------------------------------------------------ wrong numbers
+def test_capacity_int64_max_never_counts_cold_misses(capsys, t):
+    code, out, err = run(capsys, "tiers", t, "--gpu", INT64_MAX, "--cpu", "0", "--exclusive")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["inclusive"]["gpu_hits"] == [[2]] and result["inclusive"]["misses"] == [[4]]
+    assert result["exclusive"]["gpu_hits"] == [[2]]
+
+
+def test_exclusive_band_edges_do_not_overflow(capsys, t):
+    code, out, err = run(capsys, "tiers", t, "--gpu", 2**62, "--cpu", 2**62, "--exclusive")
+    assert code == 0, err
+    ex = json.loads(out)["exclusive"]
+    assert ex["gpu_hits"] == [[2]] and ex["cpu_hits"] == [[0]] and ex["misses"] == [[4]]
+
+
+def test_sizes_summing_beyond_int64_are_refused(capsys, tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text(f"a,{2**62}\nb,{2**62}\na,{2**62}\n")
+    code, out, err = run(capsys, "curve", path)
+    one_line_error(err, code, 1, "2^63")
+    assert out == ""
+
+
+EMPTY_INPUTS = {"empty": "", "blank": "\n  \n\n", "comments": "# nothing\n"}
+
+
+@pytest.mark.parametrize("command", [["curve"], ["tiers", "--gpu", "1"]])
+@pytest.mark.parametrize("content", sorted(EMPTY_INPUTS))
+def test_empty_traces_are_exit_1(capsys, tmp_path, command, content):
+    path = tmp_path / "e.csv"
+    path.write_text(EMPTY_INPUTS[content])
+    code, out, err = run(capsys, command[0], path, *command[1:])
+    one_line_error(err, code, 1, "nothing to answer from")
+    assert out == ""
+
+
+@pytest.mark.parametrize("extra", [["--window", "3:3"], ["--window=-1:-2"], ["--warmup", "100%"], ["--warmup", "6"]])
+@pytest.mark.parametrize("command", [["curve"], ["tiers", "--gpu", "1"]])
+def test_nothing_counted_is_exit_1(capsys, t, command, extra):
+    code, _, err = run(capsys, command[0], t, *command[1:], *extra)
+    one_line_error(err, code, 1, "nothing to answer from")
+
+
+def test_dev_null_is_empty(capsys):
+    code, _, err = run(capsys, "curve", "/dev/null", "--format", "csv")
+    one_line_error(err, code, 1, "nothing to answer from")
+
+
+def test_warmup_as_a_percentage(capsys, t):
+    code, out, _ = run(capsys, "curve", t, "--warmup", "50%", "--capacities", "2")
+    assert code == 0 and json.loads(out)["summary"]["accesses"] == 3
+
+
+# ------------------------------------------------------------------ crashes and bounds
+@pytest.mark.parametrize("argv,flag", [
+    (["curve", "{t}", "--capacities", str(2**63)], "--capacities"),
+    (["curve", "{t}", "--capacities", "1" + "0" * 400], "--capacities"),
+    (["curve", "{t}", "--points", str(10**12)], "--points"),
+    (["curve", "{t}", "--points", "1e30"], "--points"),
+    (["tiers", "{t}", "--gpu", str(2**63)], "--gpu"),
+    (["tiers", "{t}", "--gpu", "1e30"], "--gpu"),
+    (["tiers", "{t}", "--gpu", "1", "--cpu", str(-1)], "--cpu"),
+    (["tiers", "{t}", "--gpu", "1", "--cpu", str(2**64)], "--cpu"),
+    (["tiers", "{t}", "--gpu", "1", "--cpu-points", "1"], "--cpu-points"),
+    (["tiers", "{t}", "--gpu", "1", "--cpu-points", str(10**12)], "--cpu-points"),
+    (["curve", "{t}", "--window", "x:"], "--window"),
+    (["curve", "{t}", "--window", "1:2:3"], "--window"),
+    (["curve", "{t}", "--window", str(2**70) + ":"], "--window"),
+    (["curve", "{t}", "--warmup", "150%"], "--warmup"),
+    (["curve", "{t}", "--output", ""], "--output"),
+])
+def test_bad_arguments_are_exit_2_naming_the_flag(capsys, t, argv, flag):
+    code, out, err = run(capsys, *[str(t) if a == "{t}" else a for a in argv])
+    assert code == 2 and "Traceback" not in err and flag in err, err
+    assert out == ""
+
+
+def test_library_names_do_not_leak(capsys, t):
+    code, _, err = run(capsys, "tiers", t, "--gpu", "1", "--cpu-points", "1")
+    assert code == 2 and "--cpu-points" in err and "--points" not in err.replace("--cpu-points", "")
+
+
+def test_help_shows_the_negative_window_form(capsys):
+    with pytest.raises(SystemExit):
+        main(["curve", "--help"])
+    assert "--window=-2:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["curve", "tiers", "plan"])
+def test_version_on_every_subcommand(capsys, command):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("stackdist ")
+
+
+# ------------------------------------------------------------------ messages
+def test_a_key_whose_size_changes_is_reported_by_file_and_line(capsys, tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text("key,size\n# a comment\na,2\nb,2\na,3\n")
+    code, _, err = run(capsys, "curve", path)
+    one_line_error(err, code, 1, f"{path}:5:", "size")
+    jl = tmp_path / "s.jsonl"
+    jl.write_text('{"key": 1, "size": 2}\n\n{"key": 1, "size": 5}\n')
+    code, _, err = run(capsys, "tiers", jl, "--gpu", "1")
+    one_line_error(err, code, 1, f"{jl}:3:")
+
+
+def test_an_output_folder_is_named_as_given_and_checked_before_any_work(capsys, tmp_path, t):
+    code, _, err = run(capsys, "curve", t, "--output", tmp_path / "ok.json", "--plot", tmp_path)
+    one_line_error(err, code, 2, f"--plot {tmp_path}", "folder")
+    assert not (tmp_path / "ok.json").exists() and ".tmp" not in err
+
+
+def test_an_output_under_a_file_is_a_clear_error(capsys, tmp_path, t):
+    code, _, err = run(capsys, "curve", t, "-o", t.parent / "t.csv" / "x.json")
+    assert code == 1 and "Traceback" not in err and "--output" in err
+
+
+def test_unreachable_targets_say_why(capsys, t):
+    code, out, _ = run(capsys, "curve", t, "--targets", "0.9")
+    result = json.loads(out)
+    assert code == 0 and result["min_capacity_for_hit_rate"]["0.9"] is None
+    assert "cold misses" in result["unreachable"]["0.9"]
+
+
+def test_json_outputs_carry_schema_and_tool_version(capsys, t):
+    from stackdist.version import __version__
+
+    for argv in (["curve", t], ["tiers", t, "--gpu", "1"]):
+        result = json.loads(run(capsys, *argv)[1])
+        assert result["schema_version"] >= 1 and result["tool"] == {"name": "stackdist", "version": __version__}
+
+
+# ------------------------------------------------------------------ real processes
+def test_closed_stdout_never_loses_the_output_files(tmp_path, req):
+    out = tmp_path / "plan.json"
+    proc = subprocess.run([sys.executable, "-m", "stackdist", "plan", str(req), "--json", str(out)], cwd=REPO, check=False,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(1))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert json.loads(out.read_text())["schema_version"] >= 1
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
+    fifo = tmp_path / "never.csv"
+    os.mkfifo(fifo)  # opening it blocks until interrupted
+    proc = subprocess.Popen([sys.executable, "-m", "stackdist", "curve", str(fifo), "-o", str(tmp_path / "o.json")],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o.json").exists()
