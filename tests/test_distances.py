@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from naive import mooncake_block_stream, naive_distances, random_trace, real_trace_paths
-from stackdist import COLD, StackDistanceStream, dense_keys, stack_distances
+from stackdist import COLD, StackDistanceStream, dense_keys, engine_depths, stack_distances
 from stackdist.engine import kernels as _kernels
 from stackdist.engine.reference import Fenwick, FenwickStackDistance, SortedListStackDistance
 
@@ -222,3 +222,46 @@ def test_stream_unit_batch_after_sized_batch_still_checks_sizes():
     with pytest.raises(ValueError, match="key 'a' has size 5 earlier but size 1"):
         stream.feed(["a"])
     assert stream.feed(["a"], [5]).tolist() == [6]  # below b: its own 5 plus b's 1
+
+
+@pytest.mark.parametrize("size_kind", ["unit", "equal", "varied"])
+def test_bit_packed_state_across_many_words_and_compactions(size_kind):
+    # Hundreds of keys: many 64-slot words, partial words, and a compaction every few hundred
+    # accesses; Zipf-like, uniform and cyclic scans; the compiled and the uncompiled kernel.
+    rng = np.random.default_rng(23)
+    for trial in range(24):
+        n_keys = int(rng.integers(1, 900))
+        n = int(rng.integers(0, 4000))
+        shape = trial % 3
+        keys = (rng.zipf(1.2, n) % n_keys) if shape == 0 else rng.integers(0, n_keys, n) if shape == 1 else np.arange(n) % n_keys
+        per_key = {"unit": np.ones(n_keys, np.int64), "equal": np.full(n_keys, 7, np.int64),
+                   "varied": rng.integers(1, 300, n_keys)}[size_kind]
+        sizes = per_key[keys]
+        expected = FenwickStackDistance().distances(keys.tolist(), sizes.tolist())
+        assert as_optional(stack_distances(keys, sizes)) == expected
+        if size_kind == "unit":
+            assert as_optional(stack_distances(keys)) == expected
+    if _kernels.HAVE_NUMBA:
+        from stackdist.engine.distances import ReplayState as _ReplayState
+
+        keys = rng.integers(0, 500, 3000)
+        sizes = None if size_kind == "unit" else rng.integers(1, 50, 500)[keys]
+        outs = []
+        for fn in (_kernels.replay, _kernels.replay.py_func):
+            state = _ReplayState(500, sized=sizes is not None)
+            outs.append(np.empty(keys.size, np.int64))
+            assert state.run(fn, keys, sizes, outs[-1]) == _kernels.NO_ERROR
+        assert outs[0].tolist() == outs[1].tolist()
+
+
+def test_engine_depths_across_many_words():
+    rng = np.random.default_rng(29)
+    for _ in range(12):
+        n_keys = int(rng.integers(70, 600))
+        size_of = rng.integers(1, 40, n_keys).tolist()
+        requests = [rng.permutation(n_keys)[: int(rng.integers(0, 40))].tolist() for _ in range(int(rng.integers(1, 80)))]
+        keys = [b for r in requests for b in r]
+        offsets = np.r_[0, np.cumsum([len(r) for r in requests])]
+        sized = [size_of[k] for k in keys] if keys else None
+        assert as_optional(engine_depths(keys, offsets, sized)) == naive_engine_depths(requests, size_of)
+        assert as_optional(engine_depths(keys, offsets)) == naive_engine_depths(requests, [1] * n_keys)

@@ -30,42 +30,78 @@ __all__ = ["COLD", "ReplayState", "stack_distances", "engine_depths", "replay_di
 
 class ReplayState:
     """The mutable replay state of :mod:`.kernels` (its layout is documented there), grown as
-    keys appear. Package-internal: shared by the batch replays here and :mod:`.stream`."""
+    keys appear. Package-internal: shared by the batch replays here and :mod:`.stream`.
 
-    def __init__(self, n_keys: int = 0) -> None:
-        self.slot_of = np.full(n_keys, -1, np.int64)
-        self.size_of = np.zeros(n_keys, np.int64)
-        cap = max(2 * n_keys, 64)
-        self.key_at = np.full(cap, -1, np.int64)
-        self.tree = np.zeros(cap + 1, np.int64)
+    ``sized``: keep per-slot sizes (a sized replay); ``track_sizes``: keep ``size_of`` (always
+    when sized; a unit-size batch replay can do without it). ``size_of`` is then an empty array.
+    """
+
+    def __init__(self, n_keys: int = 0, sized: bool = True, track_sizes: bool = True) -> None:
+        self.sized = sized
+        self.track_sizes = sized or track_sizes
+        cap = _round_to_word(max(2 * n_keys, 64))
+        self.slot_of = np.full(n_keys, -1, _slot_dtype(cap))
+        self.size_of = np.zeros(n_keys if self.track_sizes else 0, np.int64)
+        self.words = np.zeros(cap >> kernels.WORD_SHIFT, np.uint64)
+        self.leaf_shift = kernels.SIZED_LEAF_SHIFT if sized else kernels.WORD_SHIFT
+        self.tree = np.zeros((cap >> self.leaf_shift) + 1, np.int64)
+        self.slot_size = np.zeros(cap if sized else 0, np.int64)
         self.scalars = np.zeros(2, np.int64)
+
+    @property
+    def capacity(self) -> int:
+        """Slots (64 per word)."""
+        return self.words.shape[0] << kernels.WORD_SHIFT
 
     def reserve(self, n_keys: int) -> None:
         """Make room for key ids below ``n_keys`` (capacity stays at least twice the keys)."""
         old = self.slot_of.shape[0]
         if n_keys > old:
             grow = max(n_keys, 2 * old)
-            self.slot_of = np.concatenate([self.slot_of, np.full(grow - old, -1, np.int64)])
-            self.size_of = np.concatenate([self.size_of, np.zeros(grow - old, np.int64)])
-        if self.key_at.shape[0] < 2 * n_keys:
-            cap = 2 * max(n_keys, self.key_at.shape[0])
-            live_key_at = self.key_at
-            self.key_at = np.full(cap, -1, np.int64)
-            self.key_at[: live_key_at.shape[0]] = live_key_at
-            self.tree = np.zeros(cap + 1, np.int64)
-            kernels.compact(self.slot_of, self.size_of, self.key_at, self.tree, self.scalars)
+            self.slot_of = np.concatenate([self.slot_of, np.full(grow - old, -1, self.slot_of.dtype)])
+            if self.track_sizes:
+                self.size_of = np.concatenate([self.size_of, np.zeros(grow - old, np.int64)])
+        if self.capacity < 2 * n_keys:
+            cap = _round_to_word(2 * max(n_keys, self.capacity))
+            if _slot_dtype(cap) != self.slot_of.dtype:
+                self.slot_of = self.slot_of.astype(_slot_dtype(cap))
+            words = np.zeros(cap >> kernels.WORD_SHIFT, np.uint64)
+            words[: self.words.shape[0]] = self.words
+            self.words = words
+            if self.sized:
+                slot_size = np.zeros(cap, np.int64)
+                slot_size[: self.slot_size.shape[0]] = self.slot_size
+                self.slot_size = slot_size
+            self.tree = np.zeros((cap >> self.leaf_shift) + 1, np.int64)
+            kernels.compact(self.slot_of, self.words, self.tree, self.slot_size, self.scalars)
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.slot_of, self.size_of, self.key_at, self.tree))
+        return sum(a.nbytes for a in (self.slot_of, self.size_of, self.words, self.tree, self.slot_size))
 
     def run(self, kernel: Any, ids: np.ndarray, sizes: np.ndarray | None, out: np.ndarray, *extra: Any) -> int:
         """Run a replay kernel of :mod:`.kernels` on this state; returns its error index or -1."""
         unit = sizes is None
-        size_arg = np.ones(1, np.int64) if unit else sizes
+        if not unit and not self.sized:
+            raise ValueError("this replay state was made for unit sizes")
+        size_arg = _UNIT_SIZES if unit else sizes
         return int(
-            kernel(ids, size_arg, unit, *extra, self.slot_of, self.size_of, self.key_at, self.tree, self.scalars, out)
+            kernel(ids, size_arg, unit, *extra, self.slot_of, self.size_of, self.words, self.tree, self.slot_size,
+                   self.scalars, out)
         )
+
+
+_UNIT_SIZES = np.ones(1, np.int64)
+SIZED_LEAF_SHIFT = 5
+
+
+def _round_to_word(slots: int) -> int:
+    return -(-slots // 64) * 64
+
+
+def _slot_dtype(cap: int) -> type:
+    """int32 slots while they fit (half the memory traffic of the key-to-slot map)."""
+    return np.int32 if cap < 2**31 else np.int64
 
 
 def raise_size_mismatch(
@@ -116,7 +152,7 @@ def replay_keeping_state(
     """
     n = dense.ids.shape[0]
     out = np.empty(n, np.int64)
-    state = ReplayState(dense.n_keys)
+    state = ReplayState(dense.n_keys, sized=sizes is not None, track_sizes=sizes is not None)
     step = n if progress is None and on_chunk is None else chunk
     for lo in range(0, n, max(step, 1)):
         hi = min(n, lo + step)
@@ -165,7 +201,7 @@ def replay_arrival_depths(
     """Arrival-time depths of dense ids, whole requests at a time in chunks of about 2M blocks."""
     n = dense.ids.shape[0]
     out = np.empty(n, np.int64)
-    state = ReplayState(dense.n_keys)
+    state = ReplayState(dense.n_keys, sized=sizes is not None, track_sizes=sizes is not None)
     n_req = offsets.shape[0] - 1
     r = 0
     while r < n_req:

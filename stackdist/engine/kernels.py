@@ -1,24 +1,37 @@
 """The fast path: compiled replay kernels (numba), same results as :mod:`.reference` access by access.
 
 Why numba: the replay is an inherently sequential loop (each access reads the state the
-previous one left), so numpy cannot vectorize it; a compiled loop over a Fenwick tree that fits
-in cache runs at tens of millions of accesses per second. numba ships as wheels (no compiler
-needed at install time) and compiles these few functions once; ``cache=True`` keeps the
-machine code on disk between runs. Without numba the same functions run as plain Python
-(correct, about 100x slower), so the package still works where numba is not available.
+previous one left), so numpy cannot vectorize it; a compiled loop over state that fits in cache
+runs at tens of millions of accesses per second. numba ships as wheels (no compiler needed at
+install time) and compiles these few functions once; ``cache=True`` keeps the machine code on
+disk between runs. Without numba the same functions run as plain Python (correct, about 100x
+slower), so the package still works where numba is not available.
 
-State layout (shared by the batch and streaming forms):
+State layout (shared by the batch and streaming forms; built by
+:class:`stackdist.engine.distances.ReplayState`):
 
-- ``slot_of[k]``: the Fenwick slot of key ``k``'s most recent access, or -1 before its first.
-- ``size_of[k]``: key ``k``'s size (fixed per key), 0 before its first access.
-- ``key_at[j]``: the key whose most recent access sits in slot ``j``, or -1.
-- ``tree``: a Fenwick tree (1-based, length ``cap + 1``) of sizes over slots; only the
-  nodes of used slots are valid (see :func:`replay`).
+- ``slot_of[k]`` (int32, int64 only past 2**31 slots): the slot of key ``k``'s most recent
+  access, or -1 before its first.
+- ``size_of[k]``: key ``k``'s size (fixed per key), 0 before its first access. May be empty
+  (length 0) for a unit-size batch replay, which then never writes it.
+- ``words[w]`` (uint64): bit ``b`` is set iff slot ``64 w + b`` is live (holds some key's most
+  recent access). A live slot's key is not stored: nothing needs it (compaction renumbers the
+  keys through ``slot_of``).
+- ``slot_size[j]`` (sized replays only; empty for unit sizes): the size in slot ``j`` if live,
+  else 0.
+- ``tree``: a Fenwick tree (1-based, int64, length ``n_words + 1``) over the words: node
+  ``w + 1`` sums the live sizes (for unit sizes: live slots) of words ``w - lowbit + 1 .. w``.
+  Only the nodes of used words are valid (see :func:`replay`). The tree is 64 times shorter
+  than the slots, so it stays in cache: the sum over the slots below slot ``p`` is the tree's
+  prefix over the words below ``p``'s word plus, inside the word, a popcount of the bits below
+  ``p`` (unit sizes) or a short contiguous sum of ``slot_size`` (sized).
 - ``scalars = [next_free_slot, total_size_of_live_keys]``.
 
 Slots are handed out in access order, so the keys above slot ``p`` are exactly the distinct
 keys accessed since slot ``p`` was written. When the slots run out the live ones are renumbered
-densely in order (compaction), so the state is O(distinct keys), not O(trace length).
+densely in order (compaction), so the state is O(distinct keys), not O(trace length): about
+4 bytes per key for ``slot_of``, 0.25 bytes per slot for ``words`` (plus 4 per slot of
+``slot_size`` when sized, and ``size_of``), with twice as many slots as keys.
 """
 
 from __future__ import annotations
@@ -26,11 +39,14 @@ from __future__ import annotations
 import numpy as np
 
 try:  # pragma: no cover - exercised implicitly
-    from numba import njit
+    from numba import config, njit, types
+    from numba.extending import intrinsic
 
     HAVE_NUMBA = True
+    _COMPILED = not config.DISABLE_JIT
 except ImportError:  # pragma: no cover - the fallback is tested by running without jit
     HAVE_NUMBA = False
+    _COMPILED = False
 
     def njit(*args, **kwargs):  # type: ignore[no-redef]
         """Stand-in for numba.njit: return the function unchanged."""
@@ -41,74 +57,102 @@ except ImportError:  # pragma: no cover - the fallback is tested by running with
 
 COLD = np.iinfo(np.int64).max
 NO_ERROR = -1
+WORD_SHIFT = 6  # 64 slots per word
+SIZED_LEAF_SHIFT = 3  # sized replays: 16 slots per tree leaf, summed from slot_size
+_ONE = np.uint64(1)
 
+if _COMPILED:
 
-@njit(cache=True, nogil=True, inline="always")
-def _prefix_sum(tree, slot):
-    """Sum of the sizes in slots 0..slot (inclusive). O(log slot)."""
-    total = 0
-    i = slot + 1
-    while i > 0:
-        total += tree[i]
-        i &= i - 1
-    return total
+    @intrinsic
+    def _ctpop(typingctx, x):  # pragma: no cover - compiled
+        """LLVM's ctpop: the CPU's popcount instruction."""
+        if not isinstance(x, types.Integer):
+            return None
 
+        def codegen(context, builder, signature, args):
+            return builder.ctpop(args[0])
 
-@njit(cache=True, nogil=True, inline="always")
-def _remove(tree, slot, used, size):
-    """Subtract ``size`` at ``slot`` from every built node above it (nodes 1..used)."""
-    i = slot + 1
-    while i <= used:
-        tree[i] -= size
-        i += i & (-i)
+        return x(x), codegen
 
+    @njit(cache=True, nogil=True, inline="always")
+    def popcount(x):
+        """Set bits of a uint64 word."""
+        return np.int64(_ctpop(x))
 
-@njit(cache=True, nogil=True, inline="always")
-def _append(tree, slot, size):
-    """Build node ``slot + 1`` for a new last slot holding ``size``: its value plus its children
-    (nodes i-1, i-2, i-4, ... below its low bit). O(1) amortized."""
-    i = slot + 1
-    low = i & (-i)
-    acc = size
-    j = 1
-    while j < low:
-        acc += tree[i - j]
-        j <<= 1
-    tree[i] = acc
+else:
+
+    def popcount(x):  # type: ignore[misc]
+        """Set bits of a uint64 word."""
+        return int(x).bit_count()
 
 
 @njit(cache=True, nogil=True)
-def compact(slot_of, size_of, key_at, tree, scalars):
-    """Renumber the live slots densely (keeping their order) and rebuild the tree in O(cap)."""
-    cap = key_at.shape[0]
-    live = 0
-    for j in range(cap):
-        k = key_at[j]
-        if k >= 0:
-            key_at[j] = -1
-            key_at[live] = k
-            slot_of[k] = live
-            live += 1
-    for j in range(live):
-        _append(tree, j, size_of[key_at[j]])
+def compact(slot_of, words, tree, slot_size, scalars):
+    """Renumber the live slots densely (keeping their order) and rebuild words and tree. O(keys + slots)."""
+    t = scalars[0]
+    sized = slot_size.shape[0] > 0
+    used = (t + 63) >> WORD_SHIFT
+    base = np.empty(used + 1, np.int64)
+    acc = 0
+    for w in range(used):
+        base[w] = acc
+        acc += popcount(words[w])
+    live = acc
+    for k in range(slot_of.shape[0]):
+        p = slot_of[k]
+        if p >= 0:
+            w = p >> WORD_SHIFT
+            slot_of[k] = base[w] + popcount(words[w] & ((_ONE << np.uint64(p & 63)) - _ONE))
+    if sized:
+        dst = 0
+        for q in range(t):
+            if (words[q >> WORD_SHIFT] >> np.uint64(q & 63)) & _ONE:
+                slot_size[dst] = slot_size[q]
+                dst += 1
+        for q in range(live, t):
+            slot_size[q] = 0
+    for w in range(used):
+        words[w] = 0
+    for w in range(live >> WORD_SHIFT):
+        words[w] = ~np.uint64(0)
+    if live & 63:
+        words[live >> WORD_SHIFT] = (_ONE << np.uint64(live & 63)) - _ONE
+    leaf = SIZED_LEAF_SHIFT if sized else WORD_SHIFT
+    for g in range((live + (1 << leaf) - 1) >> leaf):
+        node = g + 1
+        if sized:
+            own = 0
+            for q in range(g << leaf, min((g + 1) << leaf, live)):
+                own += slot_size[q]
+        else:
+            own = popcount(words[g])
+        low = node & (-node)
+        c = 1
+        while c < low:
+            own += tree[node - c]
+            c <<= 1
+        tree[node] = own
     scalars[0] = live
 
 
 @njit(cache=True, nogil=True)
-def replay(ids, sizes, unit, slot_of, size_of, key_at, tree, scalars, out):
+def replay(ids, sizes, unit, slot_of, size_of, words, tree, slot_size, scalars, out):
     """Write the stack distance of every access of ``ids`` into ``out``; return -1 or an error index.
 
     ``sizes[i]`` is access ``i``'s size unless ``unit`` (then every size is 1). The return value
     is the index of the first access whose size differs from its key's earlier size (nothing
-    from it on is processed), or -1. O(log cap) per access, amortized compaction included.
+    from it on is processed), or -1. O(log(slots / 64)) per access, amortized compaction included.
 
-    Only the tree nodes of used slots (1..t) are kept up to date: a new last slot builds its
-    node from its children, and a removal stops at the last used node, so appending is O(1)
-    and a removal costs O(log(t - p)) rather than O(log cap).
+    The distance of a hit at slot ``p`` is the total live size minus the live sizes below ``p``.
+    Only the tree nodes of used words are kept up to date: the first slot of a new last word
+    builds that word's node from its children, later slots of that word add to that node only,
+    and a removal stops at the last used node, so appending is O(1) amortized.
     """
-    cap = key_at.shape[0]
+    cap = words.shape[0] << WORD_SHIFT
     t = scalars[0]
     total = scalars[1]
+    leaf = WORD_SHIFT if unit else SIZED_LEAF_SHIFT  # slots per tree leaf: 2**leaf
+    keep_sizes = size_of.shape[0] > 0
     # The loop body is written out here and in arrival_depths on purpose: as helper functions
     # (even inlined) the compiled loop ran up to twice as slow (numba 0.68, measured).
     for i in range(ids.shape[0]):
@@ -117,23 +161,55 @@ def replay(ids, sizes, unit, slot_of, size_of, key_at, tree, scalars, out):
         p = slot_of[k]
         if p < 0:
             out[i] = COLD
-            size_of[k] = s
+            if keep_sizes:
+                size_of[k] = s
         else:
             if not unit and size_of[k] != s:
                 scalars[0] = t
                 scalars[1] = total
                 return i
-            out[i] = total - _prefix_sum(tree, p) + s
-            _remove(tree, p, t, s)
-            key_at[p] = -1
+            w = p >> WORD_SHIFT
+            bit = _ONE << np.uint64(p & 63)
+            g = p >> leaf
+            below = 0
+            j = g
+            while j > 0:
+                below += tree[j]
+                j &= j - 1
+            if unit:
+                below += popcount(words[w] & (bit - _ONE))
+            else:
+                first = g << leaf
+                for q in range(1 << SIZED_LEAF_SHIFT):  # fixed length: vectorized
+                    below += slot_size[first + q] if first + q < p else 0
+                slot_size[p] = 0
+            out[i] = total - below
+            words[w] &= ~bit
+            used = ((t - 1) >> leaf) + 1
+            j = g + 1
+            while j <= used:
+                tree[j] -= s
+                j += j & (-j)
             total -= s
         if t == cap:
             scalars[0] = t
-            compact(slot_of, size_of, key_at, tree, scalars)
+            compact(slot_of, words, tree, slot_size, scalars)
             t = scalars[0]
-        _append(tree, t, s)
+        node = (t >> leaf) + 1
+        if t & ((1 << leaf) - 1):
+            tree[node] += s
+        else:
+            low = node & (-node)
+            acc = s
+            c = 1
+            while c < low:
+                acc += tree[node - c]
+                c <<= 1
+            tree[node] = acc
+        words[t >> WORD_SHIFT] |= _ONE << np.uint64(t & 63)
+        if not unit:
+            slot_size[t] = s
         slot_of[k] = t
-        key_at[t] = k
         total += s
         t += 1
     scalars[0] = t
@@ -142,7 +218,7 @@ def replay(ids, sizes, unit, slot_of, size_of, key_at, tree, scalars, out):
 
 
 @njit(cache=True, nogil=True)
-def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, key_at, tree, scalars, out):
+def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, words, tree, slot_size, scalars, out):
     """Engine semantics: per request, every block's depth in the stack as the request found it.
 
     Request ``r`` is ``ids[offsets[r]:offsets[r+1]]`` (head first, blocks distinct within a
@@ -150,9 +226,11 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, key_at, tree, sc
     committed tail first, so the head ends most recent. A block's depth is its own size plus the
     sizes of the distinct blocks above it (COLD if never seen). Returns -1 or an error index.
     """
-    cap = key_at.shape[0]
+    cap = words.shape[0] << WORD_SHIFT
     t = scalars[0]
     total = scalars[1]
+    leaf = WORD_SHIFT if unit else SIZED_LEAF_SHIFT
+    keep_sizes = size_of.shape[0] > 0
     for r in range(offsets.shape[0] - 1):
         lo = offsets[r]
         hi = offsets[r + 1]
@@ -166,24 +244,55 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, key_at, tree, sc
                 scalars[1] = total
                 return i
             else:
-                out[i] = total - _prefix_sum(tree, p) + (1 if unit else sizes[i])
+                g = p >> leaf
+                below = 0
+                j = g
+                while j > 0:
+                    below += tree[j]
+                    j &= j - 1
+                if unit:
+                    below += popcount(words[p >> WORD_SHIFT] & ((_ONE << np.uint64(p & 63)) - _ONE))
+                else:
+                    first = g << leaf
+                    for q in range(1 << SIZED_LEAF_SHIFT):
+                        below += slot_size[first + q] if first + q < p else 0
+                out[i] = total - below
         for i in range(hi - 1, lo - 1, -1):
             k = ids[i]
             s = 1 if unit else sizes[i]
             p = slot_of[k]
             if p < 0:
-                size_of[k] = s
+                if keep_sizes:
+                    size_of[k] = s
             else:
-                _remove(tree, p, t, s)
-                key_at[p] = -1
+                words[p >> WORD_SHIFT] &= ~(_ONE << np.uint64(p & 63))
+                if not unit:
+                    slot_size[p] = 0
+                used = ((t - 1) >> leaf) + 1
+                j = (p >> leaf) + 1
+                while j <= used:
+                    tree[j] -= s
+                    j += j & (-j)
                 total -= s
             if t == cap:
                 scalars[0] = t
-                compact(slot_of, size_of, key_at, tree, scalars)
+                compact(slot_of, words, tree, slot_size, scalars)
                 t = scalars[0]
-            _append(tree, t, s)
+            node = (t >> leaf) + 1
+            if t & ((1 << leaf) - 1):
+                tree[node] += s
+            else:
+                low = node & (-node)
+                acc = s
+                c = 1
+                while c < low:
+                    acc += tree[node - c]
+                    c <<= 1
+                tree[node] = acc
+            words[t >> WORD_SHIFT] |= _ONE << np.uint64(t & 63)
+            if not unit:
+                slot_size[t] = s
             slot_of[k] = t
-            key_at[t] = k
             total += s
             t += 1
     scalars[0] = t
