@@ -99,7 +99,8 @@ def _access_format(path: str | os.PathLike[str], format: str | None) -> str:
     except KeyError:
         raise UsageError(
             f"cannot tell the format of {os.fspath(path)!r} from its extension {ext!r}: use "
-            f".csv, .tsv, .txt, .jsonl, .json, .ndjson or .npy, or pass format= one of "
+            f".csv, .tsv, .txt, .jsonl, .json, .ndjson or .npy, or give the format (--format on the command "
+            f"line, format= in Python): one of "
             f"{', '.join(ACCESS_FORMATS)}"
         ) from None
 
