@@ -2,11 +2,13 @@
 
 Modules, in the order data flows:
 
-- :mod:`~kvlab.placement.workloads`: seeded generators (chat, agent, docqa) and Mooncake replay.
+- :mod:`~kvlab.placement.workloads`: seeded generators (chat, agent, docqa) and Mooncake replay;
+  a :class:`Workload` converts to and from :class:`stackdist.traces.RequestTrace`.
 - :mod:`~kvlab.placement.policies`: recency, reuse frequency, predicted reuse, EWMA next touch.
 - :mod:`~kvlab.placement.hierarchy`: the tiers, exclusive or inclusive, counting block moves.
 - :mod:`~kvlab.placement.calibration`: the latency model, calibrated from ``data/fixtures``.
-- :mod:`~kvlab.placement.simulator`: requests, links, prefetch, TTFT/TPOT.
+- :mod:`~kvlab.placement.links`: the PCIe and NVMe links as contended FIFO servers.
+- :mod:`~kvlab.placement.simulator`: requests, transfers, prefetch, TTFT/TPOT.
 - :mod:`~kvlab.placement.cost`: prices, sessions per GPU, composition sweep, SLO capacity.
 - :mod:`~kvlab.placement.experiments`: the paper's grid (``python -m kvlab.placement``).
 
@@ -18,7 +20,6 @@ Modules, in the order data flows:
 
 from .calibration import LatencyModel, derive_from_fixtures, kv_bytes_per_token
 from .cost import (
-    DEFAULT_PRICES_USD_PER_GB,
     capacity_ratios,
     composition_sweep,
     cost_per_session_usd,
@@ -30,13 +31,15 @@ from .cost import (
 )
 from .hierarchy import TieredCache
 from .policies import POLICIES, EWMANextTouch, Policy, PredictedReuse, Recency, ReuseFrequency, make_policy
+from .links import Link, LinkModel
 from .simulator import SimConfig, SimResult, simulate
-from .workloads import Workload, agent, chat, docqa, from_mooncake
+from .workloads import Workload, agent, chat, docqa, from_mooncake, write_mooncake
 
 __all__ = [
-    "DEFAULT_PRICES_USD_PER_GB",
     "EWMANextTouch",
     "LatencyModel",
+    "Link",
+    "LinkModel",
     "POLICIES",
     "Policy",
     "PredictedReuse",
@@ -62,4 +65,5 @@ __all__ = [
     "simulate",
     "slo_capacity",
     "tier_cost_usd",
+    "write_mooncake",
 ]

@@ -1,7 +1,14 @@
-"""Command line: ``python -m kvlab.placement {experiments,simulate,calibration} ...``.
+"""Command line: ``python -m kvlab.placement {experiments,simulate,generate,calibration} ...``.
 
-Exit status: 0 on success, 2 for a usage error (bad argument), 1 for a data error (missing or
-malformed trace / fixture file). Results go to stdout (or files), progress to stderr.
+Exit status (:mod:`stackdist.errors`, as every command of the project): 0 on success,
+:data:`~stackdist.errors.EXIT_USAGE` (2) for a bad argument
+(:class:`~stackdist.errors.UsageError`, including a missing matplotlib),
+:data:`~stackdist.errors.EXIT_DATA` (1) for a data error (missing or malformed trace / fixture
+file, an unwritable output). Results go to stdout (or files), progress to stderr.
+
+``generate KIND --out trace.jsonl`` writes a seeded generated workload as a Mooncake JSONL
+trace, which ``stackdist plan trace.jsonl --block-size 16`` plans (see
+:meth:`~kvlab.placement.workloads.Workload.to_request_trace`).
 """
 
 from __future__ import annotations
@@ -10,7 +17,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from stackdist.errors import EXIT_DATA, EXIT_OK, EXIT_USAGE, UsageError
+
+if TYPE_CHECKING:
+    from .workloads import Workload
 
 EPILOG = """examples:
   python -m kvlab.placement experiments --out results/placement
@@ -20,12 +32,10 @@ EPILOG = """examples:
   python -m kvlab.placement simulate --workload chat --policy lfu --capacities 424,3392,27136
   python -m kvlab.placement simulate --workload docqa --param n_docs=8 --prefetch oracle --lookahead 1
   python -m kvlab.placement simulate --workload mooncake:data/traces/mooncake_synthetic_trace.jsonl
+  python -m kvlab.placement generate chat --out /tmp/chat.jsonl --seed 1
+  stackdist plan /tmp/chat.jsonl --block-size 16
   python -m kvlab.placement calibration
 """
-
-
-class UsageError(Exception):
-    """A bad command-line argument (exit status 2)."""
 
 
 def _capacities(text: str) -> tuple[int, ...]:
@@ -55,9 +65,6 @@ def _param(text: str) -> tuple[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used by the tests)."""
-    from .policies import POLICIES
-    from .simulator import MODES, PREFETCHERS
-
     parser = argparse.ArgumentParser(
         prog="python -m kvlab.placement",
         description="Three-tier (HBM/DRAM/SSD) KV-cache placement simulator.",
@@ -78,6 +85,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="composition sweep budget as a fraction of the chat workload's distinct blocks (default 0.5)")
     exp.add_argument("--seed", type=int, default=0)
     exp.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
+    _add_simulate_parser(sub)
+    gen = sub.add_parser("generate", help="write a generated workload as a Mooncake JSONL trace (for stackdist plan)",
+                         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gen.add_argument("kind", choices=["chat", "agent", "docqa"], help="the generator")
+    gen.add_argument("--out", required=True, metavar="TRACE.jsonl", help="trace file to write (atomically)")
+    gen.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
+                     help="generator parameter, e.g. n_sessions=12 (repeatable)")
+    gen.add_argument("--seed", type=int, default=0, help="the generator's seed (default 0)")
+    cal = sub.add_parser("calibration", help="print the latency defaults next to the values derived from the fixtures")
+    cal.add_argument("--fixtures", default=None, help="fixture directory (default data/fixtures of this checkout)")
+    return parser
+
+
+def _add_simulate_parser(sub: Any) -> None:
+    from .policies import POLICIES
+    from .simulator import MODES, PREFETCHERS
 
     sim = sub.add_parser("simulate", help="one simulation; prints a JSON summary to stdout",
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -95,12 +118,20 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--reblock", type=int, default=None, help="re-block a Mooncake trace to this many tokens")
     sim.add_argument("--hf-eager", action="store_true", help="add HF-eager host overhead to the latency model")
 
-    cal = sub.add_parser("calibration", help="print the latency defaults next to the values derived from the fixtures")
-    cal.add_argument("--fixtures", default=None, help="fixture directory (default data/fixtures of this checkout)")
-    return parser
+
+def _generated(kind: str, params: dict[str, Any]) -> Workload:
+    """``GENERATORS[kind](**params)``; UsageError naming ``--param`` for a bad parameter."""
+    from .workloads import GENERATORS
+
+    try:
+        return GENERATORS[kind](**params)
+    except TypeError as exc:
+        raise UsageError(f"--param: {exc}.") from None
+    except ValueError as exc:
+        raise UsageError(f"--param: {exc}") from None
 
 
-def _load_workload(args: argparse.Namespace) -> Any:
+def _load_workload(args: argparse.Namespace) -> Workload:
     from .workloads import GENERATORS, from_mooncake
 
     params = dict(args.param)
@@ -110,12 +141,7 @@ def _load_workload(args: argparse.Namespace) -> Any:
         return from_mooncake(args.workload.split(":", 1)[1], block_size=args.block_size, reblock=args.reblock)
     if args.workload not in GENERATORS:
         raise UsageError(f"--workload must be one of chat, agent, docqa or mooncake:PATH; got {args.workload!r}.")
-    try:
-        return GENERATORS[args.workload](**params)
-    except TypeError as exc:
-        raise UsageError(f"--param: {exc}.") from None
-    except ValueError as exc:
-        raise UsageError(f"--param: {exc}") from None
+    return _generated(args.workload, params)
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -137,7 +163,21 @@ def _simulate(args: argparse.Namespace) -> int:
     summary["workload_summary"] = workload.summary()
     json.dump(summary, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
-    return 0
+    return EXIT_OK
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from .workloads import write_mooncake
+
+    params = dict(args.param)
+    if "seed" in params:
+        raise UsageError("--param seed=...: give the seed as --seed.")
+    workload = _generated(args.kind, dict(params, seed=args.seed))
+    write_mooncake(args.out, workload.to_request_trace())
+    print(f"wrote {args.out}: {workload.name}, {workload.n_requests} requests, {workload.n_accesses} block accesses "
+          f"of {workload.block_tokens} tokens; plan it with: stackdist plan {args.out} --block-size {workload.block_tokens}",
+          file=sys.stderr)
+    return EXIT_OK
 
 
 def _calibration(args: argparse.Namespace) -> int:
@@ -151,49 +191,40 @@ def _calibration(args: argparse.Namespace) -> int:
         rows.append({"field": name, "default": default, "derived": value})
     json.dump(rows, sys.stdout, indent=2)
     sys.stdout.write("\n")
-    return 0
+    return EXIT_OK
+
+
+def _experiments(args: argparse.Namespace) -> int:
+    from .experiments import run_experiments
+
+    if args.gpu_sessions <= 0:
+        raise UsageError(f"--gpu-sessions must be positive, got {args.gpu_sessions}.")
+    if not args.sweep_fraction > 0:
+        raise UsageError(f"--sweep-fraction must be positive, got {args.sweep_fraction}.")
+    if args.sweep_steps is not None and args.sweep_steps < 1:
+        raise UsageError(f"--sweep-steps must be a positive int, got {args.sweep_steps}.")
+    run_experiments(args.out, quick=args.quick, mooncake=args.mooncake, gpu_sessions=args.gpu_sessions,
+                    slo_ms=args.slo_ms, sweep_steps=args.sweep_steps, seed=args.seed,
+                    sweep_fraction=args.sweep_fraction, plots=not args.no_plots)
+    return EXIT_OK
+
+
+_COMMANDS = {"experiments": _experiments, "simulate": _simulate, "generate": _generate, "calibration": _calibration}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
+    """Entry point; returns the exit status (:mod:`stackdist.errors`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "experiments":
-            from .experiments import run_experiments
-            from .plots import MatplotlibMissing
-
-            if args.gpu_sessions <= 0:
-                raise UsageError(f"--gpu-sessions must be positive, got {args.gpu_sessions}.")
-            if not args.sweep_fraction > 0:
-                raise UsageError(f"--sweep-fraction must be positive, got {args.sweep_fraction}.")
-            if args.sweep_steps is not None and args.sweep_steps < 1:
-                raise UsageError(f"--sweep-steps must be a positive int, got {args.sweep_steps}.")
-            try:
-                run_experiments(args.out, quick=args.quick, mooncake=args.mooncake, gpu_sessions=args.gpu_sessions,
-                                slo_ms=args.slo_ms, sweep_steps=args.sweep_steps, seed=args.seed,
-                                sweep_fraction=args.sweep_fraction,
-                                plots=not args.no_plots)
-            except MatplotlibMissing as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 1
-            return 0
-        if args.command == "simulate":
-            return _simulate(args)
-        return _calibration(args)
+        return _COMMANDS[args.command](args)
     except UsageError as exc:
         parser.print_usage(sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        return EXIT_USAGE
+    except (OSError, ValueError) as exc:  # missing or malformed data (TraceFormatError is a ValueError)
         print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:  # malformed data (stackdist.errors.TraceFormatError is a ValueError)
-        if type(exc).__name__ == "UsageError":
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_DATA
 
 
 if __name__ == "__main__":

@@ -21,6 +21,11 @@ Generators (every parameter is a keyword with the default shown in its signature
   Zipf(``zipf_s``) popularity; prompt = system + document + question; Poisson arrivals.
 - :func:`from_mooncake`: replay a Mooncake trace through ``stackdist.traces.read_mooncake``.
 
+A workload converts to and from the project's one request-trace type,
+:class:`stackdist.traces.RequestTrace` (:meth:`Workload.to_request_trace`,
+:meth:`Workload.from_request_trace`); :func:`write_mooncake` writes that trace as Mooncake JSONL,
+so a generated workload can also be planned with ``stackdist plan``.
+
 Token lengths drawn "around a mean" are lognormal with sigma 0.6 and that mean, rounded, >= 1.
 
 >>> w = chat(n_sessions=2, accesses_per_session=50, seed=1)
@@ -28,18 +33,27 @@ Token lengths drawn "around a mean" are lognormal with sigma 0.6 and that mean, 
 True
 >>> w == chat(n_sessions=2, accesses_per_session=50, seed=1)
 True
+>>> Workload.from_request_trace(w.to_request_trace()) == w
+True
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Workload", "chat", "agent", "docqa", "from_mooncake", "GENERATORS"]
+from stackdist.output import write_atomic
+from stackdist.traces import RequestTrace, read_mooncake
+from stackdist.traces import reblock as reblock_trace
+
+__all__ = ["GENERATORS", "Workload", "agent", "chat", "docqa", "from_mooncake", "mooncake_jsonl", "write_mooncake"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -126,6 +140,59 @@ class Workload:
             "sessions": int(np.unique(self.session).size),
             "params": self.params,
         }
+
+    def to_request_trace(self) -> RequestTrace:
+        """The workload as a :class:`~stackdist.traces.RequestTrace` (``source`` = its name).
+
+        Every block holds ``block_tokens`` tokens except a request's last, which holds what is
+        left of ``input_tokens`` (at most ``block_tokens``): the Mooncake convention, where
+        ``len(hash_ids) == ceil(input_length / block_size)``. Sessions become ``session_ids``.
+        ValueError (from RequestTrace) when a request's tokens do not reach its last block.
+        O(blocks).
+        """
+        lengths = np.diff(self.offsets)
+        block_tokens = np.full(self.n_accesses, self.block_tokens, np.int64)
+        has_blocks = lengths > 0
+        last = np.minimum(self.block_tokens, self.input_tokens - self.block_tokens * (lengths - 1))
+        block_tokens[self.offsets[1:][has_blocks] - 1] = last[has_blocks]
+        return RequestTrace(
+            block_ids=np.asarray(self.blocks, np.int64), offsets=np.asarray(self.offsets, np.int64),
+            block_tokens=block_tokens, timestamps_s=self.arrival_s, input_length=self.input_tokens,
+            output_length=self.output_tokens, block_size=self.block_tokens, source=self.name,
+            session_ids=np.asarray(self.session, np.int64),
+        )
+
+    @classmethod
+    def from_request_trace(
+        cls, trace: RequestTrace, name: str | None = None, params: dict[str, Any] | None = None,
+        session_block: int = 1,
+    ) -> Workload:
+        """A workload replaying ``trace`` in file order (``name`` defaults to its ``source``).
+
+        Block ids are kept (uint64 ids are viewed as int64: a bijection). The session of a
+        request is the trace's session id when it has them, else the id of the request's block
+        ``session_block`` (a request's first block is often a shared system prompt), or of its
+        first block when it is shorter. Every block takes a page: ``block_tokens`` is the
+        trace's ``block_size``. ValueError when the timestamps decrease. O(blocks).
+        """
+        ids = np.asarray(trace.block_ids)
+        blocks = ids.view(np.int64) if ids.dtype == np.uint64 else ids.astype(np.int64)  # bijective
+        offsets = np.asarray(trace.offsets, dtype=np.int64)
+        arrival = np.asarray(trace.timestamps_s, dtype=np.float64)
+        if np.any(np.diff(arrival) < 0):
+            raise ValueError(f"{trace.source}: timestamps must not decrease (requests are replayed in file order).")
+        if trace.session_ids is not None:
+            session = np.asarray(trace.session_ids, dtype=np.int64)
+        else:
+            starts, ends = offsets[:-1], offsets[1:]
+            pick = np.where(ends - starts > session_block, starts + session_block, starts)
+            session = blocks[np.minimum(pick, max(0, len(blocks) - 1))] if len(blocks) else np.zeros(len(starts), np.int64)
+        return cls(
+            name=trace.source if name is None else name, blocks=blocks, offsets=offsets,
+            input_tokens=np.asarray(trace.input_length, dtype=np.int64),
+            output_tokens=np.asarray(trace.output_length, dtype=np.int64), arrival_s=arrival, session=session,
+            block_tokens=int(trace.block_size), params=dict(params or {}),
+        )
 
 
 class _Builder:
@@ -333,41 +400,44 @@ def from_mooncake(path: str | Path, block_size: int = 512, reblock: int | None =
 
     The session key of a request is the trace's session id when it has one, else the id of its
     second coarse block (the first is the shared system prompt in the conversation trace), or
-    of its first block. Every block counts as a full block (a partial tail still takes a page).
+    of its first block (:meth:`Workload.from_request_trace`). Every block counts as a full block
+    (a partial tail still takes a page).
     """
-    try:
-        from stackdist.traces import read_mooncake  # type: ignore[import-not-found]
-    except ImportError as exc:  # pragma: no cover - depends on the planner being installed
-        raise RuntimeError("Mooncake replay needs stackdist.traces.read_mooncake, which is not importable.") from exc
     trace = read_mooncake(path, block_size=block_size)
     if reblock is not None:
-        from stackdist.traces import reblock as reblock_trace  # type: ignore[import-not-found]
-
         trace = reblock_trace(trace, reblock)
-    ids = np.asarray(trace.block_ids)
-    blocks = ids.view(np.int64) if ids.dtype == np.uint64 else ids.astype(np.int64)  # bijective
-    offsets = np.asarray(trace.offsets, dtype=np.int64)
-    arrival = np.asarray(trace.timestamps_s, dtype=np.float64)
-    if np.any(np.diff(arrival) < 0):
-        raise ValueError(f"{path}: timestamps must not decrease (requests are replayed in file order).")
-    if trace.session_ids is not None:
-        session = np.asarray(trace.session_ids, dtype=np.int64)
-    else:
-        starts, ends = offsets[:-1], offsets[1:]
-        skip = max(1, block_size // int(trace.block_size))  # pages of the first coarse block
-        pick = np.where(ends - starts > skip, starts + skip, starts)
-        session = blocks[np.minimum(pick, max(0, len(blocks) - 1))] if len(blocks) else np.zeros(len(starts), np.int64)
-    return Workload(
-        name=f"mooncake:{Path(path).stem}",
-        blocks=blocks,
-        offsets=offsets,
-        input_tokens=np.asarray(trace.input_length, dtype=np.int64),
-        output_tokens=np.asarray(trace.output_length, dtype=np.int64),
-        arrival_s=arrival,
-        session=session,
-        block_tokens=int(trace.block_size),
-        params={"path": str(path), "block_size": block_size, "reblock": reblock},
+    skip = max(1, block_size // int(trace.block_size))  # pages of the first coarse block
+    workload = Workload.from_request_trace(
+        trace, name=f"mooncake:{Path(path).stem}", params={"path": str(path), "block_size": block_size, "reblock": reblock},
+        session_block=skip,
     )
+    return workload
 
 
-GENERATORS = {"chat": chat, "agent": agent, "docqa": docqa}
+def mooncake_jsonl(trace: RequestTrace) -> str:
+    """``trace`` as Mooncake JSONL: one ``{"timestamp": ms, "input_length", "output_length",
+    "hash_ids"}`` line per request, in order (ids as unsigned 64-bit integers).
+
+    ``stackdist.traces.read_mooncake(path, block_size=trace.block_size)`` reads it back (the
+    hash ids, lengths and block tokens exactly; timestamps to float precision), when every
+    request has ``ceil(input_length / block_size)`` blocks, as :meth:`Workload.to_request_trace`
+    makes them. O(blocks).
+    """
+    ids = trace.block_ids.view(np.uint64) if trace.block_ids.dtype == np.int64 else trace.block_ids
+    flat, offsets = ids.tolist(), trace.offsets.tolist()
+    stamps, inputs, outputs = (trace.timestamps_s * 1e3).tolist(), trace.input_length.tolist(), trace.output_length.tolist()
+    lines = [
+        json.dumps({"timestamp": stamps[r], "input_length": inputs[r], "output_length": outputs[r],
+                    "hash_ids": flat[offsets[r] : offsets[r + 1]]})
+        for r in range(trace.n_requests)
+    ]
+    return "".join(line + "\n" for line in lines)
+
+
+def write_mooncake(path: str | os.PathLike[str], trace: RequestTrace) -> None:
+    """Write ``trace`` as Mooncake JSONL (:func:`mooncake_jsonl`) to ``path`` atomically."""
+    write_atomic(path, mooncake_jsonl(trace))
+
+
+#: The seeded generators by name (each takes keyword parameters only, ``seed`` included).
+GENERATORS: dict[str, Callable[..., Workload]] = {"chat": chat, "agent": agent, "docqa": docqa}
