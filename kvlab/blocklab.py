@@ -13,7 +13,8 @@ replays the same passes block by block:
   never cached. A *document block* is a block of document tokens only (``tokens //
   block_size`` per request); the other blocks are fresh, so only document blocks can hit.
 - GPU capacity ``gpu // block_size`` blocks (21520 // 16 = 1345), one cache over all passes.
-- Both semantics of :mod:`stackdist.serving.semantics`, read off one replay each (:class:`PrefixCurve`):
+- Both semantics of :mod:`stackdist.serving.semantics`, read off one replay each (per-request
+  vectorised queries: :func:`stackdist.serving.request_hits`, :mod:`stackdist.serving.lab_bridge`):
   ``engine`` (vLLM, SGLang: look up the longest cached prefix as the request arrives, then
   commit its blocks tail first, so the head ends most recent) and ``per-access`` (LMCache's
   simulator, KVSET: an LRU over the block stream, head first, so the head is least recent).
@@ -21,7 +22,7 @@ replays the same passes block by block:
   and :class:`kvlab.kvsim.LRUCache` over the block stream); a mismatch raises
   :class:`kvlab.lab.LabMismatchError`.
 - Each predicted prefix hit is valued in time to first token with the partial-prefix
-  measurement ``data/fixtures/partial_prefix_h200.json`` (:class:`PartialPrefixTTFT`).
+  measurement ``data/fixtures/partial_prefix_h200.json`` (:mod:`kvlab.partial_prefix`).
 
 ``python -m kvlab block-lab`` prints a table (or JSON with ``--json -``).
 """
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,27 +39,32 @@ from typing import Any
 
 import numpy as np
 
-from stackdist import COLD
-from stackdist.planning import PrefixCurve
-from stackdist.serving import replay_requests
-from stackdist.traces import chain_hashes
-from stackdist.traces import RequestTrace
+from stackdist.output import write_atomic
+from stackdist.serving import replay_requests, request_hits
+from stackdist.serving.lab_bridge import cached_blocks, resident_at_arrival
+from stackdist.traces import RequestTrace, chain_hashes
 
 from .kvsim import EnginePrefixCache, LRUCache
 from .lab import LabMismatchError
+from .partial_prefix import (
+    DEFAULT_FIXTURE,
+    FixtureError,
+    PartialPrefixTTFT,
+    load_partial_prefix,
+)
 from .scenario import (
     DEFAULT_DOCS,
     DEFAULT_GPU,
     DEFAULT_PASSES,
     DEFAULT_TOKENS,
-    _int_argument,
-    _passes_argument,
-    _require_int,
+    PassResult,
+    int_argument,
     parse_passes,
     pass_keys,
+    passes_argument,
+    require_int,
     run_scenario,
 )
-from .summarize import write_bytes_atomic
 
 __all__ = [
     "DEFAULT_FIXTURE",
@@ -84,10 +89,6 @@ DEFAULT_SEED = 0
 VOCAB_SIZE = 151936
 #: Draws of one question before giving up on making it fresh (only tiny vocabularies need any).
 MAX_QUESTION_DRAWS = 100
-_REPO_FIXTURE = Path(__file__).resolve().parent.parent / "data" / "fixtures" / "partial_prefix_h200.json"
-DEFAULT_FIXTURE = _REPO_FIXTURE if _REPO_FIXTURE.exists() else Path("data") / "fixtures" / "partial_prefix_h200.json"
-#: The fixture column used: the scenario is GPU-only, so the prefix KV is already on the GPU.
-FIXTURE_COLUMN = "gpu_prefix"
 SEMANTICS = ("engine", "per-access")
 
 EXAMPLES = """\
@@ -196,57 +197,26 @@ HIT_FIELDS = ("prefix_blocks", "prefix_tokens", "cached_blocks", "resident_at_ar
 def replay_hits(trace: RequestTrace, capacity_blocks: int) -> dict[str, dict[str, list[int]]]:
     """Per semantics and request: the hits at ``capacity_blocks``, read off the stackdist replay.
 
-    - ``prefix_blocks``, ``prefix_tokens``: the request's contiguous hit prefix;
+    - ``prefix_blocks``, ``prefix_tokens``: the request's contiguous hit prefix
+      (:func:`stackdist.serving.request_hits`);
     - ``cached_blocks``: blocks that hit at any position (engine: the prefix, the only blocks an
       engine uses; per-access: every block still cached when it is accessed);
     - ``resident_at_arrival``: blocks cached when the request arrives (before any of its own
-      blocks is touched), any position.
+      blocks is touched), any position (:mod:`stackdist.serving.lab_bridge`).
 
-    Complexity: O(requests x blocks log blocks) (one :class:`PrefixCurve` per request) plus
-    O(sum of squared request lengths) for the per-access arrival residency.
+    One replay per semantics, then vectorised passes over the blocks. Complexity:
+    O(n log n) plus O(sum of squared request lengths) for the per-access arrival residency.
     """
     out: dict[str, dict[str, list[int]]] = {}
-    lo, hi = trace.offsets[:-1], trace.offsets[1:]
     for semantics in SEMANTICS:
         replay = replay_requests(trace, semantics)
-        fields: dict[str, list[int]] = {name: [] for name in HIT_FIELDS}
-        arrival = replay.depths if semantics == "engine" else _per_access_arrival_depths(trace, replay.depths)
-        for r in range(trace.n_requests):
-            curve = PrefixCurve(replay, requests=[r])
-            fields["prefix_blocks"].append(int(np.count_nonzero(replay.effective[lo[r]:hi[r]] <= capacity_blocks)))
-            fields["prefix_tokens"].append(int(curve.prefix_token_hits_at(capacity_blocks)))
-            fields["cached_blocks"].append(int(curve.block_hits_at(capacity_blocks)))
-            fields["resident_at_arrival"].append(int(np.count_nonzero(arrival[lo[r]:hi[r]] <= capacity_blocks)))
-        out[semantics] = fields
-    return out
-
-
-def _per_access_arrival_depths(trace: RequestTrace, depths: np.ndarray) -> np.ndarray:
-    """Per block: its depth in the per-access LRU stack when its request arrives (COLD if unseen).
-
-    Block j of a request starting at s, last accessed at p = prev[j] < s, has stack distance
-    ``depths[j]`` = distinct blocks in [p, j]. Its arrival depth is the distinct blocks in
-    [p, s): the same minus the request's earlier blocks k (s <= k < j) not seen in [p, s),
-    i.e. those with prev[k] < p. Assumes a request's blocks are distinct (prefix-chained).
-    """
-    previous = _previous_positions(trace.block_ids)
-    arrival = np.full(depths.shape[0], COLD, np.int64)
-    for r in range(trace.n_requests):
-        lo, hi = int(trace.offsets[r]), int(trace.offsets[r + 1])
-        prev = previous[lo:hi]
-        earlier_and_new = np.tril(prev[None, :] < prev[:, None], k=-1).sum(axis=1)
-        seen = prev >= 0
-        arrival[lo:hi][seen] = depths[lo:hi][seen] - earlier_and_new[seen]
-    return arrival
-
-
-def _previous_positions(ids: np.ndarray) -> np.ndarray:
-    """Per position, the previous position of the same id, or -1. O(n)."""
-    last: dict[int, int] = {}
-    out = np.full(ids.shape[0], -1, np.int64)
-    for position, key in enumerate(ids.tolist()):
-        out[position] = last.get(key, -1)
-        last[key] = position
+        columns = (
+            request_hits(replay, capacity_blocks),
+            request_hits(replay, capacity_blocks, tokens=True),
+            cached_blocks(replay, capacity_blocks),
+            resident_at_arrival(replay, capacity_blocks),
+        )
+        out[semantics] = {name: column.tolist() for name, column in zip(HIT_FIELDS, columns)}
     return out
 
 
@@ -260,7 +230,7 @@ def direct_hits(trace: RequestTrace, capacity_blocks: int) -> dict[str, dict[str
     """
     engine = EnginePrefixCache(capacity_blocks)
     lru = LRUCache(capacity_blocks)
-    out = {semantics: {name: [] for name in HIT_FIELDS} for semantics in SEMANTICS}
+    out: dict[str, dict[str, list[int]]] = {semantics: {name: [] for name in HIT_FIELDS} for semantics in SEMANTICS}
     for r in range(trace.n_requests):
         lo, hi = int(trace.offsets[r]), int(trace.offsets[r + 1])
         blocks = trace.block_ids[lo:hi].tolist()
@@ -298,144 +268,6 @@ def verify_hits(
                         f"{label}, {semantics} {name}: the stackdist replay gives {a} "
                         f"but direct simulation gives {b}"
                     )
-
-
-# ----------------------------------------------------------------------------- TTFT valuation
-
-class FixtureError(ValueError):
-    """The partial-prefix fixture is unreadable or malformed (the message names file and field)."""
-
-
-@dataclass(frozen=True)
-class PartialPrefixTTFT:
-    """TTFT against the cached prefix, from ``partial_prefix_h200.json`` (column ``gpu_prefix``).
-
-    ``prefixes`` are ``rows[].P`` (tokens of a ``doc_tokens``-token document whose KV is cached),
-    ``wall_ms`` the ``rows[].gpu_prefix.wall_ms_median`` and ``gpu_work_ms`` the
-    ``rows[].gpu_prefix.gpu_work_ms`` at those P. :meth:`estimate` interpolates linearly between
-    the measured P, as a fraction of the document (the scaling assumption: a request whose
-    document has the same fraction cached costs what the fixture's request costs; no time is
-    rescaled for a different document length).
-
-    >>> m = PartialPrefixTTFT("f.json", 100, 8, (0, 50, 100), (40.0, 50.0, 30.0), (35.0, 45.0, 9.0))
-    >>> m.estimate(0.75)["wall_ms"], m.estimate(0.0)["wall_ms"], m.estimate(0.2)["mixes_attention_paths"]
-    (40.0, 40.0, True)
-    """
-
-    source: str
-    doc_tokens: int
-    question_tokens: int
-    prefixes: tuple[int, ...]
-    wall_ms: tuple[float, ...]
-    gpu_work_ms: tuple[float, ...]
-
-    def estimate(self, cached_fraction: float) -> dict[str, Any]:
-        """Interpolated wall and GPU-work TTFT with this fraction of the document cached.
-
-        ``mixes_attention_paths`` is True strictly between P=0 (no cache: the causal SDPA call)
-        and the smallest measured P>0 (masked SDPA): the interpolation there joins two paths.
-        """
-        if not 0 <= cached_fraction <= 1:
-            raise ValueError(f"cached_fraction must be between 0 and 1, got {cached_fraction}.")
-        p = cached_fraction * self.doc_tokens
-        upper = min(int(np.searchsorted(self.prefixes, p, side="left")), len(self.prefixes) - 1)
-        lower = upper if self.prefixes[upper] == p else upper - 1
-        return {
-            "fixture_P": round(p, 1),
-            "between_P": [self.prefixes[lower], self.prefixes[upper]],
-            "wall_ms": round(float(np.interp(p, self.prefixes, self.wall_ms)), 3),
-            "gpu_work_ms": round(float(np.interp(p, self.prefixes, self.gpu_work_ms)), 3),
-            "mixes_attention_paths": bool(0 < p < self.prefixes[1]),
-        }
-
-    def describe(self) -> dict[str, Any]:
-        """The model's inputs for the JSON report, each named by its field in the fixture."""
-        return {
-            "source": self.source,
-            "column": FIXTURE_COLUMN,
-            "doc_tokens": self.doc_tokens,
-            "question_tokens": self.question_tokens,
-            "points": [
-                {"P": p, "wall_ms_median": w, "gpu_work_ms": g}
-                for p, w, g in zip(self.prefixes, self.wall_ms, self.gpu_work_ms)
-            ],
-            "fields": {
-                "P": "rows[].P",
-                "wall_ms": f"rows[].{FIXTURE_COLUMN}.wall_ms_median",
-                "gpu_work_ms": f"rows[].{FIXTURE_COLUMN}.gpu_work_ms",
-                "doc_tokens": "doc_tokens",
-                "question_tokens": "question_tokens",
-            },
-        }
-
-
-def load_partial_prefix(path: str | Path = DEFAULT_FIXTURE) -> PartialPrefixTTFT:
-    """Read the partial-prefix fixture; FixtureError names the file and the bad field.
-
-    Requires ``doc_tokens`` and ``question_tokens`` (positive ints) and ``rows``: P strictly
-    increasing from 0 to ``doc_tokens``, each with positive finite ``gpu_prefix.wall_ms_median``
-    and ``gpu_prefix.gpu_work_ms``.
-    """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as error:
-        raise FixtureError(f"{path}: cannot read the partial-prefix fixture: {error.strerror or error}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise FixtureError(f"{path}:{error.lineno}: not valid JSON: {error.msg}") from None
-    if not isinstance(data, dict):
-        raise FixtureError(f"{path}: the fixture must be a JSON object, got {type(data).__name__}")
-    doc_tokens = _fixture_int(data, "doc_tokens", path, "doc_tokens")
-    question_tokens = _fixture_int(data, "question_tokens", path, "question_tokens")
-    rows = data.get("rows")
-    if not isinstance(rows, list) or len(rows) < 2:
-        raise FixtureError(f"{path}: rows must be a list of at least 2 measured prefixes")
-    prefixes, wall, work = [], [], []
-    for index, row in enumerate(rows):
-        where = f"rows[{index}]"
-        if not isinstance(row, dict):
-            raise FixtureError(f"{path}: {where} must be an object")
-        p = row.get("P")
-        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= doc_tokens:
-            raise FixtureError(f"{path}: {where}.P must be an int in 0..doc_tokens ({doc_tokens}), got {p!r}")
-        if prefixes and p <= prefixes[-1]:
-            raise FixtureError(f"{path}: {where}.P must be greater than the previous row's P ({prefixes[-1]}), got {p}")
-        column = row.get(FIXTURE_COLUMN)
-        if not isinstance(column, dict):
-            raise FixtureError(f"{path}: {where}.{FIXTURE_COLUMN} must be an object")
-        prefixes.append(p)
-        wall.append(_fixture_ms(column, "wall_ms_median", path, f"{where}.{FIXTURE_COLUMN}"))
-        work.append(_fixture_ms(column, "gpu_work_ms", path, f"{where}.{FIXTURE_COLUMN}"))
-    if prefixes[0] != 0 or prefixes[-1] != doc_tokens:
-        raise FixtureError(
-            f"{path}: rows must run from P=0 to P=doc_tokens ({doc_tokens}), got P={prefixes[0]}..{prefixes[-1]}"
-        )
-    return PartialPrefixTTFT(_display_path(path), doc_tokens, question_tokens, tuple(prefixes), tuple(wall), tuple(work))
-
-
-def _display_path(path: str | Path) -> str:
-    """``path`` relative to the current folder when it lies inside it, else as given."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _fixture_int(data: dict[str, Any], key: str, path: str | Path, where: str) -> int:
-    """Return ``data[key]`` if it is a positive int, else FixtureError naming ``where``."""
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise FixtureError(f"{path}: {where} must be a positive int, got {value!r}")
-    return value
-
-
-def _fixture_ms(column: dict[str, Any], key: str, path: str | Path, where: str) -> float:
-    """Return ``column[key]`` if it is a positive finite number, else FixtureError."""
-    value = column.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise FixtureError(f"{path}: {where}.{key} must be a positive number of ms, got {value!r}")
-    return float(value)
 
 
 # ----------------------------------------------------------------------------- the lab
@@ -477,7 +309,7 @@ def run_block_lab(
     """
     for value, name, minimum in ((gpu, "gpu", 0), (block_size, "block_size", 1), (docs, "docs", 1),
                                  (tokens, "tokens", 1), (question_tokens, "question_tokens", 0), (seed, "seed", 0)):
-        _require_int(value, name, minimum)
+        require_int(value, name, minimum)
     order = parse_passes(passes)
     model = load_partial_prefix(fixture)
     requests = build_requests(docs, tokens, question_tokens, order, block_size, seed)
@@ -502,10 +334,10 @@ def run_block_lab(
 
 def _pass_reports(
     requests: LabRequests, hits: dict[str, dict[str, list[int]]], model: PartialPrefixTTFT,
-    order: Sequence[str], whole: list[dict[str, Any]], tokens: int,
+    order: Sequence[str], whole: list[PassResult], tokens: int,
 ) -> list[dict[str, Any]]:
     """Group the per-request results by pass."""
-    reports = [{"pass": p + 1, "order": name, "requests": []} for p, name in enumerate(order)]
+    entries: list[list[dict[str, Any]]] = [[] for _ in order]
     for r, (p, doc) in enumerate(zip(requests.passes, requests.docs)):
         entry: dict[str, Any] = {
             "doc": doc,
@@ -513,14 +345,14 @@ def _pass_reports(
             "whole_document_hit": doc in whole[p]["hit_docs"],
         }
         for semantics in SEMANTICS:
-            fields = {name: hits[semantics][name][r] for name in HIT_FIELDS}
+            fields: dict[str, Any] = {name: hits[semantics][name][r] for name in HIT_FIELDS}
             if semantics == "engine":
                 del fields["cached_blocks"]  # equals prefix_blocks: an engine uses only the prefix
             fields["prefill_tokens"] = requests.request_tokens - fields["prefix_tokens"]
             fields["ttft"] = model.estimate(fields["prefix_tokens"] / tokens)
             entry[semantics] = fields
-        reports[p]["requests"].append(entry)
-    return reports
+        entries[p].append(entry)
+    return [{"pass": p + 1, "order": name, "requests": entries[p]} for p, name in enumerate(order)]
 
 
 # ----------------------------------------------------------------------------- output
@@ -596,19 +428,19 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--gpu", type=_int_argument(0), default=DEFAULT_GPU,
+    parser.add_argument("--gpu", type=int_argument(0), default=DEFAULT_GPU,
                         help=f"GPU capacity in tokens, >= 0; blocks = GPU // block size (default {DEFAULT_GPU})")
-    parser.add_argument("--block-size", type=_int_argument(1), default=DEFAULT_BLOCK_SIZE,
+    parser.add_argument("--block-size", type=int_argument(1), default=DEFAULT_BLOCK_SIZE,
                         help=f"tokens per block, >= 1 (default {DEFAULT_BLOCK_SIZE})")
-    parser.add_argument("--docs", type=_int_argument(1), default=DEFAULT_DOCS,
+    parser.add_argument("--docs", type=int_argument(1), default=DEFAULT_DOCS,
                         help=f"number of documents, >= 1 (default {DEFAULT_DOCS})")
-    parser.add_argument("--tokens", type=_int_argument(1), default=DEFAULT_TOKENS,
+    parser.add_argument("--tokens", type=int_argument(1), default=DEFAULT_TOKENS,
                         help=f"tokens per document, >= 1 (default {DEFAULT_TOKENS})")
-    parser.add_argument("--question-tokens", type=_int_argument(0), default=DEFAULT_QUESTION_TOKENS,
+    parser.add_argument("--question-tokens", type=int_argument(0), default=DEFAULT_QUESTION_TOKENS,
                         help=f"tokens of each request's fresh question, >= 0 (default {DEFAULT_QUESTION_TOKENS})")
-    parser.add_argument("--passes", type=_passes_argument, default=DEFAULT_PASSES,
+    parser.add_argument("--passes", type=passes_argument, default=DEFAULT_PASSES,
                         help="comma-separated pass orders, each fwd or rev (default fwd,fwd,rev)")
-    parser.add_argument("--seed", type=_int_argument(0), default=DEFAULT_SEED,
+    parser.add_argument("--seed", type=int_argument(0), default=DEFAULT_SEED,
                         help=f"seed of the token ids, >= 0 (default {DEFAULT_SEED})")
     parser.add_argument("--fixture", type=Path, default=DEFAULT_FIXTURE, metavar="FILE",
                         help=f"partial-prefix TTFT fixture (default {DEFAULT_FIXTURE})")
@@ -638,7 +470,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return 0
     if args.json is not None:
         try:
-            write_bytes_atomic(args.json, text.encode("utf-8"))
+            write_atomic(args.json, text)
         except OSError as error:
             print(f"{name}: error: cannot write {args.json}: {error.strerror or error}", file=sys.stderr)
             return 1

@@ -22,14 +22,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypedDict
 
 try:  # imported as part of the kvlab package (python -m kvlab.scenario, import kvlab.scenario)
     from .kvsim import TwoTierCache
 except ImportError:  # run as a script, in the repository or copied next to kvsim.py
-    from kvsim import TwoTierCache  # type: ignore[no-redef]
+    from kvsim import TwoTierCache  # type: ignore[no-redef, import-not-found]
 
-__all__ = ["PASS_ORDERS", "run_scenario", "scenario_trace", "parse_passes", "main"]
+__all__ = [
+    "PASS_ORDERS", "PassResult", "int_argument", "main", "parse_passes", "pass_keys", "passes_argument",
+    "require_int", "run_scenario", "scenario_trace",
+]
 
 #: Allowed pass names: ``fwd`` reads 0..docs-1, ``rev`` reads docs-1..0.
 PASS_ORDERS: tuple[str, ...] = ("fwd", "rev")
@@ -51,7 +55,17 @@ examples:
 """
 
 
-def _require_int(value: object, name: str, minimum: int) -> int:
+class PassResult(TypedDict):
+    """One pass of :func:`run_scenario`: its order, hits per tier, misses and the documents that hit."""
+
+    order: str
+    gpu_hits: int
+    cpu_hits: int
+    misses: int
+    hit_docs: list[int]
+
+
+def require_int(value: object, name: str, minimum: int) -> int:
     """Return ``value`` if it is an int (not bool) >= ``minimum``, else raise TypeError/ValueError."""
     kind = "a non-negative" if minimum == 0 else "a positive"
     if isinstance(value, bool) or not isinstance(value, int):
@@ -92,7 +106,7 @@ def scenario_trace(docs: int, passes: str | Sequence[str]) -> list[int]:
     >>> scenario_trace(3, ("fwd", "rev"))
     [0, 1, 2, 2, 1, 0]
     """
-    _require_int(docs, "docs", 1)
+    require_int(docs, "docs", 1)
     return [key for order in parse_passes(passes) for key in pass_keys(order, docs)]
 
 
@@ -102,17 +116,17 @@ def run_scenario(
     docs: int = DEFAULT_DOCS,
     tokens: int = DEFAULT_TOKENS,
     passes: str | Sequence[str] = DEFAULT_PASSES,
-) -> dict[str, list[dict[str, object]]]:
+) -> dict[str, list[PassResult]]:
     """Run all passes through one :class:`TwoTierCache` and return the per-pass counts.
 
     Complexity: O(docs * len(passes)).
     """
-    _require_int(gpu, "gpu", 0)
-    _require_int(cpu, "cpu", 0)
-    _require_int(docs, "docs", 1)
-    _require_int(tokens, "tokens", 1)
+    require_int(gpu, "gpu", 0)
+    require_int(cpu, "cpu", 0)
+    require_int(docs, "docs", 1)
+    require_int(tokens, "tokens", 1)
     cache = TwoTierCache(gpu, cpu)  # one cache for all passes: it carries over
-    results = []
+    results: list[PassResult] = []
     for order in parse_passes(passes):
         counts = {"gpu": 0, "cpu": 0, "miss": 0}
         hit_docs = []
@@ -133,7 +147,7 @@ def run_scenario(
     return {"passes": results}
 
 
-def _int_argument(minimum: int) -> object:
+def int_argument(minimum: int) -> Callable[[str], int]:
     """Return an argparse ``type`` callable accepting integers >= ``minimum``."""
     kind = "a non-negative integer" if minimum == 0 else "a positive integer"
 
@@ -150,7 +164,7 @@ def _int_argument(minimum: int) -> object:
     return parse
 
 
-def _passes_argument(text: str) -> tuple[str, ...]:
+def passes_argument(text: str) -> tuple[str, ...]:
     """argparse ``type`` for --passes."""
     try:
         return parse_passes(text)
@@ -167,15 +181,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--gpu", type=_int_argument(0), default=DEFAULT_GPU,
+    parser.add_argument("--gpu", type=int_argument(0), default=DEFAULT_GPU,
                         help=f"GPU tier capacity in tokens, >= 0 (default {DEFAULT_GPU})")
-    parser.add_argument("--cpu", type=_int_argument(0), default=DEFAULT_CPU,
+    parser.add_argument("--cpu", type=int_argument(0), default=DEFAULT_CPU,
                         help=f"CPU tier capacity in tokens, >= 0; 0 means no CPU tier (default {DEFAULT_CPU})")
-    parser.add_argument("--docs", type=_int_argument(1), default=DEFAULT_DOCS,
+    parser.add_argument("--docs", type=int_argument(1), default=DEFAULT_DOCS,
                         help=f"number of documents, >= 1 (default {DEFAULT_DOCS})")
-    parser.add_argument("--tokens", type=_int_argument(1), default=DEFAULT_TOKENS,
+    parser.add_argument("--tokens", type=int_argument(1), default=DEFAULT_TOKENS,
                         help=f"tokens per document, >= 1 (default {DEFAULT_TOKENS})")
-    parser.add_argument("--passes", type=_passes_argument, default=DEFAULT_PASSES,
+    parser.add_argument("--passes", type=passes_argument, default=DEFAULT_PASSES,
                         help="comma-separated pass orders, each fwd or rev (default fwd,fwd,rev)")
     return parser
 

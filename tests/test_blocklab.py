@@ -336,7 +336,8 @@ def test_cli_usage_errors_exit_2(argv, message, capsys):
 def test_cli_data_errors_exit_1(tmp_path, capsys):
     assert blocklab.main([*SMALL, "--fixture", str(tmp_path / "none.json")], prog="kvlab block-lab") == 1
     assert "kvlab block-lab: error: " in capsys.readouterr().err
-    assert blocklab.main([*SMALL, "--json", str(tmp_path / "no" / "dir.json")], prog="kvlab block-lab") == 1
+    (tmp_path / "file").write_text("")  # a folder cannot be created where a file is
+    assert blocklab.main([*SMALL, "--json", str(tmp_path / "file" / "out.json")], prog="kvlab block-lab") == 1
     err = capsys.readouterr().err
     assert "cannot write" in err and "Traceback" not in err
 
