@@ -1,7 +1,7 @@
 """Build the lab's result folder from the simulators and the measured TTFT file.
 
 ``python -m kvlab run-lab --out DIR`` writes these files into DIR, every number computed by
-the code (never typed in), each file written atomically:
+the code (never typed in):
 
 - ``cyclic.json``: the default scenario with passes fwd,fwd (:func:`kvlab.scenario.run_scenario`).
 - ``baseline.json``: passes fwd,fwd,rev.
@@ -10,6 +10,8 @@ the code (never typed in), each file written atomically:
 - ``cpu_cliff.json``: second-pass misses of fwd,fwd with GPU 21520 at each of :data:`CPU_CLIFF_CAPACITIES`.
 - ``measured.json``: :func:`kvlab.summarize.summarize` of the measured file.
 - ``ttft.jsonl``: a byte copy of the measured file used, so the folder is self-contained.
+
+Each file is written with the project's one atomic writer, ``stackdist.output.write_atomic``.
 
 Capacity keys in the cliff files are strings (JSON object keys).
 
@@ -28,9 +30,13 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .scenario import DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_TOKENS, run_scenario, scenario_trace
-from .summarize import Summary, SummaryError, summarize, write_bytes_atomic
+from .scenario import DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_TOKENS, PassResult, run_scenario, scenario_trace
+from .summarize import Summary, SummaryError, summarize
+
+if TYPE_CHECKING:
+    from stackdist.engine import HitCurve
 
 __all__ = [
     "CLIFF_GPU_CAPACITIES",
@@ -66,7 +72,7 @@ LAB_FILES: tuple[str, ...] = (
 )
 
 
-def _second_pass(gpu: int, cpu: int, docs: int, tokens: int) -> dict[str, object]:
+def _second_pass(gpu: int, cpu: int, docs: int, tokens: int) -> PassResult:
     """Return the second pass of a fwd,fwd scenario."""
     return run_scenario(gpu=gpu, cpu=cpu, docs=docs, tokens=tokens, passes=CYCLIC_PASSES)["passes"][1]
 
@@ -108,7 +114,7 @@ class LabMismatchError(AssertionError):
     """The engine's curve and direct simulation disagree: a bug, never papered over."""
 
 
-def _second_pass_curve(docs: int, tokens: int):
+def _second_pass_curve(docs: int, tokens: int) -> HitCurve:
     """The fwd,fwd trace as a stack-distance hit curve over the second pass."""
     from stackdist import hit_curve
 
@@ -192,7 +198,7 @@ def _json_bytes(value: object) -> bytes:
 def build_lab(measured: Path = DEFAULT_MEASURED) -> dict[str, bytes]:
     """Compute every lab file in memory; return file name -> content, in :data:`LAB_FILES` order."""
     measured_bytes, measured_summary = load_measured(measured)
-    runs = {
+    runs: dict[str, dict[str, Any]] = {
         "cyclic.json": dict(passes=CYCLIC_PASSES),
         "baseline.json": dict(passes=BASELINE_PASSES),
         "offload.json": dict(gpu=DEFAULT_GPU, cpu=OFFLOAD_CPU, passes=BASELINE_PASSES),
@@ -210,13 +216,15 @@ def build_lab(measured: Path = DEFAULT_MEASURED) -> dict[str, bytes]:
 
 def write_lab(out_dir: Path, files: dict[str, bytes]) -> list[Path]:
     """Create ``out_dir`` (and parents) and write each file atomically; return the written paths."""
+    from stackdist.output import write_atomic  # on use: the other kvlab commands do not load stackdist
+
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise NotADirectoryError(20, "it exists and is not a directory", str(out_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, content in files.items():
-        write_bytes_atomic(out_dir / name, content)
+        write_atomic(out_dir / name, content)
         written.append(out_dir / name)
     return written
 

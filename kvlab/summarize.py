@@ -28,7 +28,10 @@ Choices (documented here because the format leaves them open):
   temporary file in the same folder, then ``os.replace``), so on any error no output file is
   created or changed. Input with no data lines gives empty sections (and a warning on stderr).
 
-Standard library only; also runs when copied alone into an empty folder.
+Standard library only; also runs when copied alone into an empty folder. That is why this file
+keeps its own atomic writer (:func:`write_bytes_atomic`, :func:`write_json_atomic`): the one
+deliberate exception to the project's one atomic writer, ``stackdist.output.write_atomic``,
+which every other module (the rest of ``kvlab`` included) uses instead of this one.
 
 >>> summary = summarize([
 ...     '{"config": "baseline", "pass": "p1", "doc": 0, "doc_tokens": 8, "ttft_ms": 30, "total_ms": 90}',

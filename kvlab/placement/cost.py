@@ -1,7 +1,9 @@
 """Cost, capacity and frontier metrics on top of :func:`~kvlab.placement.simulator.simulate`.
 
-Prices are ASSUMPTIONS (USD per GB, 1 GB = 1e9 bytes), overridable everywhere:
-HBM $187.50, DRAM $3.50, SSD $0.08.
+Prices are ASSUMPTIONS (USD per GB, 1 GB = 1e9 bytes) from the project's one price table,
+:data:`stackdist.planning.prices.PRICES_USD_PER_GB` (HBM $187.50, DRAM $3.50, SSD $0.08); every
+function takes ``prices`` (HBM, DRAM, SSD) to override them, default
+:func:`stackdist.planning.prices.price_list`.
 
 - :func:`sessions_per_gpu`: how many sessions' KV fit in the tiers (capacity arithmetic:
   ``floor(total blocks / blocks per session)``).
@@ -24,11 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from stackdist.planning.prices import price_list
+
 from .simulator import SimConfig, simulate
 from .workloads import Workload
 
 __all__ = [
-    "DEFAULT_PRICES_USD_PER_GB",
     "tier_cost_usd",
     "sessions_per_gpu",
     "cost_per_session_usd",
@@ -39,12 +42,9 @@ __all__ = [
     "max_sessions_meeting_slo",
 ]
 
-#: ASSUMPTION: USD per GB (1e9 B) of HBM, DRAM and SSD.
-DEFAULT_PRICES_USD_PER_GB: tuple[float, float, float] = (187.50, 3.50, 0.08)
-
-
-def tier_cost_usd(capacities: Sequence[int], block_bytes: int, prices: Sequence[float] = DEFAULT_PRICES_USD_PER_GB) -> float:
+def tier_cost_usd(capacities: Sequence[int], block_bytes: int, prices: Sequence[float] | None = None) -> float:
     """Price of the tiers' capacity: sum of blocks x block bytes / 1e9 x price per GB."""
+    prices = price_list() if prices is None else prices
     if len(prices) < len(capacities):
         raise ValueError(f"prices must give one price per tier ({len(capacities)}), got {len(prices)}.")
     return sum(c * block_bytes / 1e9 * p for c, p in zip(capacities, prices))
@@ -59,18 +59,19 @@ def sessions_per_gpu(capacities: Sequence[int], blocks_per_session: float) -> in
 
 def cost_per_session_usd(
     capacities: Sequence[int], blocks_per_session: float, block_bytes: int,
-    prices: Sequence[float] = DEFAULT_PRICES_USD_PER_GB,
+    prices: Sequence[float] | None = None,
 ) -> float:
     """Tier cost divided by :func:`sessions_per_gpu` (inf when no session fits)."""
     sessions = sessions_per_gpu(capacities, blocks_per_session)
     return tier_cost_usd(capacities, block_bytes, prices) / sessions if sessions else math.inf
 
 
-def capacity_ratios(ratio: Sequence[float], prices: Sequence[float] = DEFAULT_PRICES_USD_PER_GB) -> dict[str, float]:
+def capacity_ratios(ratio: Sequence[float], prices: Sequence[float] | None = None) -> dict[str, float]:
     """Sessions and cost per session of tiers in ``ratio`` (HBM first) against HBM alone.
 
     Pure capacity arithmetic (continuous sessions): independent of policy and workload.
     """
+    prices = price_list() if prices is None else prices
     if not ratio or ratio[0] <= 0:
         raise ValueError(f"ratio must start with a positive HBM share, got {list(ratio)!r}.")
     sessions_ratio = sum(ratio) / ratio[0]
@@ -80,7 +81,7 @@ def capacity_ratios(ratio: Sequence[float], prices: Sequence[float] = DEFAULT_PR
 
 def composition_sweep(
     workload: Workload, budget_blocks: int, steps: int, config: SimConfig,
-    prices: Sequence[float] = DEFAULT_PRICES_USD_PER_GB,
+    prices: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
     """Simulate every split ``(h, d, s)`` of ``budget_blocks`` in ``steps`` equal parts.
 

@@ -1,26 +1,25 @@
 """The paper's grid on our generators: policies x organisations x prefetch x workloads.
 
-:func:`run_experiments` writes ``results.json`` and PNG figures into a directory (atomically)
-and returns the results. Tier capacities follow the paper's 1:8:64 ratio with the HBM tier set
+:func:`run_experiments` writes ``results.json``, ``claims.md`` and PNG figures into a directory
+(each atomically, with :mod:`stackdist.output`) and returns the results. Tier capacities follow the paper's 1:8:64 ratio with the HBM tier set
 to ``gpu_sessions`` times the workload's mean per-session footprint (its largest request).
 Claims are evaluated from the simulated numbers in ``results["claims"]``; nothing is typed in.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from stackdist.output import write_atomic, write_json
+from stackdist.planning.prices import PRICES_USD_PER_GB
+
 from .calibration import LatencyModel, kv_bytes_per_token
 from .cost import (
-    DEFAULT_PRICES_USD_PER_GB,
     capacity_ratios,
     composition_sweep,
     cost_per_session_usd,
@@ -33,7 +32,7 @@ from .policies import POLICIES
 from .simulator import PREFETCHERS, SimConfig, simulate
 from .workloads import Workload, agent, chat, docqa, from_mooncake
 
-__all__ = ["run_experiments", "default_workloads", "write_json_atomic", "claims_markdown", "RATIO"]
+__all__ = ["RATIO", "capacities_for", "claims_markdown", "default_workloads", "run_experiments"]
 
 RATIO = (1, 8, 64)
 ORGS = ("exclusive", "inclusive")
@@ -62,22 +61,6 @@ def capacities_for(workload: Workload, gpu_sessions: float) -> tuple[int, int, i
     """1:8:64 tiers with HBM = ``gpu_sessions`` x mean session footprint, rounded up (>= 1 block)."""
     c0 = max(1, math.ceil(gpu_sessions * workload.session_footprint_blocks()))
     return (c0, RATIO[1] * c0, RATIO[2] * c0)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` via a temporary file in the same directory and ``os.replace``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, allow_nan=False)
-            handle.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _grid(workload: Workload, caps: tuple[int, int, int], latency: LatencyModel) -> list[dict[str, Any]]:
@@ -119,8 +102,8 @@ def _claims(grid: dict[str, list[dict[str, Any]]], capacity: dict[str, Any], con
                 "lfu_over_lru_bytes": b["lfu"] / b["lru"] if b["lru"] else None,
                 "ttft_p50_ms": p50,
                 "hbm_hit_rate": hbm,
-                "fewest_bytes": min(b, key=b.get),
-                "lowest_ttft_p50": min(p50, key=p50.get),
+                "fewest_bytes": min(b, key=lambda p: b[p]),
+                "lowest_ttft_p50": min(p50, key=lambda p: p50[p]),
                 "predicted_identical_to_lru": _pick(rows, "predicted", org)["migration_bytes"] == _pick(rows, "lru", org)["migration_bytes"]
                 and _pick(rows, "predicted", org)["hits"] == _pick(rows, "lru", org)["hits"],
                 "ewma_bytes_over_lfu": b["ewma"] / b["lfu"] if b["lfu"] else None,
@@ -251,7 +234,7 @@ def run_experiments(
         "quick": quick,
         "seed": seed,
         "gpu_sessions": gpu_sessions,
-        "prices_usd_per_gb_assumed": dict(zip(("hbm", "dram", "ssd"), DEFAULT_PRICES_USD_PER_GB)),
+        "prices_usd_per_gb_assumed": dict(PRICES_USD_PER_GB),
         "latency_model": latency.to_dict(),
         "kv_bytes_per_token": kv_bytes_per_token(),
         "workloads": [w.summary() for w in workloads],
@@ -264,23 +247,14 @@ def run_experiments(
         "elapsed_s": None,
     }
     results["elapsed_s"] = round(time.time() - started, 1)
-    write_json_atomic(out / "results.json", results)
-    _write_text_atomic(out / "claims.md", claims_markdown(results))
+    write_json(out / "results.json", results)
+    write_atomic(out / "claims.md", claims_markdown(results))
     if plots:
         from .plots import write_figures
 
         write_figures(results, out)
     _log(f"wrote {out / 'results.json'} in {results['elapsed_s']} s")
     return results
-
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def _gb(value: float) -> str:

@@ -33,8 +33,9 @@ hit but charged like a miss: no fetch, only the writes a miss would do.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import cast
 
-from .policies import Policy, Recency, make_policy
+from .policies import LRUTier, Policy, Recency, make_policy
 
 __all__ = ["TieredCache", "ORGANISATIONS", "MISS"]
 
@@ -88,13 +89,13 @@ class TieredCache:
         self.dropped = 0
         self.now = 0
         self._track = self.policy.tracks_accesses
-        if isinstance(self.policy, Recency) and self.exclusive:
+        if isinstance(self.policy, Recency):
             # Fast path (same results; the generic path is tested to agree): plain OrderedDicts.
-            self._orders = [tier._order for tier in self.tiers]
-            self.access = self._access_exclusive_lru  # type: ignore[method-assign]
-        elif isinstance(self.policy, Recency):
-            self._orders = [tier._order for tier in self.tiers]
-            self.access = self._access_inclusive_lru  # type: ignore[method-assign]
+            self._orders = [cast(LRUTier, tier).order for tier in self.tiers]  # Recency's tiers
+            if self.exclusive:
+                self.access = self._access_exclusive_lru  # type: ignore[method-assign]
+            else:
+                self.access = self._access_inclusive_lru  # type: ignore[method-assign]
 
     # ----------------------------------------------------------------- queries
     def locate(self, block: Hashable) -> int:

@@ -1,82 +1,59 @@
-"""PNG figures of the experiments (matplotlib, Agg backend), each written atomically."""
+"""PNG figures of the experiments, drawn with the project's one plot loader and PNG writer
+(:func:`stackdist.render.plot.pyplot`, :func:`stackdist.render.plot.save_png`: matplotlib's Agg
+backend, each file written atomically; a missing matplotlib is a
+:class:`~stackdist.errors.UsageError` naming the install command)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_figures", "MatplotlibMissing"]
+from stackdist.render.plot import pyplot, save_png
 
+__all__ = ["FIGURES", "write_figures"]
 
-class MatplotlibMissing(RuntimeError):
-    """matplotlib is needed for the figures."""
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-    except ImportError:
-        raise MatplotlibMissing(
-            "the figures need matplotlib (pip install 'stackdist[plot]'); rerun with --no-plots to skip them."
-        ) from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig: Any, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+POLICIES = ["lru", "lfu", "predicted", "ewma"]
+#: The figures, in the order they are written.
+FIGURES = ("migration_bytes.png", "hit_split.png", "frontier.png", "slo_capacity.png")
 
 
 def _short(name: str) -> str:
     return name.replace("mooncake:mooncake_", "mooncake:").replace("_trace", "")
 
 
-def write_figures(results: dict[str, Any], out: Path) -> list[Path]:
-    """Write migration_bytes.png, hit_split.png, frontier.png and slo_capacity.png into ``out``."""
-    plt = _pyplot()
-    out = Path(out)
+def _row(grid: dict[str, list[dict[str, Any]]], name: str, policy: str) -> dict[str, Any]:
+    """The grid row of ``policy`` on workload ``name``, exclusive tiers, no prefetch."""
+    return next(r for r in grid[name] if r["config"]["policy"].split("(")[0] == policy
+                and r["config"]["organisation"] == "exclusive" and r["config"]["prefetch"] == "none")
+
+
+def _per_workload_axes(plt: Any, grid: dict[str, Any]) -> tuple[Any, Any]:
+    return plt.subplots(1, len(grid), figsize=(3.2 * len(grid), 3.4), squeeze=False, layout="constrained")
+
+
+def _migration_bytes(plt: Any, results: dict[str, Any]) -> Any:
     grid = results["grid"]
-    workloads = list(grid)
-    policies = ["lru", "lfu", "predicted", "ewma"]
-    written = []
-
-    def row(name: str, policy: str) -> dict[str, Any]:
-        return next(r for r in grid[name] if r["config"]["policy"].split("(")[0] == policy
-                    and r["config"]["organisation"] == "exclusive" and r["config"]["prefetch"] == "none")
-
-    fig, axes = plt.subplots(1, len(workloads), figsize=(3.2 * len(workloads), 3.4), squeeze=False,
-                             layout="constrained")
-    for ax, name in zip(axes[0], workloads):
-        values = [row(name, p)["migration_bytes_total"] / 1e9 for p in policies]
-        ax.bar(policies, values, color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"])
+    fig, axes = _per_workload_axes(plt, grid)
+    for ax, name in zip(axes[0], grid):
+        values = [_row(grid, name, p)["migration_bytes_total"] / 1e9 for p in POLICIES]
+        ax.bar(POLICIES, values, color=["#4c72b0", "#dd8452", "#55a868", "#c44e52"])
         ax.set_title(_short(name), fontsize=9)
         ax.tick_params(axis="x", labelsize=8)
     axes[0][0].set_ylabel("migration GB (PCIe + NVMe, both ways)")
     fig.suptitle("Migration bytes by policy (exclusive, no prefetch, tiers 1:8:64)", fontsize=10)
-    _save(fig, out / "migration_bytes.png")
-    plt.close(fig)
-    written.append(out / "migration_bytes.png")
+    return fig
 
-    fig, axes = plt.subplots(1, len(workloads), figsize=(3.2 * len(workloads), 3.4), squeeze=False,
-                             layout="constrained")
+
+def _hit_split(plt: Any, results: dict[str, Any]) -> Any:
+    grid = results["grid"]
+    fig, axes = _per_workload_axes(plt, grid)
     colors = {"hbm": "#2a9d8f", "dram": "#e9c46a", "ssd": "#f4a261", "miss": "#999999"}
-    for ax, name in zip(axes[0], workloads):
-        bottom = [0.0] * len(policies)
+    for ax, name in zip(axes[0], grid):
+        bottom = [0.0] * len(POLICIES)
         for part in ("hbm", "dram", "ssd", "miss"):
-            vals = [row(name, p)["miss_rate"] if part == "miss" else row(name, p)["hit_rates"][part] for p in policies]
-            ax.bar(policies, vals, bottom=bottom, color=colors[part], label=part)
+            rows = [_row(grid, name, p) for p in POLICIES]
+            vals = [r["miss_rate"] if part == "miss" else r["hit_rates"][part] for r in rows]
+            ax.bar(POLICIES, vals, bottom=bottom, color=colors[part], label=part)
             bottom = [b + v for b, v in zip(bottom, vals)]
         ax.set_title(_short(name), fontsize=9)
         ax.set_ylim(0, 1)
@@ -84,10 +61,10 @@ def write_figures(results: dict[str, Any], out: Path) -> list[Path]:
     axes[0][0].set_ylabel("share of block accesses")
     axes[0][-1].legend(fontsize=7, loc="lower right")
     fig.suptitle("Where block accesses were served (exclusive, no prefetch)", fontsize=10)
-    _save(fig, out / "hit_split.png")
-    plt.close(fig)
-    written.append(out / "hit_split.png")
+    return fig
 
+
+def _frontier(plt: Any, results: dict[str, Any]) -> Any:
     sweep = results["composition_sweep"]
     fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.8), layout="constrained")
     for ax, key, front in ((axes[0], "ttft_mean_ms", sweep["frontier_mean"]), (axes[1], "ttft_p99_ms", sweep["frontier"])):
@@ -103,10 +80,10 @@ def write_figures(results: dict[str, Any], out: Path) -> list[Path]:
         ax.legend(fontsize=8)
     fig.suptitle(f"{sweep['workload']}: every HBM/DRAM/SSD split of {sweep['budget_blocks']} blocks "
                  "(labels: HBM/DRAM/SSD blocks)", fontsize=9)
-    _save(fig, out / "frontier.png")
-    plt.close(fig)
-    written.append(out / "frontier.png")
+    return fig
 
+
+def _slo_capacity(plt: Any, results: dict[str, Any]) -> Any:
     slo = results["slo_capacity"]
     fig, ax = plt.subplots(figsize=(5.2, 3.4))
     xs = [r["ssd_multiple"] for r in slo["rows"]]
@@ -115,7 +92,19 @@ def write_figures(results: dict[str, Any], out: Path) -> list[Path]:
     ax.set_xlabel("SSD capacity, multiple of HBM (DRAM = 8x HBM)")
     ax.set_ylabel("smallest HBM meeting SLO, blocks")
     ax.set_title(f"{slo['workload']}: TTFT p99 <= {slo['slo_ttft_p99_ms']} ms", fontsize=9)
-    _save(fig, out / "slo_capacity.png")
-    plt.close(fig)
-    written.append(out / "slo_capacity.png")
+    return fig
+
+
+_DRAW = dict(zip(FIGURES, (_migration_bytes, _hit_split, _frontier, _slo_capacity)))
+
+
+def write_figures(results: dict[str, Any], out: Path) -> list[Path]:
+    """Write the :data:`FIGURES` of ``results`` (from ``run_experiments``) into ``out``; return their paths."""
+    plt = pyplot()
+    written = []
+    for name in FIGURES:
+        fig = _DRAW[name](plt, results)
+        save_png(fig, Path(out) / name)
+        plt.close(fig)
+        written.append(Path(out) / name)
     return written

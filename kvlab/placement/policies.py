@@ -59,6 +59,11 @@ class LRUTier:
     def __init__(self) -> None:
         self._order: OrderedDict[Hashable, None] = OrderedDict()
 
+    @property
+    def order(self) -> OrderedDict[Hashable, None]:
+        """The blocks, least recent first (the live dict: the tiered cache's LRU fast path edits it)."""
+        return self._order
+
     def insert(self, block: Hashable) -> None:
         """Add an absent block as the most recent."""
         self._order[block] = None
