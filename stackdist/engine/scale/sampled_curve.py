@@ -1,0 +1,192 @@
+"""SampledCurve: the estimated LRU curve a SHARDS sample gives (see :mod:`.sampling`).
+
+Every answer is a float estimate: hits and hit sizes at a capacity, their rates, the smallest
+capacity reaching a target, with the SHARDS_adj correction. :func:`spread` is the error bar of
+one answer over several hash seeds.
+
+>>> from stackdist.engine.scale.sampling import sampled_curve
+>>> sampled_curve([0, 1, 0, 1], rate=1.0).hit_rate_at(2)
+0.5
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..keys import unique_sorted
+
+__all__ = ["SampledCurve", "spread"]
+
+
+@dataclass(frozen=True)
+class SampledCurve:
+    """An estimated LRU curve from a SHARDS sample (every capacity; floats, clipped to [0, N]).
+
+    ``values``: sorted scaled capacities (full-trace units) at which sampled hits start;
+    ``cum_weight`` / ``cum_size_weight``: the estimated hits and hit sizes up to each. The
+    SHARDS_adj difference ``n_accesses - sampled_weight`` is added at ``values[0]`` and above.
+    """
+
+    values: np.ndarray
+    cum_weight: np.ndarray
+    cum_size_weight: np.ndarray
+    n_accesses: int
+    total_size: int
+    sampled_weight: float
+    sampled_size_weight: float
+    cold_weight: float
+    cold_size_weight: float
+    rate: float
+    max_keys: int | None
+    seed: int
+    n_sampled_accesses: int
+    n_sampled_keys: int
+    unit: bool = True
+    sampled: bool = True
+
+    def _at(self, capacity: Any, by_size: bool) -> np.ndarray:
+        caps = np.asarray(capacity, dtype=np.int64)
+        cum = self.cum_size_weight if by_size else self.cum_weight
+        total = self.total_size if by_size else self.n_accesses
+        adjust = total - (self.sampled_size_weight if by_size else self.sampled_weight)
+        idx = np.searchsorted(self.values, caps, side="right") - 1
+        if self.values.size == 0:
+            return np.zeros(caps.shape, np.float64)
+        got = np.where(idx < 0, 0.0, cum[np.maximum(idx, 0)] + adjust)
+        return np.clip(got, 0.0, float(total))
+
+    def hits_at(self, capacity: Any) -> Any:
+        """Estimated hits at ``capacity`` (scalar or array). O(log bins) each.
+
+        >>> from stackdist.engine.scale.sampling import sampled_curve
+        >>> sampled_curve([0, 1, 0, 1], rate=1.0).hits_at([1, 2]).tolist()
+        [0.0, 2.0]
+        """
+        got = self._at(capacity, False)
+        return float(got) if got.ndim == 0 else got
+
+    def hit_size_at(self, capacity: Any) -> Any:
+        """Estimated hit size at ``capacity``. As :meth:`hits_at`.
+
+        >>> from stackdist.engine.scale.sampling import sampled_curve
+        >>> sampled_curve([0, 1, 0, 1], [2, 3, 2, 3], rate=1.0).hit_size_at(5)
+        5.0
+        """
+        got = self._at(capacity, True)
+        return float(got) if got.ndim == 0 else got
+
+    def hit_rate_at(self, capacity: Any) -> Any:
+        """Estimated hits / accesses (0.0 for no accesses). As :meth:`hits_at`.
+
+        >>> from stackdist.engine.scale.sampling import sampled_curve
+        >>> sampled_curve([0, 1, 0, 1], rate=1.0).hit_rate_at(2)
+        0.5
+        """
+        got = self._at(capacity, False) / max(self.n_accesses, 1)
+        return float(got) if got.ndim == 0 else got
+
+    def size_hit_rate_at(self, capacity: Any) -> Any:
+        """Estimated hit size / total size. As :meth:`hits_at`.
+
+        >>> from stackdist.engine.scale.sampling import sampled_curve
+        >>> sampled_curve([0, 1, 0, 1], [2, 3, 2, 3], rate=1.0).size_hit_rate_at(5)
+        0.5
+        """
+        got = self._at(capacity, True) / max(self.total_size, 1)
+        return float(got) if got.ndim == 0 else got
+
+    @property
+    def ceiling_hits(self) -> float:
+        """Estimated hits of an infinite cache: accesses less the estimated cold misses. O(1).
+
+        >>> from stackdist.engine.scale.sampling import sampled_curve
+        >>> sampled_curve([0, 1, 0], rate=1.0).ceiling_hits
+        1.0
+        """
+        return float(min(max(self.n_accesses - self.cold_weight, 0.0), self.n_accesses)) if self.values.size else 0.0
+
+    @property
+    def ceiling_hit_rate(self) -> float:
+        """Estimated hit rate of an infinite cache. O(1).
+
+        >>> from stackdist.engine.scale.sampling import sampled_curve
+        >>> sampled_curve([0, 1, 0, 1], rate=1.0).ceiling_hit_rate
+        0.5
+        """
+        return self.ceiling_hits / self.n_accesses if self.n_accesses else 0.0
+
+    def min_capacity_for(self, *, hit_rate: float | None = None, hits: float | None = None,
+                         size_hit_rate: float | None = None) -> int | None:
+        """The smallest capacity whose estimate reaches the target, or None. O(log bins).
+
+        >>> from stackdist.engine.scale.sampling import sampled_curve
+        >>> c = sampled_curve([0, 1, 2] * 3, rate=1.0)
+        >>> c.min_capacity_for(hit_rate=0.5), c.min_capacity_for(hits=7)
+        (3, None)
+        """
+        given = [v for v in (hit_rate, hits, size_hit_rate) if v is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one target: hit_rate, hits or size_hit_rate.")
+        by_size = size_hit_rate is not None
+        total = self.total_size if by_size else self.n_accesses
+        target = float(hits) if hits is not None else float(given[0]) * total
+        if target <= 0:
+            return 0
+        if self.values.size == 0:
+            return None
+        got = self._at(self.values, by_size)
+        i = int(np.searchsorted(got, target - 1e-9 * max(total, 1), side="left"))
+        return int(self.values[i]) if i < got.size else None
+
+    def default_capacities(self, points: int = 50) -> np.ndarray:
+        """``points`` capacities from 0 to the last sampled step. O(points).
+
+        >>> from stackdist.engine.scale.sampling import sampled_curve
+        >>> sampled_curve([0, 1, 2, 0, 1, 2], rate=1.0).default_capacities(4).tolist()
+        [0, 1, 2, 3]
+        """
+        if points < 2:
+            raise ValueError(f"points must be at least 2; got {points}.")
+        last = int(self.values[-1]) if self.values.size else 1
+        return unique_sorted(np.concatenate([np.linspace(0, max(last, 1), points).round().astype(np.int64), [last]]))
+
+    def sample(self, capacities: Any) -> dict[str, list]:
+        """The estimates at the given capacities, as lists ready for JSON. O(log bins) each.
+
+        >>> from stackdist.engine.scale.sampling import sampled_curve
+        >>> sampled_curve([0, 1, 0, 1], rate=1.0).sample([2])["hit_rate"]
+        [0.5]
+        """
+        caps = np.asarray(capacities, dtype=np.int64)
+        hits, sizes = self._at(caps, False), self._at(caps, True)
+        return {"capacity": caps.tolist(), "hits": hits.tolist(), "hit_rate": (hits / max(self.n_accesses, 1)).tolist(),
+                "hit_size": sizes.tolist(), "size_hit_rate": (sizes / max(self.total_size, 1)).tolist()}
+
+    def summary(self) -> dict[str, Any]:
+        """Totals and the sampling parameters as a JSON-ready dict. O(1).
+
+        >>> from stackdist.engine.scale.sampling import sampled_curve
+        >>> s = sampled_curve([0, 1, 0], rate=1.0).summary(); s["sampled"], s["sample_rate"]
+        (True, 1.0)
+        """
+        return {"accesses": self.n_accesses, "total_size": self.total_size, "sampled": True,
+                "sample_rate": self.rate, "sample_size": self.max_keys, "seed": self.seed,
+                "sampled_accesses": self.n_sampled_accesses, "sampled_keys": self.n_sampled_keys,
+                "cold_misses": self.n_accesses - self.ceiling_hits, "ceiling_hits": self.ceiling_hits,
+                "ceiling_hit_rate": self.ceiling_hit_rate}
+
+
+def spread(values: Sequence[Any]) -> dict[str, Any]:
+    """min, max and standard deviation of one answer over the seeds (None entries skipped). O(n).
+
+    >>> spread([0.5, 0.7, None])
+    {'min': 0.5, 'max': 0.7, 'std': 0.1, 'seeds': 2}
+    """
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return {"min": None, "max": None, "std": None, "seeds": 0}
+    return {"min": min(vals), "max": max(vals), "std": round(float(np.std(vals)), 12), "seeds": len(vals)}

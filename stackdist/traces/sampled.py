@@ -1,0 +1,116 @@
+"""SHARDS sampling of a request trace's blocks (a sub-trace to plan, capacities then scaled by 1/R).
+
+Why sampling single blocks is valid for prefix-chained traces, under both semantics of
+:mod:`stackdist.serving.semantics`. In a chained trace block ``b_j`` always follows its parent
+``b_{j-1}`` in the same request (equal ids mean equal whole prefixes).
+
+*Claim.* Within a request, depths never decrease along the chain, so a block's effective depth
+(the running maximum the prefix hit needs) is its own depth.
+
+*Proof, per-access.* Let ``b_{j-1}, b_j`` be consecutive in a request at positions ``i - 1, i``.
+``b_j``'s previous access, at ``p``, was preceded by ``b_{j-1}`` at ``p - 1``, so ``b_{j-1}``'s
+previous access is at ``p - 1`` or later. The distinct keys since then, plus ``b_{j-1}``, are
+among the distinct keys in ``(p, i)`` plus ``b_j``, which with ``b_j`` is ``b_j``'s distance set
+(``b_{j-1}`` itself is at ``i - 1``, inside it). So ``depth(b_{j-1}) <= depth(b_j)``; a cold
+``b_{j-1}`` forces a cold ``b_j``. *Engine.* A request holding ``b_j`` holds ``b_{j-1}`` and commits
+it right after ``b_j`` (tail first), so from their first commit on ``b_{j-1}`` lies above ``b_j`` in
+the stack; a request holding only ``b_{j-1}`` moves it further up. So at every arrival
+``depth(b_{j-1}) < depth(b_j)``.
+
+Hence every prefix metric is a sum over blocks of a per-block function of the block's own
+depth (its tokens if its depth is at most ``C``), which is what spatial sampling estimates: the
+sampled stream's stack is the full stack with the unsampled blocks deleted (:mod:`stackdist.engine.
+sampling`), under engine semantics too, since that stack is ordered by last commit. A block's
+sampled depth ``d`` stands for ``d / R``. Within the sampled requests the running maximum over the
+sampled blocks is again the own depth (a monotone sequence stays monotone when thinned), so the
+ordinary plan of the sub-trace, with capacities divided by ``R``, is the estimate.
+
+Not valid, so refused or flagged: the engines' own models (vllm, sglang: pool sizes and eviction
+do not thin), and traces whose ids are not chained (the check below reports ``"chained"``);
+coverage quantiles (a request's deepest block over a thinned request) are biased low.
+
+>>> from stackdist.traces import RequestTrace
+>>> t = RequestTrace.from_blocks([[1, 2, 3], [1, 2, 4]], block_size=4)
+>>> sub, rate = sample_request_trace(t, rate=1.0)
+>>> sub.n_blocks, rate, is_chained(t)
+(6, 1.0, True)
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from stackdist.engine.keys import unique_sorted
+from stackdist.engine.scale.sampling import key_hashes, rate_of_threshold, threshold_for_rate
+
+from .requests import RequestTrace
+
+__all__ = ["is_chained", "sample_request_trace"]
+
+
+def _threshold(trace: RequestTrace, rate: float | None, max_keys: int | None, seed: int) -> tuple[np.ndarray, int]:
+    hashes = key_hashes(trace.block_ids, seed)
+    if max_keys is None:
+        return hashes, threshold_for_rate(1.0 if rate is None else rate)
+    distinct = unique_sorted(hashes)
+    limit = threshold_for_rate(1.0 if rate is None else rate)
+    if distinct.size > max_keys:
+        limit = min(limit, int(distinct[max_keys]) - 1)
+    return hashes, limit
+
+
+def sample_request_trace(trace: RequestTrace, rate: float | None = None, max_keys: int | None = None,
+                         seed: int = 0) -> tuple[RequestTrace, float]:
+    """The sub-trace of the sampled blocks (every request kept, with its sampled blocks in order)
+    and the sampling rate. ``max_keys``: the rate at which at most that many distinct blocks
+    are kept (what fixed-size SHARDS ends at). A request's prompt tokens are its sampled blocks'
+    tokens, plus its uncovered tail when its last block is sampled. O(blocks).
+
+    >>> t = RequestTrace.from_blocks([[1, 2, 3], [1, 2, 4]], block_size=4)
+    >>> sub, rate = sample_request_trace(t, max_keys=2, seed=1)
+    >>> len(set(sub.block_ids.tolist())) <= 2, 0 < rate < 1
+    (True, True)
+    """
+    hashes, limit = _threshold(trace, rate, max_keys, seed)
+    keep = hashes <= np.uint64(limit)
+    kept_before = np.r_[0, np.cumsum(keep)].astype(np.int64)
+    offsets = kept_before[trace.offsets]
+    lengths = np.diff(trace.offsets)
+    last = trace.offsets[1:] - 1
+    covered = np.add.reduceat(trace.block_tokens, np.minimum(trace.offsets[:-1], max(trace.n_blocks - 1, 0))) \
+        if trace.n_blocks else np.zeros(trace.n_requests, np.int64)
+    covered = np.where(lengths > 0, covered, 0)
+    tail = trace.input_length - covered
+    sampled_tokens = np.diff(np.r_[0, np.cumsum(np.where(keep, trace.block_tokens, 0))][trace.offsets])
+    last_kept = np.zeros(trace.n_requests, bool)
+    has = lengths > 0
+    last_kept[has] = keep[last[has]]
+    inputs = sampled_tokens + np.where(last_kept | ~has, tail, 0)
+    sub = copy.copy(trace)
+    sub.block_ids, sub.offsets, sub.block_tokens, sub.input_length = trace.block_ids[keep], offsets, \
+        trace.block_tokens[keep], inputs.astype(np.int64)
+    sub._check()
+    return sub, float(rate_of_threshold(limit))
+
+
+def is_chained(trace: RequestTrace) -> bool:
+    """True when every block id always has the same parent (the block before it in its request,
+    or none at a request's head): the condition of the module's claim. O(blocks log blocks).
+
+    >>> is_chained(RequestTrace.from_blocks([[1, 2], [3, 2]]))
+    False
+    """
+    if trace.n_blocks == 0:
+        return True
+    ids = trace.block_ids.astype(np.uint64) if trace.block_ids.dtype == np.int64 else trace.block_ids
+    parent = np.empty_like(ids)
+    parent[1:] = ids[:-1]
+    head = np.zeros(trace.n_blocks, bool)
+    head[trace.offsets[:-1][np.diff(trace.offsets) > 0]] = True
+    parent[head] = np.uint64(2**64 - 1)
+    order = np.lexsort((parent, ids))
+    a, p = ids[order], parent[order]
+    same_id = a[1:] == a[:-1]
+    return not bool(np.any(same_id & (p[1:] != p[:-1])))

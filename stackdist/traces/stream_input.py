@@ -1,0 +1,307 @@
+"""Streaming input: traces read in chunks, from several files, a glob, standard input, ``.gz`` or ``.zst``.
+
+Memory is bounded by a chunk (``lines`` lines at a time), not by the trace. Each chunk is parsed
+by the project's own readers (:mod:`.access`, :mod:`.hashed`, :mod:`.tokens`), so the parsing
+and the ``FILE:LINE: reason`` errors are exactly theirs: the chunk's lines are handed to the reader
+as a small file and an error's line number is mapped back to the line of the real input.
+
+What a chunk cannot see (documented differences from reading a whole file at once):
+
+- Keys are yielded as 64-bit values (:func:`key_values`): integer keys by their value, other
+  keys by blake2b-64 of their text (a collision has probability about n**2 / 2**65). So a trace
+  mixing integer and non-integer keys treats ``007`` and ``7`` as one key here (the whole-file
+  reader makes every key a string then).
+- "Present on every line or on none" (sizes, timestamps) and "all integers or all strings" are
+  checked within each chunk. A Qwen conversation (``session_ids``) is followed within a chunk.
+- A header line (``key[,size]``) is recognised on the first line of each file only.
+
+``-`` reads standard input; a name with ``*``, ``?`` or ``[`` is a glob (sorted); several names
+are one trace in order. ``.zst`` needs the ``zstandard`` package (``pip install 'stackdist[zstd]'``).
+
+>>> import os, tempfile
+>>> d = tempfile.mkdtemp()
+>>> for name, text in (("a.csv", "key\\n1\\n2\\n"), ("b.csv", "1\\n")):
+...     _ = open(os.path.join(d, name), "w").write(text)
+>>> [k.tolist() for k, _ in iter_access_chunks(os.path.join(d, "*.csv"))]
+[[1, 2], [1]]
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import io
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from typing import IO, Any
+
+import numpy as np
+
+from stackdist.errors import TraceFormatError, UsageError
+
+from .access import read_access_trace
+from .formats import DEFAULT_BLOCK_SIZE, REQUEST_FORMATS, read_requests
+from .requests import RequestTrace
+
+__all__ = ["CHUNK_LINES", "expand_inputs", "open_input", "iter_lines", "iter_line_chunks", "key_values",
+           "iter_access_chunks", "iter_request_chunks", "is_streamed"]
+
+CHUNK_LINES = 1 << 18
+
+
+def expand_inputs(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The input files of ``spec`` in order: ``-``, names, globs (sorted; one matching nothing
+    is a TraceFormatError). O(files).
+
+    >>> expand_inputs(["-", "x.csv"])
+    ['-', 'x.csv']
+    """
+    specs = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    out: list[str] = []
+    for item in specs:
+        text = os.fspath(item)
+        if text != "-" and any(c in text for c in "*?["):
+            matches = sorted(glob.glob(text))
+            if not matches:
+                raise TraceFormatError(text, None, "no file matches this pattern")
+            out += matches
+        else:
+            out.append(text)
+    return out
+
+
+def _compression(path: str) -> str:
+    lower = path.lower()
+    return "gz" if lower.endswith(".gz") else "zst" if lower.endswith(".zst") else ""
+
+
+def open_input(path: str) -> IO[bytes]:
+    """A binary stream of ``path``: standard input for ``-``, decompressed for ``.gz`` and
+    ``.zst``. Missing or unreadable files are TraceFormatError (``FILE: reason``). O(1).
+
+    >>> open_input("/nonexistent.csv")
+    Traceback (most recent call last):
+    ...
+    stackdist.errors.TraceFormatError: /nonexistent.csv: no such file
+    """
+    if path == "-":
+        return sys.stdin.buffer
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError:
+        raise TraceFormatError(path, None, "no such file") from None
+    except IsADirectoryError:
+        raise TraceFormatError(path, None, "is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceFormatError(path, None, f"cannot read the file: {exc.strerror}") from None
+    kind = _compression(path)
+    if kind == "gz":
+        return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
+    if kind == "zst":
+        try:
+            import zstandard
+        except ImportError:
+            raw.close()
+            raise UsageError(f"{path}: reading .zst needs the zstandard package: pip install 'stackdist[zstd]'") from None
+        return zstandard.ZstdDecompressor().stream_reader(raw, closefd=True)  # type: ignore[return-value]
+    return raw
+
+
+def iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """(1-based line number, raw line without its end) for every non-blank line; a UTF-8 BOM on
+    the first line is dropped. Reads incrementally. O(1) memory per line.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.gz"); _ = gzip.open(p, "wb").write(b"a\\n\\nb\\n")
+    >>> list(iter_lines(p))
+    [(1, b'a'), (3, b'b')]
+    """
+    stream = open_input(path)
+    try:
+        buffered = stream if isinstance(stream, io.BufferedIOBase) and hasattr(stream, "readline") else io.BufferedReader(stream)  # type: ignore[arg-type]
+        try:
+            for lineno, raw in enumerate(buffered, 1):
+                if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                line = raw.rstrip(b"\r\n")
+                if line.strip():
+                    yield lineno, line
+        except (OSError, EOFError) as exc:
+            raise TraceFormatError(path, None, f"cannot read the file: {exc}") from None
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def iter_line_chunks(path: str, lines: int = CHUNK_LINES) -> Iterator[list[tuple[int, bytes]]]:
+    """The non-blank lines of ``path`` in lists of at most ``lines``. O(lines) memory.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.txt"); _ = open(p, "w").write("1\\n2\\n3\\n")
+    >>> [len(c) for c in iter_line_chunks(p, 2)]
+    [2, 1]
+    """
+    chunk: list[tuple[int, bytes]] = []
+    for item in iter_lines(path):
+        chunk.append(item)
+        if len(chunk) >= lines:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def is_streamed(spec: str | Sequence[str]) -> bool:
+    """True when ``spec`` needs the streaming readers (stdin, a glob, several files, ``.gz``/``.zst``). O(1).
+
+    >>> is_streamed("t.csv"), is_streamed("t.csv.gz"), is_streamed("-")
+    (False, True, True)
+    """
+    specs = [spec] if isinstance(spec, str) else list(spec)
+    return len(specs) != 1 or specs[0] == "-" or any(c in specs[0] for c in "*?[") or bool(_compression(specs[0]))
+
+
+def key_values(keys: np.ndarray) -> np.ndarray:
+    """Keys as uint64 values, the same in every chunk: integers by value (mod 2**64), integer
+    literals in text by their value, other text by blake2b-64 of its UTF-8 bytes. O(n).
+
+    >>> bool(key_values(np.array(["7", "x", "7"], dtype=object))[0] == key_values(np.array([7]))[0])
+    True
+    """
+    if keys.dtype.kind in "iu":
+        return keys.astype(np.int64, copy=False).view(np.uint64) if keys.dtype.kind == "i" else keys.astype(np.uint64)
+    cache: dict[Any, int] = {}
+    out = np.empty(keys.shape[0], np.uint64)
+    for i, k in enumerate(keys.tolist()):
+        v = cache.get(k)
+        if v is None:
+            text = str(k)
+            body = text[1:] if text[:1] in "+-" else text
+            if body.isascii() and body.isdigit() and -(2**63) <= int(text) < 2**64:
+                v = int(text) % 2**64
+            else:
+                v = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+            cache[k] = v
+        out[i] = v
+    return out
+
+
+def _remap_error(exc: TraceFormatError, path: str, linenos: list[int]) -> TraceFormatError:
+    """The reader's error on the temporary chunk file, with the real file and line numbers."""
+    import re
+
+    def real(n: int) -> int:
+        return linenos[n - 1] if 1 <= n <= len(linenos) else n
+
+    message = re.sub(r"\bline (\d+)\b", lambda m: f"line {real(int(m.group(1)))}", exc.message)
+    return TraceFormatError(path, None if exc.line is None else real(exc.line), message)
+
+
+def _parse_chunk(path: str, lines: list[tuple[int, bytes]], suffix: str, header: bytes | None, read: Any,
+                 header_line: int = 1) -> Any:
+    """Run ``read(tmp_path)`` on the chunk written as a small file, with an optional first line
+    standing for the file's line ``header_line`` (the first line the reader compares others to)."""
+    linenos = ([header_line] if header is not None else []) + [n for n, _ in lines]
+    body = b"\n".join(([header] if header is not None else []) + [raw for _, raw in lines]) + b"\n"
+    with tempfile.NamedTemporaryFile("wb", suffix=suffix, delete=False) as tmp:
+        tmp.write(body)
+    try:
+        return read(tmp.name)
+    except TraceFormatError as exc:
+        raise _remap_error(exc, path, linenos) from None
+    finally:
+        os.unlink(tmp.name)
+
+
+def _strip_compression(path: str) -> str:
+    kind = _compression(path)
+    return path[: -len(kind) - 1] if kind else path
+
+
+def _access_suffix(path: str, format: str | None) -> str:
+    if format is not None:
+        return {"csv": ".csv", "tsv": ".tsv", "jsonl": ".jsonl", "npy": ".npy"}.get(format, ".txt")
+    if path == "-":
+        return ".txt"
+    ext = os.path.splitext(_strip_compression(path))[1].lower()
+    return {".json": ".jsonl", ".ndjson": ".jsonl"}.get(ext, ext) if ext else ".txt"
+
+
+def _npy_chunks(path: str, lines: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """A .npy access trace in slices of a memory map (plain integer arrays), else whole."""
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError):
+        array = None
+    if array is None or array.dtype.kind not in "iu" or array.ndim not in (1, 2) or (array.ndim == 2 and array.shape[1] != 2):
+        trace = read_access_trace(path, "npy")
+        yield key_values(trace.keys), trace.sizes
+        return
+    for lo in range(0, array.shape[0], lines):
+        part = np.asarray(array[lo : lo + lines])
+        keys, sizes = (part, None) if part.ndim == 1 else (part[:, 0], part[:, 1].astype(np.int64))
+        if sizes is not None and sizes.size and int(sizes.min()) < 1:
+            row = lo + int(np.argmax(sizes < 1))
+            raise TraceFormatError(path, None, f"sizes must be positive integers; row {row} (0-based) has {int(part[row - lo, 1])}")
+        yield key_values(keys), sizes
+
+
+def iter_access_chunks(spec: str | Sequence[str], format: str | None = None, lines: int = CHUNK_LINES
+                       ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """``(key values, sizes or None)`` chunk by chunk over the files of ``spec`` (one trace in
+    order), parsed by :func:`~.access.read_access_trace`. O(lines) memory.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.csv"); _ = open(p, "w").write("key,size\\n1,2\\n1,3\\n")
+    >>> next(iter_access_chunks(p))[1].tolist()
+    [2, 3]
+    """
+    for path in expand_inputs(spec):
+        suffix = _access_suffix(path, format)
+        if suffix == ".npy" and path != "-" and not _compression(path):
+            yield from _npy_chunks(path, lines)
+            continue
+        header: bytes | None = None
+        first_line = 1
+        for index, chunk in enumerate(iter_line_chunks(path, lines)):
+            trace = _parse_chunk(path, chunk, suffix, header if index else None, read_access_trace, first_line)
+            if index == 0 and suffix in (".csv", ".tsv", ".txt"):
+                first_line = next((n for n, raw in chunk if not raw.lstrip().startswith(b"#")), 1)
+                header, suffix = _later_header(chunk, suffix, trace.sizes is not None)
+            yield key_values(trace.keys), trace.sizes
+
+
+def _later_header(first: list[tuple[int, bytes]], suffix: str, sized: bool) -> tuple[bytes, str]:
+    """The header line that keeps a later chunk's first line a data line, and the suffix that
+    fixes the delimiter the first chunk used (the first tab or comma of the file)."""
+    if suffix == ".txt":
+        delim = next((d for _, raw in first if not raw.lstrip().startswith(b"#") for d in (b"\t", b",") if d in raw), b",")
+        suffix = ".tsv" if delim == b"\t" else ".csv"
+    delim = b"\t" if suffix == ".tsv" else b","
+    return (b"key" + delim + b"size" if sized else b"key"), suffix
+
+
+def iter_request_chunks(spec: str | Sequence[str], format: str = "mooncake", block_size: int | None = None,
+                        skip_bad: bool = False, partial_last_block: bool = False, lines: int = CHUNK_LINES
+                        ) -> Iterator[RequestTrace]:
+    """Request traces chunk by chunk (whole requests) over the files of ``spec``, parsed by
+    :func:`~.formats.read_requests`. O(lines) memory.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "m.jsonl")
+    >>> _ = open(p, "w").write('{"timestamp": 0, "input_length": 9, "hash_ids": [1]}\\n' * 3)
+    >>> [t.n_requests for t in iter_request_chunks(p, block_size=16, lines=2)]
+    [2, 1]
+    """
+    if format not in REQUEST_FORMATS:
+        raise UsageError(f"format must be one of {', '.join(REQUEST_FORMATS)}, got {format!r}")
+    size = DEFAULT_BLOCK_SIZE[format] if block_size is None else block_size
+    for path in expand_inputs(spec):
+        for chunk in iter_line_chunks(path, lines):
+            trace = _parse_chunk(path, chunk, ".jsonl", None,
+                                 lambda tmp: read_requests(tmp, format, size, skip_bad, partial_last_block))
+            trace.source = path
+            yield trace

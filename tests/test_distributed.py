@@ -1,0 +1,98 @@
+"""Exact distributed replay (stackdist.engine.scale.distributed): equal to the one-process replay, access for access."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from naive import naive_distances
+
+from stackdist.engine import COLD, HitCurve, dense_keys, engine_depths, stack_distances
+from stackdist.engine.scale.distributed import (
+    chunk_summary,
+    connect,
+    dask_map,
+    distributed_distances,
+    split_even,
+    split_requests,
+)
+from stackdist.errors import UsageError
+
+
+def _cuts(rng, n, parts):
+    inner = sorted(rng.integers(0, n + 1, parts - 1).tolist()) if parts > 1 else []
+    bounds = [0, *inner, n]
+    return list(itertools.pairwise(bounds))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_access_replay_equals_the_single_process_one(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 600))
+    keys = rng.zipf(1.4, n) % int(rng.integers(1, 80))
+    sizes = rng.integers(1, 5, 100)[keys % 100] if seed % 2 else None
+    chunks = [(keys[a:b], None if sizes is None else sizes[a:b]) for a, b in _cuts(rng, n, int(rng.integers(1, 7)))]
+    got = distributed_distances(chunks)
+    assert got.tolist() == stack_distances(keys, sizes).tolist()
+    if n <= 200:
+        assert [None if d == COLD else int(d) for d in got] == naive_distances(keys.tolist(), None if sizes is None else sizes.tolist())
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_engine_depths_equal_the_single_process_ones(seed):
+    rng = np.random.default_rng(100 + seed)
+    n_req = int(rng.integers(1, 80))
+    lengths = rng.integers(0, 6, n_req)
+    blocks = []
+    for length in lengths:  # prefix chains: a root and a path of children
+        root = int(rng.integers(0, 10))
+        blocks.append([root * 100 + j for j in range(int(length))])
+    keys = np.array([b for r in blocks for b in r], np.int64)
+    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
+    chunks = []
+    for r0, r1 in _cuts(rng, n_req, int(rng.integers(1, 5))):
+        lo, hi = offsets[r0], offsets[r1]
+        chunks.append((keys[lo:hi], None, offsets[r0 : r1 + 1] - lo))
+    assert distributed_distances(chunks).tolist() == engine_depths(keys, offsets).tolist()
+
+
+def test_string_keys_empty_chunks_and_readers_run_where_the_chunk_is():
+    keys = np.array(["a", "b", "a", "c", "b", "a"], dtype=object)
+    assert distributed_distances([keys[:2], keys[2:2], keys[2:]]).tolist() == stack_distances(keys).tolist()
+    assert distributed_distances([]).tolist() == []
+    readers = [lambda: np.array([1, 2, 1]), lambda: (np.array([2, 3, 1]), None)]
+    assert distributed_distances(readers).tolist() == stack_distances([1, 2, 1, 2, 3, 1]).tolist()
+    summary = chunk_summary(np.array([4, 4, 4, 5]))
+    assert summary.keys.tolist() == [4, 4, 5] and summary.is_first.tolist() == [True, False, True]
+
+
+def test_mixed_chunks_and_bad_cluster_specs_are_refused():
+    with pytest.raises(ValueError, match="sizes"):
+        distributed_distances([(np.array([1]), np.array([2])), (np.array([1]), None)])
+    for spec in ("local:0", "local:x", "udp://h:1", "tcp://host"):
+        with pytest.raises(UsageError, match="--dask"):
+            connect(spec)
+
+
+def test_splits_cover_everything_once():
+    assert split_even(0, 3) == [(0, 0)]
+    for n in (1, 7, 100):
+        ranges = split_even(n, 4)
+        assert ranges[0][0] == 0 and ranges[-1][1] == n and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    offsets = np.array([0, 5, 5, 9, 20, 21])
+    ranges = split_requests(offsets, 3)
+    assert ranges[0][0] == 0 and ranges[-1][1] == 5 and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+
+
+def test_on_a_local_dask_cluster_the_curve_is_the_exact_one():
+    distributed = pytest.importorskip("distributed")
+    rng = np.random.default_rng(7)
+    keys = rng.zipf(1.2, 20_000) % 3_000
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        got = distributed_distances([keys[a:b] for a, b in split_even(keys.size, 4)], dask_map(client))
+    exact = HitCurve.from_trace(keys)
+    assert got.tolist() == exact.distances.tolist()
+    caps = np.arange(0, 3_000, 37)
+    assert HitCurve(dense_keys(keys), None, got, (0, keys.size)).hits_at(caps).tolist() == exact.hits_at(caps).tolist()

@@ -1,0 +1,176 @@
+"""SHARDS sampling (stackdist.engine.scale.sampling) against obviously correct references.
+
+The reference is a plain-Python SHARDS: a list stack over the sampled keys, a dict of hashes, and
+(fixed size) eviction of the largest hash with the threshold lowered to it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from naive import naive_distances
+
+from stackdist.engine import HitCurve
+from stackdist.engine.scale.sampling import (
+    COLD,
+    ShardsSampler,
+    key_hashes,
+    rate_of_threshold,
+    sample_mask,
+    sampled_curve,
+    spread,
+    threshold_for_rate,
+)
+
+
+def naive_shards(keys, sizes, rate, max_keys, seed):
+    """(distance or None, rate) per sampled access; SKIP accesses are left out (index kept)."""
+    hashes = key_hashes(np.asarray(keys), seed).tolist()
+    sizes = [1] * len(keys) if sizes is None else list(sizes)
+    thresh = threshold_for_rate(rate)
+    stack: list = []
+    size_of: dict = {}
+    out = {}
+    for i, (h, s) in enumerate(zip(hashes, sizes)):
+        if h > thresh:
+            continue
+        if h in size_of:
+            depth = stack.index(h)
+            d = s + sum(size_of[k] for k in stack[:depth])
+            stack.pop(depth)
+        else:
+            d = None
+        size_of[h] = s
+        stack.insert(0, h)
+        if max_keys is not None and len(stack) > max_keys:
+            gone = max(stack)
+            stack.remove(gone)
+            del size_of[gone]
+            thresh = gone - 1
+            if gone == h:
+                continue
+        out[i] = (d, float(rate_of_threshold(thresh)))
+    return out
+
+
+def estimate(sampled: dict, n: int, capacity: int) -> float:
+    """SHARDS_adj hits at ``capacity`` from the reference's sampled accesses."""
+    weight = sum(1 / r for _, r in sampled.values())
+    finite = [(math.ceil(d / r - 1e-9), 1 / r) for d, r in sampled.values() if d is not None]
+    if not finite:
+        return 0.0
+    first = min(c for c, _ in finite)
+    if capacity < first:
+        return 0.0
+    got = sum(w for c, w in finite if c <= capacity) + (n - weight)
+    return min(max(got, 0.0), float(n))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("mode", ["rate", "size", "both"])
+def test_kernel_matches_the_plain_python_shards(seed, mode):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    keys = rng.zipf(1.3, n) % 60
+    sizes = rng.integers(1, 4, 60)[keys] if seed % 2 else None
+    rate = {"rate": 0.4, "size": 1.0, "both": 0.7}[mode]
+    max_keys = None if mode == "rate" else int(rng.integers(1, 12))
+    ref = naive_shards(keys, sizes, rate, max_keys, seed)
+    sampler = ShardsSampler(rate=rate, max_keys=max_keys, seed=seed)
+    got = []
+    for lo in range(0, n, 37):  # chunked, as a stream
+        got.append(sampler.feed(keys[lo : lo + 37], None if sizes is None else sizes[lo : lo + 37]))
+    d = np.concatenate(got)
+    sampled = {i for i in range(n) if d[i] != -1}
+    assert sampled == set(ref)
+    for i in sampled:
+        assert (None if d[i] == COLD else int(d[i])) == ref[i][0]
+    curve = sampler.curve()
+    assert curve.n_sampled_keys <= (max_keys or n)
+    for capacity in (0, 1, 3, 10, 40, 200, 10_000):
+        expected = estimate(ref, n, capacity) if mode != "size" else None
+        if expected is not None:
+            assert curve.hits_at(capacity) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rate_one_equals_the_exact_curve(seed):
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 50, 500)
+    sizes = rng.integers(1, 5, 50)[keys]
+    ref = naive_distances(keys.tolist(), sizes.tolist())
+    got = sampled_curve(keys, sizes, rate=1.0, seed=seed)
+    for c in range(int(sizes.max()), 260, 7):  # at or above the largest object, where distances are exact
+        assert got.hits_at(c) == sum(1 for d in ref if d is not None and d <= c)
+        assert got.hit_size_at(c) == sum(int(s) for d, s in zip(ref, sizes) if d is not None and d <= c)
+    assert got.ceiling_hits == sum(d is not None for d in ref)
+    unit = HitCurve.from_trace(keys)
+    assert np.array_equal(sampled_curve(keys, rate=1.0).hits_at(np.arange(60)), unit.hits_at(np.arange(60)))
+    assert sampled_curve(keys, rate=1.0).min_capacity_for(hit_rate=0.5) == unit.min_capacity_for(hit_rate=0.5)
+
+
+def test_distances_match_the_list_stack_at_rate_one():
+    rng = np.random.default_rng(1)
+    keys = rng.integers(0, 30, 300)
+    d = ShardsSampler(rate=1.0).feed(keys)
+    assert [None if v == COLD else int(v) for v in d] == naive_distances(keys.tolist())
+
+
+def test_edges_empty_one_key_window_and_capacity_beyond_the_trace():
+    empty = sampled_curve(np.zeros(0, np.int64), rate=0.5)
+    assert empty.n_accesses == 0 and empty.hits_at(10) == 0.0 and empty.min_capacity_for(hit_rate=0.5) == 0
+    one = sampled_curve(np.full(10, 7), rate=1.0)
+    assert one.hits_at(1) == 9.0 and one.hits_at(10**12) == 9.0 and one.hit_rate_at(0) == 0.0
+    keys = np.array([0, 1, 0, 1, 2, 0])
+    windowed = sampled_curve(keys, rate=1.0, window="2:")
+    assert windowed.n_accesses == 4 and windowed.hits_at(3) == HitCurve.from_trace(keys, window="2:").hits_at(3)
+    assert sampled_curve(keys, rate=1.0).hits_at(10**15) == HitCurve.from_trace(keys).ceiling_hits
+
+
+def test_fixed_size_keeps_at_most_s_keys_and_the_rate_only_falls():
+    keys = np.arange(50_000) % 5_000
+    sampler = ShardsSampler(max_keys=100, seed=2)
+    rates = []
+    for lo in range(0, keys.size, 5_000):
+        sampler.feed(keys[lo : lo + 5_000])
+        rates.append(sampler.rate)
+        assert sampler.n_sampled_keys <= 100
+    assert rates == sorted(rates, reverse=True) and rates[-1] == pytest.approx(100 / 5_000, rel=0.3)
+    assert sampler.curve().hit_rate_at(5_000) == pytest.approx(0.9, abs=0.02)
+
+
+def test_estimates_are_close_on_a_large_zipf_trace_and_reproducible():
+    rng = np.random.default_rng(5)
+    keys = rng.zipf(1.2, 200_000) % 20_000
+    exact = HitCurve.from_trace(keys)
+    caps = np.linspace(100, 20_000, 40).astype(np.int64)
+    for rate in (0.1, 0.05):
+        errors = [np.abs(sampled_curve(keys, rate=rate, seed=s).hit_rate_at(caps) - exact.hit_rate_at(caps)).mean()
+                  for s in range(3)]
+        assert max(errors) < 0.02
+    a, b = sampled_curve(keys, rate=0.05, seed=9), sampled_curve(keys, rate=0.05, seed=9)
+    assert np.array_equal(a.hits_at(caps), b.hits_at(caps))
+    assert sampled_curve(keys, max_keys=500, seed=1).hit_rate_at(caps).tolist() == \
+        sampled_curve(keys, max_keys=500, seed=1).hit_rate_at(caps).tolist()
+
+
+def test_string_keys_sizes_that_change_and_bad_arguments():
+    c = sampled_curve(["a", "b", "a", "c", "b"], rate=1.0)
+    assert c.hits_at(3) == 2.0
+    with pytest.raises(ValueError, match="changed size"):
+        ShardsSampler(rate=1.0).feed([1, 1], [2, 3])
+    with pytest.raises(ValueError, match="sample rate"):
+        ShardsSampler(rate=0.0)
+    with pytest.raises(ValueError, match="sample size"):
+        ShardsSampler(max_keys=0)
+    with pytest.raises(ValueError, match="give"):
+        ShardsSampler()
+
+
+def test_sample_mask_and_spread():
+    mask = sample_mask(np.arange(10_000), 0.25, seed=4)
+    assert 2_200 < mask.sum() < 2_800
+    assert np.array_equal(mask, sample_mask(np.arange(10_000), 0.25, seed=4))
+    assert spread([1.0, 3.0])["max"] == 3.0 and spread([None])["seeds"] == 0

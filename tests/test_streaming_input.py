@@ -1,0 +1,109 @@
+"""Streaming input (stackdist.traces.stream_input): chunk by chunk equals the whole-file readers."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from stackdist.errors import TraceFormatError
+from stackdist.traces import read_access_trace, read_mooncake
+from stackdist.traces.stream_input import (
+    expand_inputs,
+    is_streamed,
+    iter_access_chunks,
+    iter_lines,
+    iter_request_chunks,
+    key_values,
+)
+
+
+def _joined(chunks):
+    keys, sizes = zip(*chunks)
+    return np.concatenate(keys), None if sizes[0] is None else np.concatenate(sizes)
+
+
+@pytest.mark.parametrize("lines", [1, 3, 1000])
+def test_csv_in_chunks_equals_the_whole_file(tmp_path, lines):
+    rng = np.random.default_rng(lines)
+    keys = rng.integers(0, 50, 40)
+    text = "key,size\n" + "".join(f"{k},{k % 7 + 1}\n" + ("\n" if k % 5 == 0 else "") for k in keys)
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    got_keys, got_sizes = _joined(iter_access_chunks(str(path), lines=lines))
+    whole = read_access_trace(path)
+    assert got_keys.tolist() == key_values(whole.keys).tolist() and got_sizes.tolist() == whole.sizes.tolist()
+
+
+def test_compressed_globbed_and_standard_input_are_one_trace(tmp_path, monkeypatch):
+    zstandard = pytest.importorskip("zstandard")
+    (tmp_path / "a.csv.gz").write_bytes(gzip.compress(b"1\n2\n"))
+    (tmp_path / "b.csv.zst").write_bytes(zstandard.ZstdCompressor().compress(b"key\n3\n1\n"))
+    (tmp_path / "c.csv").write_text("\ufeff2\n")
+    spec = str(tmp_path / "*.csv*")
+    assert is_streamed(spec) and len(expand_inputs(spec)) == 3
+    assert _joined(iter_access_chunks(spec, lines=1))[0].tolist() == [1, 2, 3, 1, 2]
+
+    class Stdin:
+        buffer = io.BytesIO(b"x\ny\nx\n")
+
+    monkeypatch.setattr(sys, "stdin", Stdin)
+    got = _joined(iter_access_chunks("-"))[0]
+    assert got[0] == got[2] != got[1]
+
+
+def test_a_later_chunk_keeps_its_first_line_and_the_delimiter(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("a\t1\nkey\t2\nb\t3\n")
+    whole = read_access_trace(path)
+    keys, sizes = _joined(iter_access_chunks(str(path), lines=1))
+    assert keys.tolist() == key_values(whole.keys).tolist() and sizes.tolist() == [1, 2, 3]
+
+
+def test_errors_name_the_real_file_and_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("1,2\n\n3,4\n5\n")
+    with pytest.raises(TraceFormatError) as info:
+        list(iter_access_chunks(str(path), lines=1))
+    assert str(info.value).startswith(f"{path}:4: has 1 column(s) but line 1 has 2")
+    bad = tmp_path / "m.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 9, "hash_ids": [1]}\n\n{"timestamp": 0}\n')
+    with pytest.raises(TraceFormatError, match=r"m.jsonl:3: missing field 'input_length'"):
+        list(iter_request_chunks(str(bad), block_size=16, lines=1))
+    with pytest.raises(TraceFormatError, match="no file matches"):
+        expand_inputs(str(tmp_path / "none-*.csv"))
+    with pytest.raises(TraceFormatError, match="no such file"):
+        list(iter_lines(str(tmp_path / "missing.csv")))
+
+
+def test_request_chunks_equal_the_whole_mooncake_file(tmp_path):
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(25):
+        n = int(rng.integers(1, 5))
+        rows.append({"timestamp": i * 10, "input_length": 512 * n - 3, "output_length": 2,
+                     "hash_ids": rng.integers(0, 30, n).tolist()})
+    path = tmp_path / "m.jsonl.gz"
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    plain = tmp_path / "m.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    chunks = list(iter_request_chunks(str(path), lines=7))
+    whole = read_mooncake(plain)
+    assert [c.n_requests for c in chunks] == [7, 7, 7, 4]
+    assert np.concatenate([c.block_ids for c in chunks]).tolist() == whole.block_ids.tolist()
+    assert np.concatenate([c.block_tokens for c in chunks]).tolist() == whole.block_tokens.tolist()
+    assert chunks[0].source == str(path)
+
+
+def test_npy_is_read_in_slices(tmp_path):
+    path = tmp_path / "t.npy"
+    np.save(path, np.array([[1, 2], [3, 1], [1, 2]]))
+    keys, sizes = _joined(iter_access_chunks(str(path), lines=2))
+    assert keys.tolist() == [1, 3, 1] and sizes.tolist() == [2, 1, 2]
+    np.save(path, np.array([[1, 0]]))
+    with pytest.raises(TraceFormatError, match="row 0"):
+        list(iter_access_chunks(str(path)))
