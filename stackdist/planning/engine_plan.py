@@ -29,7 +29,7 @@ from stackdist.serving.schedule import Schedule
 from stackdist.traces import RequestTrace
 
 __all__ = ["ENGINE_MODELS", "EngineOptions", "default_pools", "run_engine_models", "engine_section",
-           "per_request_columns", "parse_pools", "assign_workers", "ROUTERS"]
+           "per_request_columns", "parse_pools", "assign_workers", "schedule_for", "ROUTERS"]
 
 ENGINE_MODELS = ("vllm", "sglang")
 
@@ -56,7 +56,8 @@ class EngineOptions:
 ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded")
 
 
-def _schedule(trace: RequestTrace, options: EngineOptions) -> Schedule:
+def schedule_for(trace: RequestTrace, options: EngineOptions) -> Schedule:
+    """The schedule the engine models run under: serial, the service model, recorded or given."""
     if options.schedule == "model":
         return Schedule.from_service_model(trace, options.prefill_tokens_per_s, options.decode_tokens_per_s)
     if options.schedule == "recorded":
@@ -153,7 +154,7 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
     from stackdist.serving.vllm import simulate_vllm
 
     pools = tuple(options.pools) or default_pools(trace, options.engine_block_size)
-    schedule = _schedule(trace, options)
+    schedule = schedule_for(trace, options)
     workers = assign_workers(trace, options, schedule)
     out: dict[str, ServingResult] = {}
     for model in options.models:

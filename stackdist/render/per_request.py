@@ -17,7 +17,8 @@ __all__ = ["PER_REQUEST_COLUMNS", "write_per_request", "per_request_text"]
 PER_REQUEST_COLUMNS = ("request", "id", "arrival_s", "worker", "input_tokens", "output_tokens")
 
 
-def per_request_text(trace: RequestTrace, hit_columns: Sequence[tuple[str, np.ndarray]]) -> str:
+def per_request_text(trace: RequestTrace, hit_columns: Sequence[tuple[str, np.ndarray]],
+                     arrival_s: np.ndarray | None = None) -> str:
     """The CSV text: ``request`` (0-based position), ``id`` (the trace's request id, else the
     position), ``arrival_s`` (from the first request), ``worker`` (0 when the trace has none),
     the prompt and output lengths, then one ``hit_tokens_<N>`` column per pool. O(requests x pools).
@@ -31,7 +32,7 @@ def per_request_text(trace: RequestTrace, hit_columns: Sequence[tuple[str, np.nd
     n = trace.n_requests
     ids = next((v for v in (trace.request_labels, trace.request_ids) if v is not None), np.arange(n))
     workers = np.zeros(n, np.int64) if trace.workers is None else trace.workers
-    arrival = trace.timestamps_s - (trace.timestamps_s[0] if n else 0.0)
+    arrival = trace.timestamps_s - (trace.timestamps_s[0] if n else 0.0) if arrival_s is None else arrival_s
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([*PER_REQUEST_COLUMNS, *(name for name, _ in hit_columns)])
@@ -42,6 +43,7 @@ def per_request_text(trace: RequestTrace, hit_columns: Sequence[tuple[str, np.nd
     return buf.getvalue()
 
 
-def write_per_request(path: str | os.PathLike[str], trace: RequestTrace, hit_columns: Sequence[tuple[str, np.ndarray]]) -> None:
+def write_per_request(path: str | os.PathLike[str], trace: RequestTrace, hit_columns: Sequence[tuple[str, np.ndarray]],
+                      arrival_s: np.ndarray | None = None) -> None:
     """Write :func:`per_request_text` atomically to ``path``."""
-    write_atomic(path, per_request_text(trace, hit_columns))
+    write_atomic(path, per_request_text(trace, hit_columns, arrival_s))
