@@ -281,8 +281,8 @@ GOOD = '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [0
         ('{"timestamp": 0, "input_length": 1, "output_length": -1, "hash_ids": [1]}', "'output_length' must be a non-negative integer, got -1"),
         ('{"timestamp": 0, "input_length": 1, "output_length": 2.5, "hash_ids": [1]}', "'output_length' must be a non-negative integer, got 2.5"),
         ('{"timestamp": 0, "input_length": 1, "hash_ids": "abc"}', "'hash_ids' must be a list of non-negative integers, got \"abc\""),
-        ('{"timestamp": 0, "input_length": 1000, "hash_ids": [1]}', "hash_ids has 1 entries but input_length 1000 needs ceil(1000/512) = 2 blocks"),
-        ('{"timestamp": 0, "input_length": 512, "hash_ids": [1, 2]}', "hash_ids has 2 entries but input_length 512 needs ceil(512/512) = 1 blocks"),
+        ('{"timestamp": 0, "input_length": 1000, "hash_ids": [1]}', "hash_ids has 1 entries but input_length 1000 needs ceil(1000/512) = 2 blocks; --block-size 1024 fits this line"),
+        ('{"timestamp": 0, "input_length": 512, "hash_ids": [1, 2]}', "hash_ids has 2 entries but input_length 512 needs ceil(512/512) = 1 blocks; --block-size 256 fits this line"),
         ('{"timestamp": 0, "input_length": 600, "hash_ids": [1, 1.0]}', "hash_ids[1] must be an integer in 0..2**64-1, got 1.0"),
         ('{"timestamp": 0, "input_length": 10, "hash_ids": [true]}', "hash_ids[0] must be an integer in 0..2**64-1, got true"),
         ('{"timestamp": 0, "input_length": 10, "hash_ids": ["7"]}', "hash_ids[0] must be an integer in 0..2**64-1, got \"7\""),
@@ -387,7 +387,7 @@ def test_qwen_sessions_follow_parents_listed_later_and_survive_cycles(tmp_path):
         ('{"timestamp": 0.5, "input_length": 1, "hash_ids": [1]}', "missing field 'chat_id'"),
         ('{"chat_id": "a", "timestamp": 0.5, "input_length": 1, "hash_ids": [1]}', "'chat_id' must be an integer, got \"a\""),
         ('{"chat_id": 1, "parent_chat_id": 1.5, "timestamp": 0.5, "input_length": 1, "hash_ids": [1]}', "'parent_chat_id' must be an integer (-1 for a first turn), got 1.5"),
-        ('{"chat_id": 1, "timestamp": 0.5, "input_length": 17, "hash_ids": [1]}', "hash_ids has 1 entries but input_length 17 needs ceil(17/16) = 2 blocks"),
+        ('{"chat_id": 1, "timestamp": 0.5, "input_length": 17, "hash_ids": [1]}', "hash_ids has 1 entries but input_length 17 needs ceil(17/16) = 2 blocks; --block-size 32 fits this line"),
     ],
 )
 def test_qwen_malformed_lines(tmp_path, bad, message):
@@ -472,7 +472,7 @@ def test_read_requests_dispatch_and_default_block_sizes():
 def test_read_requests_rejects_unknown_format_and_block_size():
     with pytest.raises(UsageError) as info:
         read_requests(DATA / "mooncake_small.jsonl", format="sharegpt")
-    assert str(info.value) == "format must be one of mooncake, qwen, tokens, got 'sharegpt'"
+    assert str(info.value) == "format must be one of mooncake, qwen, tokens, dynamo, got 'sharegpt'"
     with pytest.raises(UsageError, match=r"block_size must be a positive integer \(tokens per KV block\), got 0"):
         read_requests(DATA / "mooncake_small.jsonl", block_size=0)
 

@@ -28,6 +28,21 @@ from .requests import RequestTrace, assemble, check_block_size
 __all__ = ["read_mooncake", "read_qwen"]
 
 
+def fitting_block_size(input_length: int, n_ids: int) -> str:
+    """A hint naming the block size that fits ``n_ids`` ids to ``input_length`` tokens (the
+    usual powers of two first), or "" when none does.
+
+    >>> fitting_block_size(4736, 296)
+    '; --block-size 16 fits this line'
+    """
+    if n_ids <= 0 or input_length <= 0:
+        return ""
+    lo, hi = -(-input_length // n_ids), (input_length - 1) // (n_ids - 1) if n_ids > 1 else input_length * 2
+    usual = [b for b in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if lo <= b <= hi]
+    fit = usual[0] if usual else (lo if lo <= hi else None)
+    return f"; --block-size {fit} fits this line" if fit else ""
+
+
 def _hash_ids(obj: dict[str, Any], input_length: int, block_size: int) -> tuple[list[int], int]:
     """Validate ``hash_ids`` against input_length; return (ids, largest id or -1)."""
     ids = field(obj, "hash_ids")
@@ -37,7 +52,7 @@ def _hash_ids(obj: dict[str, Any], input_length: int, block_size: int) -> tuple[
     if len(ids) != expected:
         raise LineError(
             f"hash_ids has {len(ids)} entries but input_length {input_length} needs "
-            f"ceil({input_length}/{block_size}) = {expected} blocks"
+            f"ceil({input_length}/{block_size}) = {expected} blocks{fitting_block_size(input_length, len(ids))}"
         )
     if not ids:
         return ids, -1
