@@ -27,11 +27,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import stackdist  # noqa: E402
-from stackdist.serving.pages import engine_pages  # noqa: E402
-from stackdist.serving.schedule import Schedule  # noqa: E402
-from stackdist.serving.sglang import simulate_sglang  # noqa: E402
-from stackdist.serving.vllm import simulate_vllm  # noqa: E402
+import stackdist
+from stackdist.serving.pages import engine_pages
+from stackdist.serving.schedule import Schedule
+from stackdist.serving.sglang import simulate_sglang
+from stackdist.serving.vllm import simulate_vllm
 
 TRACE = REPO / "data" / "traces" / "mooncake_conversation_trace.jsonl"
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_serving.json"
@@ -42,7 +42,7 @@ def pool_ladder(pages, n: int) -> list[int]:
     P, O = pages.input_tokens, pages.output_tokens
     lo = int(((P + O + 15) // 16).max()) + 1
     hi = int(len(np.unique(pages.key)) + ((O + 15) // 16).sum()) + 1
-    return sorted({int(round(x)) for x in np.geomspace(lo, max(hi, lo + n), n)})
+    return sorted({round(float(x)) for x in np.geomspace(lo, max(hi, lo + n), n)})
 
 
 def timed(fn):  # type: ignore[no-untyped-def]
@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args(argv)
     load0 = os.getloadavg()
-    (trace, pages), load_s, _ = timed(lambda: (lambda t: (t, engine_pages(t)))(stackdist.read_mooncake(args.trace)))
+    trace, load_s, _ = timed(lambda: stackdist.read_mooncake(args.trace))
+    pages, reblock_s, _ = timed(lambda: engine_pages(trace))
+    load_s += reblock_s
     pools = pool_ladder(pages, args.pools)
     warm_up()
     sched = Schedule.from_service_model(trace)
@@ -87,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     for engine, schedule, decode, method in cases:
         s = "serial" if schedule == "serial" else sched
         if engine == "vllm":
-            res, wall, cpu = timed(lambda: simulate_vllm(pages, pools, s, decode, threads=args.threads,
-                                                         method=method, find_min_pool=False))
+            res, wall, cpu = timed(lambda s=s, d=decode, m=method: simulate_vllm(
+                pages, pools, s, d, threads=args.threads, method=m, find_min_pool=False))
         else:
-            res, wall, cpu = timed(lambda: simulate_sglang(pages, pools, s, decode, threads=args.threads,
-                                                           find_min_pool=False))
+            res, wall, cpu = timed(lambda s=s, d=decode: simulate_sglang(
+                pages, pools, s, d, threads=args.threads, find_min_pool=False))
         feasible = res.failed_request < 0
         rows.append({"engine": engine, "schedule": schedule, "decode": decode, "requested": method,
                      "method": res.method, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{engine:7s} {schedule:7s} {'decode' if decode else 'nodecode':9s} {res.method:10s} "
               f"wall {wall:7.2f} s  cpu {cpu:7.2f} s  infeasible {int((~feasible).sum())}/{len(pools)}", flush=True)
     out = {"trace": os.path.relpath(args.trace, REPO) if args.trace.startswith(str(REPO)) else args.trace,
-           "requests": pages.n_requests, "pages": int(len(pages.key)), "load_and_reblock_s": round(load_s, 3),
+           "requests": pages.n_requests, "pages": len(pages.key), "load_and_reblock_s": round(load_s, 3),
            "pools": pools, "threads": args.threads, "cpus": os.cpu_count(), "python": platform.python_version(),
            "load_average_before": [round(x, 2) for x in load0],
            "load_average_after": [round(x, 2) for x in os.getloadavg()], "runs": rows}

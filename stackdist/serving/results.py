@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ServingResult", "check_pools", "run_pools", "bisect_feasible"]
+__all__ = ["ServingResult", "bisect_feasible", "check_pools", "run_pools"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def check_pools(pools: Sequence[int | None], minimum: int) -> tuple[int | None, 
     return tuple(out)
 
 
-def run_pools(sim: Callable[[int], tuple[np.ndarray, int]], sizes: Sequence[int], threads: int = 2) -> list[tuple[np.ndarray, int]]:
+def run_pools(sim: Callable[[int | None], tuple[np.ndarray, int]], sizes: Sequence[int | None], threads: int = 2) -> list[tuple[np.ndarray, int]]:
     """Run ``sim(size) -> (hits, failed)`` for every size, on ``threads`` threads."""
     if threads <= 1 or len(sizes) <= 1:
         return [sim(s) for s in sizes]

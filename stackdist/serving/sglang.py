@@ -78,7 +78,7 @@ from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
 from .vllm import _schedule
 
-__all__ = ["simulate_sglang", "sglang_pool_run"]
+__all__ = ["sglang_pool_run", "simulate_sglang"]
 
 _B = 16
 _ROOT = 0

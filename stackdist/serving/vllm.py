@@ -85,9 +85,9 @@ import stackdist
 
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
-from .schedule import ARRIVAL, DECODE, FINISH, Events, Schedule, event_order
+from .schedule import Events, Schedule, event_order
 
-__all__ = ["simulate_vllm", "vllm_pool_run", "vllm_one_replay"]
+__all__ = ["simulate_vllm", "vllm_one_replay", "vllm_pool_run"]
 
 _B = 16
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from serving_reference import ref_events
+from traces_random import random_trace
 
 import stackdist
-from serving_reference import ref_events
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.schedule import ARRIVAL, FINISH, Schedule, event_order
-from traces_random import random_trace
 
 
 def test_event_order_equals_a_plain_sort() -> None:

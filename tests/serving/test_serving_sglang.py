@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from serving_reference import sglang_reference
+from traces_random import random_trace
 
 import stackdist
-from serving_reference import sglang_reference
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.sglang import _serial_min_pages, sglang_pool_run, simulate_sglang
-from traces_random import random_trace
 
 
 @pytest.mark.parametrize("timed", [False, True])

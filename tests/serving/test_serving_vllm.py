@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from serving_reference import vllm_reference
+from traces_random import random_trace
 
 import stackdist
-from serving_reference import vllm_reference
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.schedule import Schedule
-from stackdist.serving.vllm import _no_duplicates, _serial_min_pool, simulate_vllm, vllm_one_replay, vllm_pool_run
-from traces_random import random_trace
+from stackdist.serving.vllm import (
+    _no_duplicates,
+    _serial_min_pool,
+    simulate_vllm,
+    vllm_one_replay,
+    vllm_pool_run,
+)
 
 
 def _pools(lo: int) -> list[int | None]:
