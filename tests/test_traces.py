@@ -472,7 +472,7 @@ def test_read_requests_dispatch_and_default_block_sizes():
 def test_read_requests_rejects_unknown_format_and_block_size():
     with pytest.raises(UsageError) as info:
         read_requests(DATA / "mooncake_small.jsonl", format="sharegpt")
-    assert str(info.value) == "format must be one of mooncake, qwen, tokens, dynamo, got 'sharegpt'"
+    assert str(info.value) == "format must be one of mooncake, qwen, tokens, dynamo, lmcache, got 'sharegpt'"
     with pytest.raises(UsageError, match=r"block_size must be a positive integer \(tokens per KV block\), got 0"):
         read_requests(DATA / "mooncake_small.jsonl", block_size=0)
 

@@ -4,7 +4,8 @@
 - :mod:`.requests`: :class:`RequestTrace`, the one request-trace type (prompt KV blocks per
   request, prefix-chained).
 - :mod:`.hashed` (Mooncake, Qwen-Bailian), :mod:`.tokens` (token ids), :mod:`.dynamo` (Dynamo's
-  request trace, with workers, sessions, schedule and engine-reported hits): request readers;
+  request trace, with workers, sessions, schedule and engine-reported hits), :mod:`.lmcache`
+  (LMCache's lookup-hash logs): request readers;
   :mod:`.formats` dispatches by format name.
 - :mod:`.blocks`: prefix-chained block hashing, re-blocking into finer pages, dense ids.
 - :mod:`.lines`: the line-level parsing the readers share.
@@ -22,6 +23,7 @@ from .formats import (
     read_requests,
 )
 from .hashed import read_mooncake, read_qwen
+from .lmcache import read_lmcache
 from .requests import RequestTrace
 from .tokens import read_token_ids
 
@@ -37,6 +39,7 @@ __all__ = [
     "dense_ids",
     "read_access_trace",
     "read_dynamo",
+    "read_lmcache",
     "read_mooncake",
     "read_qwen",
     "read_requests",

@@ -12,13 +12,14 @@ from stackdist.errors import UsageError
 from .access import AccessTrace
 from .dynamo import read_dynamo
 from .hashed import read_mooncake, read_qwen
+from .lmcache import read_lmcache
 from .requests import RequestTrace, check_block_size
 from .tokens import read_token_ids
 
 __all__ = ["REQUEST_FORMATS", "DEFAULT_BLOCK_SIZE", "read_requests", "access_as_requests"]
 
-REQUEST_FORMATS = ("mooncake", "qwen", "tokens", "dynamo")
-DEFAULT_BLOCK_SIZE = {"mooncake": 512, "qwen": 16, "tokens": 16, "dynamo": 16}
+REQUEST_FORMATS = ("mooncake", "qwen", "tokens", "dynamo", "lmcache")
+DEFAULT_BLOCK_SIZE = {"mooncake": 512, "qwen": 16, "tokens": 16, "dynamo": 16, "lmcache": 256}
 
 
 def read_requests(
@@ -36,7 +37,7 @@ def read_requests(
     >>> read_requests("trace.jsonl", "parquet")
     Traceback (most recent call last):
     ...
-    stackdist.errors.UsageError: format must be one of mooncake, qwen, tokens, dynamo, got 'parquet'
+    stackdist.errors.UsageError: format must be one of mooncake, qwen, tokens, dynamo, lmcache, got 'parquet'
     """
     if format not in REQUEST_FORMATS:
         raise UsageError(f"format must be one of {', '.join(REQUEST_FORMATS)}, got {format!r}")
@@ -47,6 +48,8 @@ def read_requests(
         return read_qwen(path, block_size=size, skip_bad=skip_bad)
     if format == "dynamo":  # the block size is the file's own trace_block_size
         return read_dynamo(path, skip_bad=skip_bad)
+    if format == "lmcache":  # the block size is the logs' own chunk_size
+        return read_lmcache(path, skip_bad=skip_bad)
     return read_token_ids(path, block_size=size, partial_last_block=partial_last_block, skip_bad=skip_bad)
 
 
