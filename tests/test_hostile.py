@@ -314,3 +314,68 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o.json").exists()
+
+
+# ------------------------------------------------------------------ plan: bounds, empty input, table
+@pytest.mark.parametrize("argv,code,needle", [
+    (["--window", ""], 2, "--window"),
+    (["--window", "1e-6"], 2, "windows"),
+    (["--warmup", "100%"], 1, "nothing to answer from"),
+    (["--warmup", "8"], 1, "nothing to answer from"),
+    (["--warmup", "101%"], 2, "--warmup"),
+    (["--block-size", "1e30"], 2, "--block-size"),
+    (["--reblock", "7"], 2, "--reblock must divide"),
+    (["--reblock", str(2**70)], 2, "--reblock"),
+    (["--prices", "hbm=nan"], 2, "--prices"),
+    (["--prices", "hbm=inf"], 2, "--prices"),
+])
+def test_plan_arguments(capsys, req, argv, code, needle):
+    got, out, err = run(capsys, "plan", req, *argv)
+    assert got == code and "Traceback" not in err and needle in err, err
+    assert out == ""
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", "not json\n{}\n"])
+def test_plan_on_empty_or_all_bad_input_is_exit_1(capsys, tmp_path, content):
+    path = tmp_path / "e.jsonl"
+    path.write_text(content)
+    code, out, err = run(capsys, "plan", path, "--skip-bad")
+    one_line_error(err, code, 1, "nothing to answer from")
+
+
+def test_plan_csv_key_changing_size_names_the_line(capsys, tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text("a,2\nb,2\na,3\n")
+    code, _, err = run(capsys, "plan", path, "--format", "csv")
+    one_line_error(err, code, 1, f"{path}:3:")
+
+
+def test_model_config_beyond_int64_is_a_clear_error(capsys, tmp_path, req):
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"num_hidden_layers": 1%s, "num_attention_heads": 8, "hidden_size": 512, '
+                   '"torch_dtype": "float16"}' % ("0" * 30))
+    code, _, err = run(capsys, "plan", req, "--model-config", cfg)
+    one_line_error(err, code, 2, "--model-config")
+    cfg.write_text('{"num_hidden_layers": 2, "num_attention_heads": 8, "hidden_size": 512}')
+    code, _, err = run(capsys, "plan", req, "--model-config", cfg)
+    one_line_error(err, code, 2, "torch_dtype")
+    assert "dtype=" not in err
+
+
+def test_plan_table_says_what_the_json_has(capsys, req, tmp_path):
+    code, out, err = run(capsys, "plan", req, "--window", "3s", "--targets", "0.5,0.9", "-o", tmp_path / "p.json")
+    assert code == 0, err
+    assert "reuse hit rate" not in out.split("working set")[0]  # never a line that is 100 % by definition
+    assert "percentage points" in out and "cumulative" in out
+    report = json.loads((tmp_path / "p.json").read_text())
+    windows = report["semantics"]["engine"]["time_windows"]
+    assert out.count("of ceiling  ") >= 0 and len(windows) >= 2
+    assert out.count("50.0% of ceiling") >= 2 * len(windows) and out.count("90.0% of ceiling") >= 2 * len(windows)
+    assert "unreachable (above the" in out or "unreachable" not in out
+
+
+def test_plan_plot_and_json_are_written(capsys, req, tmp_path):
+    pytest.importorskip("matplotlib")
+    code, _, err = run(capsys, "plan", req, "--json", tmp_path / "p.json", "--plot", tmp_path / "p.png")
+    assert code == 0, err
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

@@ -16,12 +16,20 @@ from stackdist.planning.engine_plan import (
     parse_pools,
     per_request_columns,
     run_engine_models,
+    schedule_for,
 )
 from stackdist.planning.plan import PlanOptions, build_plan, parse_duration
 from stackdist.planning.prices import parse_prices
 from stackdist.serving.schedule import Schedule
 
 from .args import bounded_int, fraction_list
+from .budget_args import (
+    add_budget_arguments,
+    budget_epilog,
+    budget_options,
+    resolve_spec,
+    with_budget_pools,
+)
 from .common import add_version, record_line
 
 MAX_WINDOWS = 10_000
@@ -42,15 +50,15 @@ ceiling. Prices are per GB (1e9 bytes) and are assumptions unless you set --pric
 
 def add_plan_parser(sub: Any) -> None:
     p = sub.add_parser(
-        "plan", help="KV-cache capacity plan for a request trace", epilog=EXAMPLES,
+        "plan", help="KV-cache capacity plan for a request trace", epilog=EXAMPLES + budget_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="How much KV-cache memory buys each prefix hit rate, per semantics, in blocks, tokens and GiB.",
     )
     add_version(p)
     p.add_argument("trace", help="request trace (Mooncake JSONL by default)")
-    p.add_argument("--format", choices=["mooncake", "tokens", "qwen", "dynamo", "csv"], default="mooncake",
+    p.add_argument("--format", choices=["mooncake", "tokens", "qwen", "dynamo", "lmcache", "csv"], default="mooncake",
                    help="mooncake (hash_ids), tokens (token-id JSONL), qwen (Qwen-Bailian), dynamo (NVIDIA Dynamo's "
-                   "dynamo.request.trace.v1 JSONL, with workers and engine-reported hits), csv (key[,size]: one block per request)")
+                   "dynamo.request.trace.v1 JSONL, with workers and engine-reported hits), lmcache (LMCache's lookup-hash logs: a file or its folder), csv (key[,size]: one block per request)")
     p.add_argument("--block-size", type=bounded_int("--block-size", 1, 2**31), help="tokens per block (default: 512 mooncake, 16 tokens/qwen)")
     p.add_argument("--reblock", type=bounded_int("--reblock", 1, 2**31), metavar="TOKENS", help="split blocks into finer pages first (e.g. 512 -> 16)")
     p.add_argument("--partial-last-block", action="store_true", help="tokens format: also hash a final partial block")
@@ -87,7 +95,7 @@ def add_plan_parser(sub: Any) -> None:
                      help="one row per request: request,id,arrival_s,worker,input_tokens,output_tokens,hit_tokens_<N>... "
                      "(one file per model, FILE.<model>.csv, when several are asked for)")
     model = p.add_mutually_exclusive_group()
-    model.add_argument("--model", help="a known model name (default qwen2.5-1.5b, the lab's measured model)")
+    model.add_argument("--model", help="a bundled model or its Hugging Face repo id (listed below; default qwen2.5-1.5b, the lab's measured model)")
     model.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json for KV bytes per token")
     p.add_argument("--targets", default="0.9,0.95,0.99", help="prefix token hit-rate targets (default 0.9,0.95,0.99)")
     p.add_argument("--coverage", type=float, default=1.0, help="request coverage target Y in (0, 1] (default 1.0)")
@@ -101,17 +109,27 @@ def add_plan_parser(sub: Any) -> None:
                    help="also compute Belady's bound (evict the block reused furthest ahead) at the working sets")
     p.add_argument("--json", "--output", "-o", dest="json", metavar="OUT", help="write the full report as JSON to OUT ('-' for stdout instead of the table)")
     p.add_argument("--plot", metavar="PNG", help="draw the hit curves against GiB with the target lines (needs matplotlib)")
+    add_budget_arguments(p)
 
 
 def _options(args: argparse.Namespace) -> PlanOptions:
     from stackdist.planning.geometry import DEFAULT_MODEL, from_hf_config, geometry_for
 
-    if args.model_config:
-        geometry = from_hf_config(args.model_config)
-    elif args.model:
-        geometry = geometry_for(args.model)
-    else:
-        geometry = DEFAULT_MODEL
+    try:
+        if args.model_config:
+            geometry = from_hf_config(args.model_config)
+        elif args.model:
+            geometry = geometry_for(args.model)
+        else:
+            geometry = DEFAULT_MODEL
+        per_token = int(geometry.kv_bytes_per_token)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("pass dtype= to choose one", "add \"torch_dtype\" (e.g. \"bfloat16\") to the config")) from None
+    except (OverflowError, ValueError) as exc:
+        raise UsageError(f"--model-config {args.model_config}: the model's shapes cannot be used ({exc}).") from None
+    if not 0 < per_token <= 2**40:
+        raise UsageError(f"--model-config {args.model_config}: {per_token:,} KV bytes per token is not a real model "
+                         "(check num_hidden_layers, num_key_value_heads and head_dim).")
     if not 0 < args.coverage <= 1:
         raise UsageError(f"--coverage must be in (0, 1]; got {args.coverage}.")
     warm = args.warmup.strip()
@@ -130,9 +148,11 @@ def _options(args: argparse.Namespace) -> PlanOptions:
     tiers = fraction_list(args.tier_targets, "--tier-targets")
     if tiers != sorted(tiers) or len(tiers) > 3:
         raise UsageError(f"--tier-targets must be 1 to 3 non-decreasing fractions (HBM, DRAM, SSD); got {args.tier_targets!r}.")
+    spec = resolve_spec(args)  # with --kv-dtype; the catalog is in planning/geometry.py
     return PlanOptions(
         semantics=tuple(m for m in _models(args.semantics) if m not in ENGINE_MODELS),
-        geometry=geometry,
+        geometry=spec.geometry,
+        budgets=budget_options(args, spec),
         targets=fraction_list(args.targets, "--targets"),
         coverage_target=args.coverage,
         warmup_requests=warm_requests,
@@ -166,6 +186,8 @@ def _load(args: argparse.Namespace) -> Any:
     else:
         trace = read_requests(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block)
     if args.reblock is not None:
+        if trace.block_size % args.reblock:
+            raise UsageError(f"--reblock must divide the trace's block size ({trace.block_size} tokens); got {args.reblock}.")
         trace = reblock(trace, args.reblock)
     return trace
 
@@ -177,6 +199,7 @@ def run_plan(args: argparse.Namespace) -> int:
     options = _options(args)
     trace = _load(args)
     options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace))
+    options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
     results = run_engine_models(trace, options.engine, _stage) if options.engine.models else {}
     report = build_plan(trace, options, progress_factory=Progress, engine_results=results)
     if args.per_request:
@@ -279,9 +302,11 @@ def _write_per_request(path: str, trace: Any, options: PlanOptions, results: dic
     names = list(results)
     if not names:
         raise UsageError("--per-request needs an engine model: --semantics vllm or sglang.")
+    schedule = schedule_for(trace, options.engine)
+    arrival = None if schedule.is_serial else schedule.arrival_s
     for name in names:
         target = path if len(names) == 1 else _suffixed(path, name)
-        write_per_request(target, trace, per_request_columns(results[name]))
+        write_per_request(target, trace, per_request_columns(results[name]), arrival)
 
 
 def _suffixed(path: str, name: str) -> str:

@@ -126,20 +126,22 @@ def plot_curves(
     fig, ax = plt.subplots(figsize=(9, 5))
     for i, (label, xs, ys) in enumerate(series):
         kw = dict(styles[i]) if styles else {}
+        if kw.pop("sampled", False):  # exact at the marked capacities; the steps between them are a lower bound
+            kw = {"marker": ".", "ms": 3, **kw}
         kw.setdefault("where", "post")
         ax.step(xs, ys, label=label, **kw)
     top = max([float(np.max(y)) for _, _, y in series if np.size(y)] + [y for _, y in hlines] + [0.0])
     _percent_axis(ax, top)
     _target_lines(ax, hlines, top)
+    for k, (label, at) in enumerate(sorted(vlines, key=lambda v: v[1])):
+        # the lines are numbered where they meet the top edge; the labels go in one box (never overlapping)
+        ax.axvline(at, color="tab:red", lw=0.8, ls="--", zorder=1)
+        ax.annotate(f"{k + 1}", (at, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color="tab:red",
+                    ha="center", va="bottom")
     if vlines:
-        ylim = ax.get_ylim()[1]
-        order = sorted(range(len(vlines)), key=lambda i: vlines[i][1])
-        heights = [0.03 + 0.3 * (rank % 3) for rank in range(len(order))]  # stagger neighbours
-        for rank, i in enumerate(order):
-            label, at = vlines[i]
-            ax.axvline(at, color="tab:red", lw=0.8, ls="--")
-            ax.annotate(label, (at, heights[rank] * ylim), fontsize=7, rotation=90, color="tab:red",
-                        xytext=(2, 0), textcoords="offset points", va="bottom")
+        box = "\n".join(f"{k + 1}: {label}" for k, (label, _) in enumerate(sorted(vlines, key=lambda v: v[1])))
+        ax.text(0.01, 0.98, box, transform=ax.transAxes, fontsize=7, color="tab:red", va="top", ha="left",
+                bbox={"boxstyle": "round", "fc": "white", "ec": "lightgrey", "alpha": 0.9})
     if xscale == "symlog":
         positive = [float(np.min(x[x > 0])) for _, x, _ in series if np.any(np.asarray(x) > 0)]
         ax.set_xscale("symlog", linthresh=min(positive) if positive else 1.0)
@@ -152,7 +154,7 @@ def plot_curves(
     if title:
         ax.set_title(title, fontsize=10)
     if len(series) > 1:
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="lower right", framealpha=0.9)
     save_png(fig, path)
     plt.close(fig)
 
@@ -193,25 +195,32 @@ def plot_tiers(path: str | os.PathLike[str], result: dict[str, Any], *, source: 
 
 def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float]) -> None:
     """The plan's hit curves against GiB with the ceiling, the targets and the working sets:
-    one colour per metric, one line style per semantics."""
+    one colour per metric, one line style per semantics (engine wide and solid under a thin
+    dashed per-access line, so neither hides the other). The plan holds the curves at sampled
+    capacities (exact there), so they are drawn as points."""
     series, styles = [], []
     for name, sem in report["semantics"].items():
         c = sem["curve"]
-        ls = STYLES.get(name, ":")
+        engine = name == "engine"
         gib = np.array(c["capacity_gib"])
-        series.append((f"{name}: prefix token hit rate", gib, np.array(c["prefix_token_hit_rate"])))
-        styles.append({"ls": ls, "color": "C0"})
-        series.append((f"{name}: block hit rate", gib, np.array(c["block_hit_rate"])))
-        styles.append({"ls": ls, "color": "C1"})
+        for metric, colour in (("prefix_token_hit_rate", "C0"), ("block_hit_rate", "C1")):
+            series.append((f"{name}: {metric.replace('_', ' ')}", gib, np.array(c[metric])))
+            styles.append({"sampled": True, "ls": STYLES.get(name, ":"), "color": colour,
+                           "lw": 3.0 if engine else 1.2, "alpha": 0.45 if engine else 1.0, "zorder": 2 if engine else 3})
     first_name, first = next(iter(report["semantics"].items()))
     ceiling = first["summary"]["ceiling_token_hit_rate"]
     hlines = [(f"ceiling {ceiling:.1%} ({first_name})", ceiling)] + [(f"{t:.0%} of ceiling", t * ceiling) for t in targets]
-    vlines = [(f"{w['target']:.0%} of ceiling: {w['fraction_of_ceiling']['gib']:.2f} GiB", w["fraction_of_ceiling"]["gib"])
-              for w in first["working_set"] if w["fraction_of_ceiling"]]
+    vlines = [(f"{first_name}: {w['target']:.0%} of the ceiling needs {w['fraction_of_ceiling']['gib']:,.2f} GiB",
+               w["fraction_of_ceiling"]["gib"]) for w in first["working_set"] if w["fraction_of_ceiling"]]
     t, m = report["trace"], report["model"]
-    warm = report.get("counted", {}).get("warmup_requests", report.get("options", {}).get("warmup_requests", 0))
-    title = (f"KV-cache hit rate vs capacity: {os.path.basename(str(t['source']))}, {m['name']}, "
-             f"{t['block_size_tokens']}-token blocks\nsemantics {', '.join(report['semantics'])} "
-             f"(solid engine, dashed per-access); warm-up {warm} requests excluded")
-    plot_curves(path, series, xlabel="KV-cache capacity (GiB = 2^30 bytes; symlog axis)", hlines=hlines,
-                vlines=vlines, title=title, xscale="symlog", styles=styles)
+    counted = report.get("counted", {})
+    warm = f"{counted.get('warmup_requests', 0):,} requests" + (
+        f" / {counted['warmup_seconds']:g} s" if counted.get("warmup_seconds") else "")
+    points = len(first["curve"]["capacity_gib"])
+    title = (f"KV-cache hit rate vs capacity: {os.path.basename(str(t['source']))}, model {m['name']}, "
+             f"{t['block_size_tokens']}-token blocks\n"
+             f"semantics: {', '.join(report['semantics'])} "
+             f"(solid engine, dashed per-access); warm-up {warm} excluded; exact at {points} capacities")
+    plot_curves(path, series, xlabel="KV-cache capacity (GiB = 2^30 bytes; symlog axis)",
+                ylabel="hit rate (counted requests)", hlines=hlines, vlines=vlines, title=title, xscale="symlog",
+                styles=styles)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from stackdist.planning.schema import Capacity, EngineModelPlan, Plan
+
+from .budgets import budget_lines
 
 __all__ = ["render_plan_table"]
 
 
-def _fmt_cap(cap: Capacity | None) -> str:
+def _fmt_cap(cap: Capacity | None, why: str = "") -> str:
     if cap is None:
-        return "unreachable"
+        return "unreachable" + (f" ({why})" if why else "")
     return f"{cap['blocks']:>9,} blocks  {cap['tokens']:>12,} tokens  {cap['gib']:9.2f} GiB"
 
 
@@ -27,10 +31,11 @@ def render_plan_table(report: Plan) -> str:
         s = sem["summary"]
         lines += ["", f"== {name} semantics ==",
                   f"ceiling (infinite cache): prefix token hit rate {s['ceiling_token_hit_rate']:.2%}, "
-                  f"block hit rate {s['ceiling_block_hit_rate']:.2%}, reuse hit rate {s['ceiling_reuse_hit_rate']:.2%}",
+                  f"block hit rate {s['ceiling_block_hit_rate']:.2%}",
                   "working set for a prefix token hit rate of:"]
+        above = f"above the {s['ceiling_token_hit_rate']:.2%} ceiling: first uses of a block always miss"
         for w in sem["working_set"]:
-            lines.append(f"  {w['target']:>6.1%} absolute          {_fmt_cap(w['token_hit_rate'])}")
+            lines.append(f"  {w['target']:>6.1%} absolute          {_fmt_cap(w['token_hit_rate'], above)}")
             lines.append(f"  {w['target']:>6.1%} of the ceiling    {_fmt_cap(w['fraction_of_ceiling'])}")
         cov = sem["coverage"]
         lines.append(f"request coverage (first ceil(H x {cov['target']:g}) reusable blocks hit), "
@@ -39,17 +44,8 @@ def render_plan_table(report: Plan) -> str:
             lines.append(f"  {q:>6} of requests with reuse  {_fmt_cap(cap)}")
         for plan, what in ((sem["tier_plan"], "of the ceiling's prefix tokens"),
                            (sem["tier_plan_by_coverage"], "of requests with reuse covered")):
-            lines.append(f"tier plan, targets as fractions {what} (exclusive bands of one LRU stack; prices "
-                         + ("assumed" if plan["prices_are_assumptions"] else "given") + "):")
-            for tier in plan["tiers"]:
-                lines.append(f"  {tier['tier']:<4} {tier['target']:>6.1%}  "
-                             f"{tier['blocks']:>9,} blocks {tier['gib']:9.2f} GiB  ${tier['cost_usd']:,.2f}")
-            lines.append(f"  total ${plan['total_cost_usd']:,.2f}")
-        for row in sem.get("time_windows", []):
-            ws = row["window"]["working_set_fraction_of_ceiling"]
-            first = next(iter(ws))
-            lines.append(f"  window {row['start_s']:>8.0f}-{row['end_s']:<8.0f}s {row['requests']:>6,} req  ceiling "
-                         f"{row['window']['ceiling_token_hit_rate']:.1%}  ws({first} of ceiling) {_fmt_cap(ws[first])}")
+            lines += _tier_lines(plan, what)
+        lines += _window_lines(sem.get("time_windows", []))
     if "comparison" in report:
         lines += ["", "== per-access vs engine =="]
         for r in report["comparison"]["working_sets"]:
@@ -57,8 +53,8 @@ def render_plan_table(report: Plan) -> str:
             lines.append(f"  {r['fraction_of_ceiling']:>6.1%} of ceiling: engine {_fmt_cap(r['engine'])}")
             lines.append(f"  {'':>6}  per-access {_fmt_cap(r['per_access'])}" + (f"  (x{ratio:.2f})" if ratio else ""))
         gap = report["comparison"]["max_prefix_token_hit_rate_gap"]
-        lines.append(f"  largest prefix token hit-rate gap (engine - per-access): {gap['engine_minus_per_access']:+.2%} "
-                     f"at {gap['at']['gib']:.2f} GiB")
+        lines.append(f"  largest prefix token hit-rate gap (engine - per-access): "
+                     f"{gap['engine_minus_per_access'] * 100:+.2f} percentage points at {gap['at']['gib']:.2f} GiB")
     if report.get("optimal_bound"):
         lines += ["", "== optimal bound (Belady: evicts the block reused furthest ahead; needs the future) =="]
         for ws in report["optimal_bound"]["working_sets"]:
@@ -71,7 +67,45 @@ def render_plan_table(report: Plan) -> str:
                          f"hit rate; {lru}")
     for section in report.get("engine_models", {}).values():
         lines += ["", *_engine_lines(section)]
+    if "budgets" in report:
+        lines += ["", *budget_lines(report["budgets"])]
     return "\n".join(lines) + "\n"
+
+
+def _tier_lines(plan: Any, what: str) -> list[str]:
+    """One tier plan: a line per tier (with the prefix token hit rate its cumulative size buys)."""
+    lines = [f"tier plan, targets as fractions {what} (exclusive bands of one LRU stack; prices in US$ per GB "
+             "of 1e9 bytes, " + ("assumed" if plan["prices_are_assumptions"] else "given") + "):"]
+    for tier in plan["tiers"]:
+        rate = tier.get("token_hit_rate_at_cumulative")
+        buys = "" if rate is None else f"  (prefix token hit rate {rate:.2%} up to this tier)"
+        lines.append(f"  {tier['tier']:<4} {tier['target']:>6.1%}  "
+                     f"{tier['blocks']:>9,} blocks {tier['gib']:9.2f} GiB  ${tier['cost_usd']:,.2f}{buys}")
+    lines.append(f"  total ${plan['total_cost_usd']:,.2f}")
+    first = plan["tiers"][0] if plan["tiers"] else None
+    if plan.get("basis") == "coverage" and first is not None and first["blocks"] <= 2:
+        lines.append(f"  note: {first['target']:.0%} of requests with reuse are covered by {first['blocks']} block(s), "
+                     "which is typically just the shared system-prompt prefix; do not size HBM from this line alone "
+                     "(the token plan above is the one that buys hit rate)")
+    return lines
+
+
+def _window_lines(rows: list[Any]) -> list[str]:
+    """Per time window and cumulatively (every window up to its end): the ceiling and every target."""
+    if not rows:
+        return []
+    targets = list(rows[0]["window"]["working_set_fraction_of_ceiling"])
+    lines = [f"time windows (working set for each target as a fraction of the ceiling; 'cumulative' = from the "
+             f"first counted request to the window's end):"]
+    for row in rows:
+        for label in ("window", "cumulative"):
+            part = row[label]
+            head = (f"  {row['start_s']:>8.0f}-{row['end_s']:<8.0f}s {row['requests']:>6,} req" if label == "window"
+                    else f"  {'':>8} {'cumulative':<9} {'':>6}    ")
+            lines.append(f"{head}  ceiling {part['ceiling_token_hit_rate']:6.2%}")
+            for t in targets:
+                lines.append(f"  {'':>30}{float(t):>7.1%} of ceiling {_fmt_cap(part['working_set_fraction_of_ceiling'][t])}")
+    return lines
 
 
 def _engine_lines(section: EngineModelPlan) -> list[str]:
