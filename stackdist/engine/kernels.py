@@ -449,3 +449,25 @@ def table_histogram(table, unit, packed):
             cum_sizes[m] = total
             m += 1
     return values[:m], cum_hits[:m], cum_sizes[:m]
+
+
+@njit(cache=True, nogil=True)
+def split_runs(ids, lengths, piece, per_id, out_ids, out_lengths):
+    """Cut run ``r`` (``lengths[r]`` units, id ``ids[r]``) into pieces of ``piece`` units (the
+    last one holds the remainder) with ids ``ids[r] * per_id + j``, j = 0, 1, ...; written into
+    ``out_ids`` / ``out_lengths`` (sized by the caller: sum of ceil(length / piece)). O(pieces)."""
+    pos = 0
+    for r in range(ids.shape[0]):
+        left = lengths[r]
+        base = ids[r] * per_id
+        j = 0
+        while left > piece:
+            out_ids[pos] = base + j
+            out_lengths[pos] = piece
+            left -= piece
+            pos += 1
+            j += 1
+        if left > 0:
+            out_ids[pos] = base + j
+            out_lengths[pos] = left
+            pos += 1

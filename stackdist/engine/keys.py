@@ -151,14 +151,22 @@ def first_size_change(keys: np.ndarray, sizes: np.ndarray | None) -> int | None:
 
 
 def unique_sorted(values: np.ndarray) -> np.ndarray:
-    """The sorted distinct values of an array: one sort and a mask.
+    """The sorted distinct values of an array: a presence table when they are non-negative
+    integers below about twice their count (O(n), no sort), else one sort and a mask.
 
     (``np.unique`` on large integer arrays is many times slower on some numpy versions.)
 
-    >>> unique_sorted(np.array([3, 1, 3, 2])).tolist()
-    [1, 2, 3]
+    >>> unique_sorted(np.array([3, 1, 3, 2])).tolist(), unique_sorted(np.array([10**12, -1, 10**12])).tolist()
+    ([1, 2, 3], [-1, 1000000000000])
     """
-    ordered = np.sort(np.asarray(values).ravel())
+    arr = np.asarray(values).ravel()
+    if arr.size > 64 and arr.dtype.kind in "iu":
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo >= 0 and hi < 2 * arr.size + 1024:
+            seen = np.zeros(hi + 1, bool)
+            seen[arr] = True
+            return np.flatnonzero(seen).astype(arr.dtype, copy=False)
+    ordered = np.sort(arr)
     if ordered.size == 0:
         return ordered
     return ordered[np.r_[True, ordered[1:] != ordered[:-1]]]

@@ -55,16 +55,21 @@ class PrefixCurve:
         trace = replay.trace
         self.replay = replay
         self.request_mask = _request_mask(trace, requests)
-        blocks = np.repeat(self.request_mask, trace.blocks_per_request())
-        tokens = trace.block_tokens[blocks]
-        depths, effective = replay.depths[blocks], replay.effective[blocks]
         self.n_requests = int(self.request_mask.sum())
-        self.n_blocks = int(blocks.sum())
+        if self.n_requests == trace.n_requests:  # every request counts: no copies
+            tokens, depths, effective = trace.block_tokens, replay.depths, replay.effective
+        else:
+            blocks = np.repeat(self.request_mask, trace.blocks_per_request())
+            tokens, depths, effective = trace.block_tokens[blocks], replay.depths[blocks], replay.effective[blocks]
+        self.n_blocks = int(depths.shape[0])
         self.cold_blocks = int(np.count_nonzero(depths == COLD))
         self.input_tokens = int(trace.input_length[self.request_mask].sum())
         self.block_tokens = int(tokens.sum())
-        self._per_block = Histogram.build(depths if replay.semantics == "per-access" else effective, tokens)
-        self._prefix = Histogram.build(effective, tokens)
+        self._prefix = Histogram.build(effective, tokens, self.block_tokens)
+        # Engine semantics: the blocks that hit are those of the hit prefix, so one histogram.
+        per_access = replay.semantics == "per-access"
+        self._per_block = Histogram.build(depths, tokens, self.block_tokens) if per_access else self._prefix
+        self._coverage: dict[float, np.ndarray] = {}
 
     @property
     def semantics(self) -> str:
@@ -188,8 +193,15 @@ class PrefixCurve:
 
     def coverage_needs(self, target: float = 1.0) -> np.ndarray:
         """Per counted request, the capacity at which its first ceil(H x target) reusable blocks
-        hit (H: its prefix blocks that would hit in an infinite cache); 0 when that is none."""
-        return coverage_needs(self.replay, target)[self.request_mask]
+        hit (H: its prefix blocks that would hit in an infinite cache); 0 when that is none.
+        Computed once per target (the array is read-only)."""
+        if target not in self._coverage:
+            needs = coverage_needs(self.replay, target)
+            if self.n_requests != needs.shape[0]:
+                needs = needs[self.request_mask]
+            needs.flags.writeable = False
+            self._coverage[target] = needs
+        return self._coverage[target]
 
     def coverage_capacity(
         self, target: float = 1.0, quantiles: Sequence[float] = (0.5, 0.9, 0.95, 0.99, 0.999), reusable_only: bool = False

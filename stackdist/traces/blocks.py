@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from stackdist.engine import kernels
 from stackdist.errors import UsageError
 
 from .requests import RequestTrace
@@ -157,12 +158,19 @@ def reblock(trace: RequestTrace, new_block_size: int) -> RequestTrace:
     pages = (tokens + (new_block_size - 1)) // new_block_size
     page_end = np.cumsum(pages)
     n_pages = int(page_end[-1]) if page_end.size else 0
-    coarse = np.repeat(np.arange(trace.n_blocks, dtype=np.int64), pages)
-    j = np.arange(n_pages, dtype=np.int64) - np.repeat(page_end - pages, pages)
-    page_tokens = np.full(n_pages, new_block_size, dtype=np.int64)
-    page_tokens[page_end - 1] = tokens - new_block_size * (pages - 1)
     page_offsets = np.concatenate(([0], page_end))[trace.offsets]
-    new_ids = _page_ids(trace.block_ids, coarse, j, k)
+    ids = trace.block_ids
+    if ids.size and int(ids.min()) >= 0 and int(ids.max()) * k + (k - 1) <= _INT64_MAX:
+        # The common case (dense non-negative ids): one compiled pass writes ids and tokens.
+        new_ids = np.empty(n_pages, np.int64)
+        page_tokens = np.empty(n_pages, np.int64)
+        kernels.split_runs(ids.astype(np.int64, copy=False), tokens, new_block_size, k, new_ids, page_tokens)
+    else:
+        coarse = np.repeat(np.arange(trace.n_blocks, dtype=np.int64), pages)
+        j = np.arange(n_pages, dtype=np.int64) - np.repeat(page_end - pages, pages)
+        page_tokens = np.full(n_pages, new_block_size, dtype=np.int64)
+        page_tokens[page_end - 1] = tokens - new_block_size * (pages - 1)
+        new_ids = _page_ids(ids, coarse, j, k)
     return dataclasses.replace(
         trace, block_ids=new_ids, offsets=page_offsets, block_tokens=page_tokens, block_size=new_block_size
     )
