@@ -150,8 +150,10 @@ def _time_windows(replay: PrefixReplay, counted: np.ndarray, width: float, units
     return rows
 
 
-def _semantics_report(replay: PrefixReplay, counted: np.ndarray, options: PlanOptions, units: _Units) -> dict[str, Any]:
-    curve = PrefixCurve(replay, counted)
+def _semantics_report(
+    replay: PrefixReplay, counted: np.ndarray, options: PlanOptions, units: _Units, curve: PrefixCurve | None = None
+) -> dict[str, Any]:
+    curve = curve if curve is not None else PrefixCurve(replay, counted)  # one curve per semantics
     working = _working_sets(curve, units, options.targets)
     marks = [w[k]["blocks"] for w in working for k in ("token_hit_rate", "fraction_of_ceiling") if w[k]]
     report = {
@@ -219,8 +221,8 @@ def build_plan(
         finally:
             if progress is not None:
                 progress.close()
-        curves[semantics] = PrefixCurve(replay, counted)
-        report["semantics"][semantics] = _semantics_report(replay, counted, options, units)
+        curves[semantics] = PrefixCurve(replay, counted)  # every metric reads it
+        report["semantics"][semantics] = _semantics_report(replay, counted, options, units, curves[semantics])
     if len(curves) == 2:
         report["comparison"] = _comparison(curves, units, options.targets)
     if options.optimal and curves:
