@@ -206,3 +206,29 @@ def test_console_script_points_at_main(repo_root: Path) -> None:
 def test_lab_doctests_pass() -> None:
     result = doctest.testmod(lab)
     assert result.attempted > 0 and result.failed == 0
+
+
+STANDALONE = {"kvsim.py", "scenario.py", "summarize.py"}
+
+
+def test_kvlab_uses_one_writer_one_plot_loader_one_price_table_one_usage_error(repo_root: Path) -> None:
+    """docs/architecture.md rule 4, for kvlab: only the standalone lab files (standard library
+    only) may carry their own atomic writer; everything else uses stackdist's one of each."""
+    import ast
+
+    for path in sorted((repo_root / "kvlab").rglob("*.py")):
+        if path.name in STANDALONE and path.parent.name == "kvlab":
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {(node.module or "", alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                    for alias in node.names}
+        modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        where = path.relative_to(repo_root)
+        assert "tempfile" not in modules, f"{where}: its own temporary-file writer"
+        assert not {m for m in modules if m.startswith("matplotlib")}, f"{where}: its own matplotlib loader"
+        assert not {name for module, name in imported if module.endswith("summarize") and "atomic" in name}, \
+            f"{where}: uses summarize's standalone writer"
+        prices = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value == 187.5]  # the HBM price
+        assert not prices, f"{where}:{prices[0].lineno if prices else 0}: its own price table"
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "UsageError"], \
+            f"{where}: its own UsageError"
