@@ -309,8 +309,17 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
     os.mkfifo(fifo)  # opening it blocks until interrupted
     proc = subprocess.Popen([sys.executable, "-m", "stackdist", "curve", str(fifo), "-o", str(tmp_path / "o.json")],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.5)
+    deadline = time.monotonic() + 60
+    while True:  # wait until the child opens the FIFO (it is then past its imports, reading)
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+    time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
+    os.close(writer)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o.json").exists()
@@ -339,7 +348,7 @@ def test_plan_arguments(capsys, req, argv, code, needle):
 def test_plan_on_empty_or_all_bad_input_is_exit_1(capsys, tmp_path, content):
     path = tmp_path / "e.jsonl"
     path.write_text(content)
-    code, out, err = run(capsys, "plan", path, "--skip-bad")
+    code, _, err = run(capsys, "plan", path, "--skip-bad")
     one_line_error(err, code, 1, "nothing to answer from")
 
 
@@ -379,3 +388,20 @@ def test_plan_plot_and_json_are_written(capsys, req, tmp_path):
     code, _, err = run(capsys, "plan", req, "--json", tmp_path / "p.json", "--plot", tmp_path / "p.png")
     assert code == 0, err
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plan_per_request_output_is_guarded_too(capsys, req):
+    before = req.read_bytes()
+    code, _, err = run(capsys, "plan", req, "--semantics", "vllm", "--per-request", req)
+    one_line_error(err, code, 2, "is the input")
+    assert req.read_bytes() == before
+
+
+def test_tiers_bounds_the_number_of_gpu_capacities(capsys, t):
+    code, _, err = run(capsys, "tiers", t, "--gpu", ",".join(["1"] * 300))
+    one_line_error(err, code, 2, "--gpu")
+
+
+def test_output_names_with_nul_are_usage_errors(capsys, t):
+    code, _, err = run(capsys, "curve", t, "-o", "a\0b")
+    assert code == 2 and "Traceback" not in err

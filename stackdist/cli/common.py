@@ -108,10 +108,12 @@ def load_curve(args: argparse.Namespace) -> Any:
     """Read the trace named by ``args`` and replay it once into a HitCurve (progress on stderr)."""
     from stackdist.engine import HitCurve
     from stackdist.engine.keys import first_size_change
-    from stackdist.output import Progress
+    from stackdist.output import Progress, stage
     from stackdist.traces import REQUEST_FORMATS, read_access_trace, read_requests
 
     access_window(args.window, "--window")  # a bad --window is a usage error before any reading
+    command = f"stackdist {getattr(args, 'command', '')}".strip()
+    stage(command, f"reading {args.trace}")
     if args.format in REQUEST_FORMATS:
         keys, sizes = read_requests(args.trace, args.format).block_ids, None
     else:
@@ -127,11 +129,20 @@ def load_curve(args: argparse.Namespace) -> Any:
     start, stop = access_range(args, n)
     require_data(stop - start, args.trace, f"no accesses are counted (--window {args.window or ':'}, "
                  f"--warmup {getattr(args, 'warmup', None) or 0}, {n:,} accesses in the trace)")
+    stage(command, f"replaying {n:,} accesses (counting {stop - start:,})")
     progress = Progress("replay")
     try:
         return HitCurve.from_trace(keys, sizes, (start, stop), progress=progress)
     finally:
         progress.close()
+
+
+def require_matplotlib() -> None:
+    """A ``--plot`` without matplotlib is a usage error before any work (exit 2, with the hint)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise UsageError("--plot needs matplotlib; install it with: pip install 'stackdist[plot]'")
 
 
 def _os_message(exc: OSError) -> str:
@@ -160,6 +171,8 @@ def run_command(name: str, run: Callable[[], int], outputs: list[tuple[str, Any]
 
     try:
         check_outputs(outputs, inputs)
+        if any(flag == "--plot" and value for flag, value in outputs):
+            require_matplotlib()
         return run()
     except UsageError as exc:
         return fail(EXIT_USAGE, str(exc))

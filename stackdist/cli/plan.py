@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from stackdist.errors import TraceFormatError, UsageError, require_data
-from stackdist.output import Progress, write_json, write_stdout
+from stackdist.output import Progress, check_outputs, write_json, write_stdout
 from stackdist.planning.engine_plan import (
     ENGINE_MODELS,
     ROUTERS,
@@ -196,6 +196,8 @@ def run_plan(args: argparse.Namespace) -> int:
     """Read, plan once, render: the table (or JSON) to stdout, then the optional files."""
     from stackdist.render.table import render_plan_table
 
+    check_outputs([("--json", args.json), ("--plot", args.plot), ("--per-request", args.per_request)],
+                  [args.trace, args.model_config, args.schedule])
     options = _options(args)
     trace = _load(args)
     options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace))

@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from stackdist.output import write_json
+from stackdist.errors import UsageError
+from stackdist.output import stage, write_json
 
 from .args import bounded_int, int_list
 from .common import add_trace_arguments, load_curve, tool_header
 from .curve import MAX_POINTS, capacities
 
-__all__ = ["add_tiers_parser", "run_tiers"]
+__all__ = ["MAX_GPUS", "add_tiers_parser", "run_tiers"]
+
+MAX_GPUS = 256
+"""The most GPU capacities one ``tiers`` run may ask for (each costs a replay of its miss stream)."""
 
 EXAMPLES_TIERS = """examples:
   stackdist tiers trace.csv --gpu 4096                 # CPU curve for a 4096-unit GPU tier
@@ -42,9 +46,12 @@ def run_tiers(args: argparse.Namespace) -> int:
     from stackdist.engine.tiers import exclusive_grid, inclusive_grid, inclusive_tiers
 
     gpus = [v for text in args.gpu for v in int_list(text, "--gpu")]
+    if len(gpus) > MAX_GPUS:
+        raise UsageError(f"--gpu: at most {MAX_GPUS} GPU capacities (each costs one replay); got {len(gpus):,}.")
     if args.cpu is not None:
         int_list(args.cpu, "--cpu")  # a bad --cpu is a usage error before any reading
     curve = load_curve(args)
+    stage("stackdist tiers", f"replaying the GPU-miss stream of {len(gpus)} GPU capacit{'y' if len(gpus) == 1 else 'ies'}")
     tiers = inclusive_tiers(gpu_capacities=gpus, curve=curve)
     cpu_caps = capacities(curve, args.cpu, args.cpu_points, "--cpu", "--cpu-points")
     grid = inclusive_grid(tiers, cpu_caps)

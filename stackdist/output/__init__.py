@@ -13,7 +13,7 @@ from .files import (
            write_stdout,
 )
 from .jsonfmt import dumps_json, json_default
-from .progress import Progress
+from .progress import Progress, stage
 
-__all__ = ["Progress", "check_outputs", "check_writable", "dumps_json", "is_stream", "json_default", "same_file",
+__all__ = ["Progress", "check_outputs", "check_writable", "dumps_json", "is_stream", "json_default", "same_file", "stage",
            "write_atomic", "write_json", "write_stdout"]

@@ -160,8 +160,8 @@ def check_writable(path: str | os.PathLike[str] | None, name: str) -> None:
     if path is None:
         return
     text = os.fspath(path)
-    if text == "":
-        raise UsageError(f"{name} needs a file name; got ''.")
+    if text == "" or "\0" in text:
+        raise UsageError(f"{name} needs a file name; got {text!r}.")
     if is_stream(text):
         return
     real = Path(os.path.realpath(text))

@@ -6,7 +6,7 @@ import sys
 import time
 from typing import TextIO
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "stage"]
 
 
 class Progress:
@@ -38,3 +38,13 @@ class Progress:
         if self._shown:
             self.stream.write("\r" + " " * 79 + "\r")
             self.stream.flush()
+
+
+def stage(command: str, label: str, stream: TextIO | None = None, enabled: bool | None = None) -> None:
+    """Name a stage of a long command on stderr (``stackdist curve: replaying 3,000,000 accesses``),
+    only when stderr is a terminal (so scripts and tests see a clean stderr)."""
+    out = stream or sys.stderr
+    if out is None or not (out.isatty() if enabled is None else enabled):
+        return
+    out.write(f"{command}: {label}\n")
+    out.flush()

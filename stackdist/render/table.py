@@ -30,8 +30,8 @@ def render_plan_table(report: Plan) -> str:
     for name, sem in report["semantics"].items():
         s = sem["summary"]
         lines += ["", f"== {name} semantics ==",
-                  f"ceiling (infinite cache): prefix token hit rate {s['ceiling_token_hit_rate']:.2%}, "
-                  f"block hit rate {s['ceiling_block_hit_rate']:.2%}",
+                  (f"ceiling (infinite cache): prefix token hit rate {s['ceiling_token_hit_rate']:.2%}, "
+                   f"block hit rate {s['ceiling_block_hit_rate']:.2%}"),
                   "working set for a prefix token hit rate of:"]
         above = f"above the {s['ceiling_token_hit_rate']:.2%} ceiling: first uses of a block always miss"
         for w in sem["working_set"]:
@@ -95,8 +95,8 @@ def _window_lines(rows: list[Any]) -> list[str]:
     if not rows:
         return []
     targets = list(rows[0]["window"]["working_set_fraction_of_ceiling"])
-    lines = [f"time windows (working set for each target as a fraction of the ceiling; 'cumulative' = from the "
-             f"first counted request to the window's end):"]
+    lines = [("time windows (working set for each target as a fraction of the ceiling; 'cumulative' = from the "
+              "first counted request to the window's end):")]
     for row in rows:
         for label in ("window", "cumulative"):
             part = row[label]
