@@ -24,7 +24,10 @@ Two tiers (GPU + an inclusive CPU tier), every CPU capacity at once per GPU capa
 The package is laid out by concept (``docs/architecture.md``): :mod:`stackdist.traces`
 (readers) -> :mod:`stackdist.serving` (what an engine does with requests) -> :mod:`stackdist.engine`
 (replays, histograms, curves) -> :mod:`stackdist.planning` (answers in GiB and US$) ->
-:mod:`stackdist.render` / :mod:`stackdist.cli`. This ``__init__`` only re-exports.
+:mod:`stackdist.render` / :mod:`stackdist.cli`. This ``__init__`` only re-exports, lazily
+(PEP 562): ``import stackdist`` loads no numpy or numba; each name imports its subpackage
+on first use, so ``stackdist --help`` starts fast while ``from stackdist import hit_curve``,
+``stackdist.hit_curve`` and ``dir(stackdist)`` work as before.
 
 Request traces with prefix-cache semantics (``engine`` or ``per-access``):
 
@@ -33,45 +36,79 @@ Request traces with prefix-cache semantics (``engine`` or ``per-access``):
 >>> plan.min_capacity_for(fraction_of_ceiling=0.9)                                  # doctest: +SKIP
 """
 
-from .engine import (
-    COLD,
-    CurveSteps,
-    HitCurve,
-    StackDistanceStream,
-    compare_organisations,
-    dense_keys,
-    engine_depths,
-    exclusive_grid,
-    exclusive_hits,
-    hit_curve,
-    inclusive_grid,
-    inclusive_tiers,
-    parse_window,
-    stack_distances,
-)
+from typing import TYPE_CHECKING, Any
+
 from .errors import TraceFormatError, UsageError
-from .planning import (
-    DEFAULT_MODEL,
-    ModelGeometry,
-    PrefixCurve,
-    coverage_needs,
-    from_hf_config,
-    geometry_for,
-    tier_plan,
-)
-from .serving import PrefixReplay, replay_requests, request_hits
-from .traces import (
-    AccessTrace,
-    RequestTrace,
-    chain_hashes,
-    read_access_trace,
-    read_mooncake,
-    read_qwen,
-    read_requests,
-    read_token_ids,
-    reblock,
-)
 from .version import __version__
+
+if TYPE_CHECKING:  # the eager form, for type checkers
+    from .engine import (
+        COLD,
+        CurveSteps,
+        HitCurve,
+        StackDistanceStream,
+        compare_organisations,
+        dense_keys,
+        engine_depths,
+        exclusive_grid,
+        exclusive_hits,
+        hit_curve,
+        inclusive_grid,
+        inclusive_tiers,
+        parse_window,
+        stack_distances,
+    )
+    from .planning import (
+        DEFAULT_MODEL,
+        ModelGeometry,
+        PrefixCurve,
+        coverage_needs,
+        from_hf_config,
+        geometry_for,
+    )
+    from .planning.tier_plan import tier_plan
+    from .serving import PrefixReplay, replay_requests, request_hits
+    from .traces import (
+        AccessTrace,
+        RequestTrace,
+        chain_hashes,
+        read_access_trace,
+        read_mooncake,
+        read_qwen,
+        read_requests,
+        read_token_ids,
+        reblock,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: import the subpackage that defines ``name`` on first use, then keep it here."""
+    homes = {
+        "engine": ("COLD", "CurveSteps", "HitCurve", "StackDistanceStream", "compare_organisations", "dense_keys",
+                   "engine_depths", "exclusive_grid", "exclusive_hits", "hit_curve", "inclusive_grid",
+                   "inclusive_tiers", "parse_window", "stack_distances"),
+        "planning": ("DEFAULT_MODEL", "ModelGeometry", "PrefixCurve", "coverage_needs", "from_hf_config",
+                     "geometry_for", "tier_plan"),
+        "serving": ("PrefixReplay", "replay_requests", "request_hits"),
+        "traces": ("AccessTrace", "RequestTrace", "chain_hashes", "read_access_trace", "read_mooncake", "read_qwen",
+                   "read_requests", "read_token_ids", "reblock"),
+    }
+    import importlib
+
+    if name in ("cli", "engine", "output", "planning", "render", "serving", "traces"):
+        return importlib.import_module(f"{__name__}.{name}")
+    for package, names in homes.items():
+        if name in names:
+            value = getattr(importlib.import_module(f"{__name__}.{package}"), name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``) and the module's own attributes."""
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "COLD",

@@ -141,3 +141,37 @@ def test_progress_bar_only_on_a_terminal():
     bar(10, 10)
     bar.close()
     assert "replay [" in shown.getvalue() and "100.0%" in shown.getvalue()
+
+
+def test_top_level_help_and_version_load_no_numpy_and_equal_the_full_parser():
+    import contextlib
+    import importlib
+
+    cli_main = importlib.import_module("stackdist.cli.main")
+
+    def answer(parser, argv):
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(io.StringIO()), \
+                pytest.raises(SystemExit) as stop:
+            parser.parse_args(argv)
+        return buffer.getvalue(), stop.value.code
+
+    for argv in (["--help"], ["-h"], ["--version"], []):
+        assert answer(cli_main.top_level_parser(), argv) == answer(cli_main.build_parser(), argv)
+    code = ("import sys, contextlib, io\nfrom stackdist.cli import main\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try: main(['--help'])\n    except SystemExit: pass\n"
+            "print(sorted(m for m in ('numpy', 'numba', 'stackdist.engine') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_lazy_package_exports_every_name_of_all():
+    import stackdist
+
+    assert set(stackdist.__all__) <= set(dir(stackdist))
+    for name in stackdist.__all__:
+        assert getattr(stackdist, name) is not None
+    from stackdist import HitCurve, reblock  # noqa: F401  (the from-import form)
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        stackdist.nope  # noqa: B018

@@ -40,7 +40,7 @@ class ReplayState:
         self.sized = sized
         self.track_sizes = sized or track_sizes
         cap = _round_to_word(max(2 * n_keys, 64))
-        self.slot_of = np.full(n_keys, -1, _slot_dtype(cap))
+        self.slot_of: np.ndarray = np.full(n_keys, -1, _slot_dtype(cap))
         self.size_of = np.zeros(n_keys if self.track_sizes else 0, np.int64)
         self.words = np.zeros(cap >> kernels.WORD_SHIFT, np.uint64)
         self.leaf_shift = kernels.SIZED_LEAF_SHIFT if sized else kernels.WORD_SHIFT

@@ -43,7 +43,7 @@ try:  # pragma: no cover - exercised implicitly
     from numba.extending import intrinsic
 
     HAVE_NUMBA = True
-    _COMPILED = not config.DISABLE_JIT
+    _COMPILED = not getattr(config, "DISABLE_JIT", False)
 except ImportError:  # pragma: no cover - the fallback is tested by running without jit
     HAVE_NUMBA = False
     _COMPILED = False
