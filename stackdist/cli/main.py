@@ -9,29 +9,60 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from stackdist.errors import EXIT_INTERRUPTED
 from stackdist.version import __version__
 
 from .common import Parser, run_command
-from .curve import add_curve_parser, run_curve
-from .plan import add_plan_parser, run_plan
-from .tiers import add_tiers_parser, run_tiers
 
 __all__ = ["build_parser", "main"]
 
-_RUNNERS = {"curve": run_curve, "tiers": run_tiers, "plan": run_plan}
+# The subcommands and their one-line help, as the top-level --help lists them. Kept here so that
+# `stackdist --help` and `--version` answer without importing the subcommand modules (and so
+# numpy and numba): start-up stays under 0.2 s. tests/test_cli.py checks it equals the full parser's.
+SUBCOMMANDS = {
+    "curve": "the exact LRU hit curve of a key[,size] trace",
+    "tiers": "two-tier (GPU + CPU) hits for every CPU capacity",
+    "plan": "KV-cache capacity plan for a request trace",
+}
+_DESCRIPTION = "Exact LRU hit curves for KV-cache capacity planning."
 
 
 def build_parser() -> Parser:
     """The ``stackdist`` parser with its three subcommands."""
-    parser = Parser(prog="stackdist", description="Exact LRU hit curves for KV-cache capacity planning.")
+    parser = Parser(prog="stackdist", description=_DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"stackdist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    from .curve import add_curve_parser
+    from .plan import add_plan_parser
+    from .tiers import add_tiers_parser
+
     add_curve_parser(sub)
     add_tiers_parser(sub)
     add_plan_parser(sub)
     return parser
+
+
+def top_level_parser() -> Parser:
+    """The top level alone (``--help``, ``--version``): the subcommands by name and help line only."""
+    parser = Parser(prog="stackdist", description=_DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"stackdist {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name, help_line in SUBCOMMANDS.items():
+        sub.add_parser(name, help=help_line)
+    return parser
+
+
+def _runner(command: str) -> Any:
+    """The function that runs ``command`` (imported only when that command runs)."""
+    if command == "curve":
+        from .curve import run_curve as run
+    elif command == "tiers":
+        from .tiers import run_tiers as run
+    else:
+        from .plan import run_plan as run
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,11 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Every output is checked (writable, not an input, not a folder) before any work.
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "--version"):
+        top_level_parser().parse_args(argv)  # prints (or errors) and exits, as the full parser would
     try:
         args = build_parser().parse_args(argv)
         outputs = [(f"--{name}", getattr(args, name, None)) for name in ("output", "json", "plot")]
         inputs = [getattr(args, name, None) for name in ("trace", "model_config", "schedule")]
-        return run_command(args.command, lambda: _RUNNERS[args.command](args), outputs, inputs)
+        return run_command(args.command, lambda: _runner(args.command)(args), outputs, inputs)
     except KeyboardInterrupt:
         print("stackdist: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
