@@ -65,6 +65,12 @@ def engine_pages(trace: stackdist.RequestTrace, page_tokens: int = PAGE_TOKENS) 
 
     Requires the blocks to cover the whole prompt (sum of a request's block tokens equal to
     its ``input_length``) and at least one prompt token per request. Complexity: O(pages).
+
+    >>> import numpy as np, stackdist
+    >>> t = stackdist.RequestTrace(np.array([3]), np.array([0, 1]), np.array([20]), np.zeros(1),
+    ...     np.array([20]), np.array([1]), block_size=32)
+    >>> engine_pages(t).hit_cap_pages.tolist(), engine_pages(t).full_pages.tolist()
+    ([1], [1])
     """
     if trace.block_size % page_tokens:
         raise ValueError(f"the trace block size must be a multiple of {page_tokens}; got {trace.block_size}")

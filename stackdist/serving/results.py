@@ -36,7 +36,12 @@ class ServingResult:
     min_feasible_proved: bool = False
 
     def hits(self, pool: int | None) -> np.ndarray | None:
-        """Hit tokens per request at ``pool``, or None when that pool is infeasible."""
+        """Hit tokens per request at ``pool``, or None when that pool is infeasible.
+
+        >>> r = ServingResult("x", (2, None), np.array([[-1], [16]]), np.array([0, -1]), 3, "per-size")
+        >>> r.hits(2) is None, r.hits(None).tolist(), r.feasible(None)
+        (True, [16], True)
+        """
         i = self.pools.index(pool)
         return None if self.failed_request[i] >= 0 else self.hit_tokens[i]
 
@@ -65,7 +70,11 @@ def check_pools(pools: Sequence[int | None], minimum: int) -> tuple[int | None, 
 
 
 def run_pools(sim: Callable[[int | None], tuple[np.ndarray, int]], sizes: Sequence[int | None], threads: int = 2) -> list[tuple[np.ndarray, int]]:
-    """Run ``sim(size) -> (hits, failed)`` for every size, on ``threads`` threads."""
+    """Run ``sim(size) -> (hits, failed)`` for every size, on ``threads`` threads (in order).
+
+    >>> [f for _, f in run_pools(lambda n: (np.zeros(1), -1 if n else 0), [0, 5])]
+    [0, -1]
+    """
     if threads <= 1 or len(sizes) <= 1:
         return [sim(s) for s in sizes]
     with ThreadPoolExecutor(max_workers=threads) as ex:

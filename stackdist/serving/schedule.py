@@ -145,6 +145,12 @@ class Schedule:
         naming the file and 1-based line.
 
         Complexity: O(n).
+
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "s.csv")
+        >>> _ = open(path, "w").write("request,arrival_s,prefill_end_s,finish_s" + chr(10) + "0,0.0,0.5,2.0" + chr(10))
+        >>> Schedule.read_csv(path).finish_s.tolist()
+        [2.0]
         """
         rows: list[tuple[float, float, float]] = []
         with open(path, newline="") as fh:
@@ -163,6 +169,12 @@ class Schedule:
         """Write the schedule CSV that :meth:`read_csv` reads (``repr`` floats, exact round trip).
 
         Complexity: O(n).
+
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "s.csv")
+        >>> Schedule.serial(2).write_csv(path)
+        >>> Schedule.read_csv(path, 2).arrival_s.tolist()
+        [0.0, 1.0]
         """
         with open(path, "w", newline="") as fh:
             w = csv.writer(fh)

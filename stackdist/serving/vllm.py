@@ -304,6 +304,12 @@ def vllm_one_replay(pages: EnginePages, pools: Sequence[int | None], decode: boo
     Valid only when ``_no_duplicates``; infeasible pools are not detected here. Returns int64
     ``(len(pools), n_requests)``. Complexity: one stack-depth pass, O(blocks log blocks), plus
     O(pages) per pool, vectorised.
+
+    >>> import numpy as np, stackdist
+    >>> t = stackdist.RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
+    ...     np.zeros(2), np.array([24, 24]), np.array([1, 1]), block_size=16)
+    >>> vllm_one_replay(engine_pages(t), [3, None]).tolist()
+    [[0, 16], [0, 16]]
     """
     B = block_size
     P = pages.input_tokens
