@@ -22,7 +22,7 @@ from stackdist.planning.plan import PlanOptions, build_plan, parse_duration
 from stackdist.planning.prices import parse_prices
 from stackdist.serving.schedule import Schedule
 
-from .args import bounded_int, fraction_list
+from .args import bounded_int, fraction_list, parse_int
 from .budget_args import (
     add_budget_arguments,
     budget_epilog,
@@ -124,7 +124,8 @@ def _options(args: argparse.Namespace) -> PlanOptions:
             geometry = DEFAULT_MODEL
         per_token = int(geometry.kv_bytes_per_token)
     except UsageError as exc:
-        raise UsageError(str(exc).replace("pass dtype= to choose one", "add \"torch_dtype\" (e.g. \"bfloat16\") to the config")) from None
+        message = str(exc).replace("pass dtype= to choose one", "add \"torch_dtype\" (e.g. \"bfloat16\") to the config")
+        raise UsageError("--" + message if message.startswith("model must") else message) from None
     except (OverflowError, ValueError) as exc:
         raise UsageError(f"--model-config {args.model_config}: the model's shapes cannot be used ({exc}).") from None
     if not 0 < per_token <= 2**40:
@@ -135,7 +136,7 @@ def _options(args: argparse.Namespace) -> PlanOptions:
     warm = args.warmup.strip()
     try:
         if warm.isdigit():
-            warm_requests, warm_seconds = bounded_int("--warmup")(warm), 0.0
+            warm_requests, warm_seconds = parse_int(warm, "--warmup"), 0.0
         elif warm.endswith("%"):
             warm_requests, warm_seconds = 0, 0.0  # resolved against the trace in _resolve_warmup
         else:
