@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from stackdist.errors import UsageError
-from stackdist.planning.geometry import DEFAULT_MODEL, KNOWN_MODELS, ModelGeometry, dtype_bytes, from_hf_config, geometry_for
+from stackdist.planning.geometry import (
+    DEFAULT_MODEL,
+    KNOWN_MODELS,
+    ModelGeometry,
+    catalog_entries,
+    dtype_bytes,
+    from_hf_config,
+    geometry_for,
+)
 
 DATA = Path(__file__).parent / "data"
 QWEN = DATA / "qwen2.5-1.5b_config.json"
@@ -83,10 +91,9 @@ def test_known_models_hand_computed():
 def test_unknown_model_names_the_allowed_values():
     with pytest.raises(UsageError) as info:
         geometry_for("gpt-5")
-    assert str(info.value) == (
-        "model must be a config.json path or one of deepseek-v3, llama-3.1-70b, llama-3.1-8b, "
-        "qwen2.5-1.5b, qwen2.5-7b; got 'gpt-5'"
-    )
+    names = ", ".join(sorted(catalog_entries()))  # the five known models and the bundled catalog
+    assert set(KNOWN_MODELS) <= set(catalog_entries())
+    assert str(info.value) == f"model must be a config.json path or one of {names}; got 'gpt-5'"
 
 
 def write_config(tmp_path: Path, config: dict) -> Path:

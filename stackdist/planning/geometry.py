@@ -12,8 +12,32 @@ Formulas (bytes of KV cache one token occupies, all layers together):
   ``num_layers * (kv_lora_rank + qk_rope_head_dim) * dtype_bytes`` (DeepSeek-V3: 61 * 576 * 2
   = 70272 B).
 
-Not modelled: sliding-window or linear-attention layers (all layers count as full attention),
-KV-cache quantisation other than via ``dtype``, multi-token-prediction layers.
+- Sliding-window (local) layers (``layer_types`` / ``sliding_window_pattern`` with
+  ``sliding_window``: gpt-oss, Gemma-3) hold at most their window: the KV bytes of a request of
+  T tokens are ``full_bytes_per_token * T + sliding_bytes_per_token * min(T, window)``
+  (:meth:`ModelGeometry.kv_bytes_for`). ``kv_bytes_per_token`` is then the full-attention part
+  only: it is what a cached block costs per token (a block-count capacity is bytes divided by
+  it); the sliding part is a per-request bound (see :mod:`stackdist.planning.budgets` for how
+  it enters a capacity). ``all_layers_bytes_per_token`` is the old over-count (every layer
+  as full attention), the conservative bound.
+
+Not modelled: linear-attention / SSM layers, chunked local attention (Llama-4), KV-cache
+quantisation scales (fp8 counts one byte per element), multi-token-prediction layers.
+
+**The bundled model catalog**: config fields of the models people plan today, with their source.
+
+``data/models.json`` holds, per model, the Hugging Face ``config.json`` fields that set the KV
+cache (see its ``about``) and the repo id they come from; every entry goes through the same
+parser as a user's ``config.json`` (:func:`from_hf_config`), so a catalog entry and
+the downloaded config give the same bytes. Besides the geometry, an entry carries what the
+hardware and TTFT answers need: the parameter count (total and active per token), the weights'
+bytes, and the attention FLOPs per (query, key) pair.
+
+>>> spec = model_spec("Qwen/Qwen3-8B")
+>>> spec.name, spec.geometry.kv_bytes_per_token, spec.hf_repo
+('qwen3-8b', 147456, 'Qwen/Qwen3-8B')
+>>> model_spec("gpt-oss-120b", kv_dtype="fp8").geometry.kv_bytes_per_token  # 18 full layers x 2 x 8 x 64 x 1
+18432
 
 >>> DEFAULT_MODEL.kv_bytes_per_token
 28672
@@ -23,10 +47,16 @@ KV-cache quantisation other than via ``dtype``, multi-token-prediction layers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
 
 from stackdist.errors import UsageError
 
@@ -62,10 +92,19 @@ class ModelGeometry:
     dtype_bytes: int
     kv_lora_rank: int | None = None
     qk_rope_head_dim: int | None = None
+    sliding_window: int | None = None
+    num_sliding_layers: int = 0
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes"):
             _require_int(name, getattr(self, name), minimum=1)
+        _require_int("num_sliding_layers", self.num_sliding_layers, minimum=0)
+        if self.num_sliding_layers >= self.num_layers:
+            raise UsageError(f"num_sliding_layers must be below num_layers ({self.num_layers}), got {self.num_sliding_layers}")
+        if (self.sliding_window is None) != (self.num_sliding_layers == 0):
+            raise UsageError("sliding_window and num_sliding_layers > 0 must be given together or not at all")
+        if self.sliding_window is not None:
+            _require_int("sliding_window", self.sliding_window, minimum=1)
         if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
             raise UsageError("kv_lora_rank and qk_rope_head_dim must be given together (MLA) or not at all")
         if self.kv_lora_rank is not None:
@@ -78,11 +117,53 @@ class ModelGeometry:
         return self.kv_lora_rank is not None
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token occupies across all layers (see the module docstring)."""
+    def layer_bytes_per_token(self) -> int:
+        """KV-cache bytes one token occupies in one layer (MLA: the latent plus the RoPE key).
+
+        >>> KNOWN_MODELS["llama-3.1-8b"].layer_bytes_per_token
+        4096
+        """
         if self.kv_lora_rank is not None and self.qk_rope_head_dim is not None:
-            return self.num_layers * (self.kv_lora_rank + self.qk_rope_head_dim) * self.dtype_bytes
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.dtype_bytes
+        return 2 * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def num_full_layers(self) -> int:
+        """Layers with full attention (all layers unless some are sliding-window)."""
+        return self.num_layers - self.num_sliding_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True when some layers are sliding-window layers."""
+        return self.num_sliding_layers > 0
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes per token of the full-attention layers: what a cached block costs per
+        token. Equal to :attr:`all_layers_bytes_per_token` unless the model is hybrid."""
+        return self.num_full_layers * self.layer_bytes_per_token
+
+    @property
+    def sliding_bytes_per_token(self) -> int:
+        """KV bytes per token of the sliding-window layers (held for at most the window)."""
+        return self.num_sliding_layers * self.layer_bytes_per_token
+
+    @property
+    def all_layers_bytes_per_token(self) -> int:
+        """Every layer counted as full attention (the over-count for hybrid models)."""
+        return self.num_layers * self.layer_bytes_per_token
+
+    def kv_bytes_for(self, tokens: Any) -> Any:
+        """KV bytes of a request of ``tokens`` tokens: full layers x tokens + sliding layers x
+        min(tokens, window). Works on numpy arrays.
+
+        >>> g = ModelGeometry("h", 4, 1, 8, 2, sliding_window=16, num_sliding_layers=3)
+        >>> g.kv_bytes_for(10), g.kv_bytes_for(100)
+        (1280, 4736)
+        """
+        window = self.sliding_window or 0
+        out = self.kv_bytes_per_token * np.asarray(tokens) + self.sliding_bytes_per_token * np.minimum(tokens, window)
+        return int(out) if np.ndim(out) == 0 else out
 
 
 def _require_int(name: str, value: Any, minimum: int) -> None:
@@ -220,16 +301,71 @@ def from_hf_config(
         hidden = _required(config, "hidden_size", where, " (needed when head_dim is absent)")
         attention_heads = _required(config, "num_attention_heads", where, " (needed when head_dim is absent)")
         head_dim = hidden // attention_heads
-    return ModelGeometry(name, layers, kv_heads, head_dim, element_bytes)
+    window, sliding = _sliding_layers(config, layers, where)
+    return ModelGeometry(name, layers, kv_heads, head_dim, element_bytes, sliding_window=window, num_sliding_layers=sliding)
+
+
+def _sliding_layers(config: Mapping[str, Any], layers: int, where: str) -> tuple[int | None, int]:
+    """(window, number of sliding layers) from ``layer_types`` or ``sliding_window_pattern``."""
+    types = config.get("layer_types")
+    pattern = _config_int(config, "sliding_window_pattern", where)
+    if isinstance(types, list):
+        if len(types) != layers or not all(isinstance(t, str) for t in types):
+            raise UsageError(f"{where}: field 'layer_types' must list one string per layer ({layers}), got {types!r}")
+        sliding = sum(t == "sliding_attention" for t in types)
+    elif pattern:
+        sliding = sum((i + 1) % pattern != 0 for i in range(layers))
+    else:
+        return None, 0
+    if sliding == 0:
+        return None, 0
+    window = _required(config, "sliding_window", where, " (needed with sliding layers)")
+    if sliding >= layers:
+        raise UsageError(f"{where}: every layer is sliding-window; a prefix cache of such a model is not modelled")
+    return window, sliding
+
+
+@cache
+def catalog_entries() -> dict[str, dict[str, Any]]:
+    """The bundled catalog (``data/models.json``) as config.json dicts by lower-case name, with
+    ``layer_types_repeat`` expanded to ``layer_types`` (see :mod:`stackdist.planning.catalog`)."""
+    text = resources.files("stackdist.planning").joinpath("data/models.json").read_text(encoding="utf-8")
+    out = {}
+    for name, entry in json.loads(text)["models"].items():
+        config = dict(entry, _name_or_path=name)
+        unit = config.pop("layer_types_repeat", None)
+        if unit:
+            config["layer_types"] = [unit[i % len(unit)] for i in range(int(config["num_hidden_layers"]))]
+        out[name] = config
+    return out
+
+
+def catalog_name(name: str) -> str | None:
+    """The catalog's name for a model name or Hugging Face repo id (case-insensitive), or None.
+
+    >>> catalog_name("Qwen/Qwen3-8B"), catalog_name("google/gemma-3-27b-it"), catalog_name("gpt-5")
+    ('qwen3-8b', 'gemma-3-27b', None)
+    """
+    key = name.strip().lower()
+    tail = key.rsplit("/", 1)[-1]
+    entries = catalog_entries()
+    if tail in entries:
+        return tail
+    for known, entry in entries.items():
+        repo = str(entry.get("hf_repo", "")).lower()
+        if key == repo or tail == repo.rsplit("/", 1)[-1]:
+            return known
+    return None
 
 
 def geometry_for(name_or_path: str | os.PathLike[str]) -> ModelGeometry:
-    """A known model by name (case-insensitive, ``org/`` prefix ignored) or a config.json path.
-
-    An existing file or folder wins over a known name.
+    """A known or catalog model by name or HF repo id (case-insensitive, ``org/`` prefix
+    ignored) or a config.json path. An existing file or folder wins over a known name.
 
     >>> geometry_for("meta-llama/Llama-3.1-8B").kv_bytes_per_token
     131072
+    >>> geometry_for("openai/gpt-oss-120b").sliding_window
+    128
     """
     text = os.fspath(name_or_path)
     if os.path.exists(text):
@@ -237,6 +373,136 @@ def geometry_for(name_or_path: str | os.PathLike[str]) -> ModelGeometry:
     key = text.lower().rsplit("/", 1)[-1]
     if key in KNOWN_MODELS:
         return KNOWN_MODELS[key]
+    found = catalog_name(text)
+    if found is not None:
+        return from_hf_config(catalog_entries()[found])
     raise UsageError(
-        f"model must be a config.json path or one of {', '.join(sorted(KNOWN_MODELS))}; got {text!r}"
+        f"model must be a config.json path or one of {', '.join(sorted(catalog_entries()))}; got {text!r}"
     )
+
+
+KV_DTYPES = ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32", "fp8", "fp8_e4m3", "fp8_e5m2")
+"""``--kv-dtype`` values: ``auto`` is the model's own dtype (vLLM's ``--kv-cache-dtype auto``)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as the planner needs it: KV geometry, weights and prefill FLOPs.
+
+    ``params`` / ``active_params``: total and per-token parameters (None when unknown);
+    ``weights_bytes``: the weights' bytes on the GPUs of one replica (None when unknown);
+    ``attention_flops_per_pair``: FLOPs of one layer for one (query, key) pair, QK^T plus AV:
+    2 x heads x (qk_dim + v_dim).
+    """
+
+    name: str
+    geometry: ModelGeometry
+    hf_repo: str | None = None
+    params: float | None = None
+    active_params: float | None = None
+    weights_bytes: float | None = None
+    weights_source: str = "unknown"
+    attention_flops_per_pair: int | None = None
+
+    @property
+    def active(self) -> float | None:
+        """Parameters used per token (the total for dense models)."""
+        return self.active_params if self.active_params is not None else self.params
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready fields for the plan's model section."""
+        g = self.geometry
+        return {
+            "hf_repo": self.hf_repo, "params": self.params, "active_params": self.active,
+            "weights_gib": None if self.weights_bytes is None else self.weights_bytes / 2**30,
+            "weights_source": self.weights_source, "kv_dtype_bytes": g.dtype_bytes,
+            "num_layers": g.num_layers, "num_full_layers": g.num_full_layers,
+            "num_sliding_layers": g.num_sliding_layers, "sliding_window_tokens": g.sliding_window,
+            "mla": g.is_mla, "sliding_bytes_per_token": g.sliding_bytes_per_token,
+            "all_layers_bytes_per_token": g.all_layers_bytes_per_token,
+            "attention_flops_per_pair": self.attention_flops_per_pair,
+        }
+
+
+def _attention_flops(config: Mapping[str, Any]) -> int | None:
+    heads = config.get("num_attention_heads")
+    if not isinstance(heads, int) or heads <= 0:
+        return None
+    if config.get("kv_lora_rank"):
+        qk = int(config.get("qk_nope_head_dim") or 0) + int(config.get("qk_rope_head_dim") or 0)
+        v = int(config.get("v_head_dim") or qk)
+    else:
+        hidden = config.get("hidden_size")
+        qk = int(config.get("head_dim") or (hidden // heads if isinstance(hidden, int) else 0))
+        v = qk
+    return 2 * heads * (qk + v) if qk else None
+
+
+def spec_from_config(
+    config: Mapping[str, Any] | str | os.PathLike[str], name: str | None = None, kv_dtype: str | None = None
+) -> ModelSpec:
+    """A :class:`ModelSpec` from a config dict or ``config.json`` path (params and weights from
+    ``params`` / ``active_params`` / ``weights_gib`` / ``weight_bytes_per_param`` when present)."""
+    if not isinstance(config, Mapping):
+        path = os.path.join(config, "config.json") if os.path.isdir(config) else os.fspath(config)
+        geometry = from_hf_config(path, dtype=_kv_bytes(kv_dtype))
+        with open(path, encoding="utf-8") as handle:  # from_hf_config has checked it is a JSON object
+            fields = json.load(handle)
+    else:
+        fields = dict(config)
+        geometry = from_hf_config(dict(fields, _name_or_path=name or fields.get("_name_or_path")), dtype=_kv_bytes(kv_dtype))
+    text = fields.get("text_config") if isinstance(fields.get("text_config"), Mapping) and "num_hidden_layers" not in fields else fields
+    params, active = fields.get("params"), fields.get("active_params")
+    weights, source = None, "unknown (give --weights)"
+    if fields.get("weights_gib") is not None:
+        weights, source = float(fields["weights_gib"]) * 2**30, "published checkpoint size"
+    elif params is not None:
+        per = fields.get("weight_bytes_per_param") or dtype_bytes(str(fields.get("torch_dtype") or "bfloat16"))
+        weights, source = float(params) * float(per), f"params x {per:g} bytes"
+    return ModelSpec(name or geometry.name, geometry, fields.get("hf_repo"), params, active, weights, source,
+                     _attention_flops(text))
+
+
+def _kv_bytes(kv_dtype: str | None) -> str | None:
+    if kv_dtype is None or kv_dtype == "auto":
+        return None
+    if kv_dtype not in KV_DTYPES:
+        raise UsageError(f"--kv-dtype must be one of {', '.join(KV_DTYPES)}; got {kv_dtype!r}")
+    return kv_dtype
+
+
+@cache
+def catalog() -> dict[str, ModelSpec]:
+    """Every bundled model by lower-case name (model dtype KV cache)."""
+    return {name: spec_from_config(entry, name) for name, entry in catalog_entries().items()}
+
+
+def model_spec(name_or_path: str | os.PathLike[str], kv_dtype: str | None = None) -> ModelSpec:
+    """A catalog model by name or HF repo id (case-insensitive), or a ``config.json`` path (a file
+    or folder that exists wins); ``kv_dtype`` replaces the KV element type (``auto``: the model's).
+
+    >>> model_spec("meta-llama/Llama-3.3-70B-Instruct").name
+    'llama-3.3-70b'
+    """
+    text = os.fspath(name_or_path)
+    if os.path.exists(text):
+        return spec_from_config(text, kv_dtype=kv_dtype)
+    found = catalog_name(text)
+    if found is None:
+        raise UsageError(f"--model must be a config.json path or one of {', '.join(sorted(catalog_entries()))}; got {text!r}")
+    spec = catalog()[found]
+    byte_name = _kv_bytes(kv_dtype)
+    if byte_name is None:
+        return spec
+    return dataclasses.replace(spec, geometry=dataclasses.replace(spec.geometry, dtype_bytes=dtype_bytes(byte_name, "--kv-dtype")))
+
+
+def catalog_help() -> str:
+    """The catalog as one line per model for ``--help``: name, KV bytes per token, source."""
+    lines = []
+    for name, spec in catalog().items():
+        g = spec.geometry
+        kind = "MLA" if g.is_mla else (f"{g.num_sliding_layers}/{g.num_layers} layers window {g.sliding_window}"
+                                       if g.is_hybrid else "full attention")
+        lines.append(f"  {name:<18} {g.kv_bytes_per_token:>7,} B/token ({kind})  {spec.hf_repo}")
+    return "\n".join(lines)

@@ -20,6 +20,7 @@ from stackdist.serving.semantics import PrefixReplay, replay_requests
 from stackdist.traces import RequestTrace
 from stackdist.version import __version__
 
+from .budgets import BudgetOptions, budget_report
 from .engine_plan import EngineOptions, engine_section, run_engine_models
 from .geometry import DEFAULT_MODEL, ModelGeometry
 from .optimal import optimal_bound, optimal_working_set
@@ -49,6 +50,7 @@ class PlanOptions:
     curve_points: int = 120
     extra: dict[str, Any] = field(default_factory=dict)
     engine: EngineOptions = field(default_factory=EngineOptions)
+    budgets: BudgetOptions | None = None
     optimal: bool = False
 
 
@@ -213,7 +215,7 @@ def build_plan(
     units = _Units(trace.block_size, options.geometry)
     counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds)
     report = _header(trace, options, units, counted)
-    curves = {}
+    curves, replays = {}, {}
     for semantics in options.semantics:
         progress = progress_factory(f"replay ({semantics})") if progress_factory else None
         try:
@@ -221,18 +223,21 @@ def build_plan(
         finally:
             if progress is not None:
                 progress.close()
-        curves[semantics] = PrefixCurve(replay, counted)  # every metric reads it
+        curves[semantics], replays[semantics] = PrefixCurve(replay, counted), replay  # every metric reads it
         report["semantics"][semantics] = _semantics_report(replay, counted, options, units, curves[semantics])
     if len(curves) == 2:
         report["comparison"] = _comparison(curves, units, options.targets)
     if options.optimal and curves:
         report["optimal_bound"] = _optimal(trace, counted, curves, units, options.targets)
+    results: dict[str, ServingResult] = {}
     if options.engine.models:
         results = engine_results if engine_results is not None else run_engine_models(trace, options.engine)
         report["engine_models"] = {
             model: engine_section(results[model], trace, options.engine, options.geometry.kv_bytes_per_token, counted)
             for model in options.engine.models
         }
+    if options.budgets is not None:  # the sizes the user named (--capacity, --gpu): planning/budgets.py
+        report["budgets"] = budget_report(trace, replays, counted, options.geometry, options.budgets, results, options.targets)
     return report  # type: ignore[return-value]
 
 

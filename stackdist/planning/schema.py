@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 __all__ = ["SCHEMA_VERSION", "Capacity", "WorkingSetRow", "Coverage", "TierRow", "TierPlan", "CurveTable",
-           "WindowRow", "SemanticsPlan", "Comparison", "PoolRow", "EngineModelPlan", "TraceInfo", "ModelInfo", "Plan"]
+           "WindowRow", "SemanticsPlan", "Comparison", "PoolRow", "EngineModelPlan", "TraceInfo", "ModelInfo", "Plan",
+           "TTFTSummary", "BudgetSemanticsRow", "BudgetEngineRow", "BudgetRow", "ReplicaPool", "Budgets"]
 
 SCHEMA_VERSION = 1
 
@@ -127,6 +128,72 @@ class EngineModelPlan(TypedDict):
     min_feasible_pool: dict[str, Any] | None
 
 
+class TTFTSummary(TypedDict):
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+
+
+class BudgetSemanticsRow(TypedDict, total=False):
+    capacity_blocks: int
+    prefix_token_hit_rate: float
+    hit_tokens: int
+    block_hit_rate: float
+    hit_tokens_from_lower_tier: int
+    ttft: TTFTSummary | None
+    conservative: dict[str, Any]
+
+
+class BudgetEngineRow(TypedDict, total=False):
+    pool: int
+    feasible: bool
+    hit_tokens: int
+    prefix_token_hit_rate: float
+    ttft: TTFTSummary | None
+
+
+class BudgetRow(TypedDict):
+    budget: str
+    unit: str
+    amount: int
+    blocks: int
+    tokens: int
+    gib: float
+    sliding_reserve_bytes: int
+    conservative_blocks: int
+    vllm_gpu_blocks: int
+    sglang_pages: int
+    semantics: dict[str, BudgetSemanticsRow]
+    engine_models: dict[str, BudgetEngineRow]
+
+
+class ReplicaPool(TypedDict, total=False):
+    gpu: str
+    gpus_per_replica: int
+    replicas: int
+    hbm_gib_per_gpu: float
+    gpu_memory_utilization: float
+    weights_gib_per_gpu: float
+    available_kv_gib_per_gpu: float
+    fits: bool
+    bytes_per_block_per_gpu: int
+    num_gpu_blocks: int
+    kv_tokens: int
+    kv_gib: float
+    kv_tokens_all_replicas: int
+    kv_gib_all_replicas: float
+
+
+class Budgets(TypedDict, total=False):
+    model: dict[str, Any] | None
+    hardware: ReplicaPool | None
+    ttft_model: dict[str, Any] | None
+    sliding_window_accounting: str
+    notes: list[str]
+    requirements: dict[str, Any]
+    rows: list[BudgetRow]
+
+
 class Plan(TypedDict, total=False):
     schema_version: int
     tool: dict[str, str]
@@ -137,4 +204,5 @@ class Plan(TypedDict, total=False):
     semantics: dict[str, SemanticsPlan]
     comparison: Comparison
     engine_models: dict[str, EngineModelPlan]
+    budgets: Budgets
     optimal_bound: dict[str, Any]

@@ -1,0 +1,178 @@
+"""``stackdist plan``'s budget, hardware and TTFT flags (``--capacity``, ``--gpu``, ``--kv-dtype``...).
+
+Parsing only: the answers are computed in :mod:`stackdist.planning.budgets` and
+:mod:`stackdist.planning.hardware`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from typing import Any
+
+from stackdist.errors import UsageError
+from stackdist.planning.budgets import (
+    BUDGET_UNITS,
+    BudgetOptions,
+    budget_capacity,
+    parse_budgets,
+)
+from stackdist.planning.geometry import (
+    KV_DTYPES,
+    ModelSpec,
+    catalog,
+    catalog_help,
+    model_spec,
+    spec_from_config,
+)
+from stackdist.planning.hardware import (
+    HardwareOptions,
+    RooflineTTFT,
+    calibration_rows,
+    fit_calibration,
+    gpu_for,
+    gpu_table,
+    replica_pool,
+)
+
+__all__ = ["add_budget_arguments", "budget_epilog", "budget_options", "resolve_spec", "with_budget_pools"]
+
+
+def budget_epilog() -> str:
+    """The catalog and GPU table for ``--help``."""
+    gpus = ", ".join(f"{g.name} ({g.hbm_mib / 1024:.1f} GiB)" for g in gpu_table().values())
+    return (f"\nbundled models (--model; KV bytes per token of the full-attention layers, model dtype):\n"
+            f"{catalog_help()}\n\nGPUs (--gpu; sources in stackdist/planning/data/gpus.json): {gpus}\n")
+
+
+def _positive(flag: str, upper: float = math.inf, integer: bool = False) -> Any:
+    def parse(text: str) -> float | int:
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            value = -1
+        if not (0 < value <= upper) or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{flag} must be a {'positive integer' if integer else 'positive number'}"
+                                             f"{'' if upper == math.inf else f' up to {upper:g}'}; got {text!r}")
+        return value
+    return parse
+
+
+def _non_negative(flag: str) -> Any:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not (0 <= value < math.inf):
+            raise argparse.ArgumentTypeError(f"{flag} must be a non-negative number; got {text!r}")
+        return value
+    return parse
+
+
+def add_budget_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of budgets (sizes in GiB, tokens or blocks), model dtype, hardware and TTFT."""
+    b = p.add_argument_group("budgets, hardware and TTFT (answers at the sizes you name)")
+    b.add_argument("--capacity", metavar="SIZES",
+                   help=f"hit rate, tokens saved and TTFT at each size; units: {BUDGET_UNITS} (e.g. 880GiB,2TiB,40000blocks,2Mtokens)")
+    b.add_argument("--kv-dtype", choices=KV_DTYPES, metavar="DTYPE",
+                   help=f"KV-cache element type: {', '.join(KV_DTYPES)} (default auto: the model's dtype)")
+    b.add_argument("--gpu", choices=list(gpu_table()), metavar="NAME",
+                   help=f"GPU of each replica: {', '.join(gpu_table())}; adds the KV pool vLLM would get as a budget")
+    b.add_argument("--gpus-per-replica", type=_positive("--gpus-per-replica", 1024, True), default=1, metavar="N",
+                   help="GPUs per replica (the tensor-parallel size; default 1)")
+    b.add_argument("--gpus", type=_positive("--gpus", 2**20, True), metavar="N",
+                   help="GPUs in all (replicas = N / --gpus-per-replica; default one replica)")
+    b.add_argument("--gpu-memory-utilization", type=_positive("--gpu-memory-utilization", 1.0), default=0.9, metavar="F",
+                   help="vLLM's --gpu-memory-utilization (default 0.9 here; vLLM 0.33.0's own default is 0.92)")
+    b.add_argument("--weights", type=_positive("--weights"), metavar="GIB",
+                   help="weights per replica in GiB (default: the catalog's parameters x bytes, or its checkpoint size)")
+    for flag, default, what in (("--activation-gib", 2.0, "activation peak of vLLM's profile run"),
+                                ("--non-torch-gib", 0.5, "memory outside torch (NCCL, cuBLAS workspaces)"),
+                                ("--cudagraph-gib", 0.5, "CUDA-graph memory vLLM reserves")):
+        b.add_argument(flag, type=_non_negative(flag), default=default, metavar="GIB",
+                       help=f"assumed {what} per GPU (vLLM measures it at start-up; default {default})")
+    b.add_argument("--prefill-efficiency", type=_positive("--prefill-efficiency", 1.0), default=0.5, metavar="F",
+                   help="TTFT: fraction of the GPU's dense peak FLOP/s prefill reaches (default 0.5, an assumption)")
+    b.add_argument("--load-gbps", type=_positive("--load-gbps"), metavar="GB/S",
+                   help="TTFT: bandwidth of loads from the tier below HBM (default: the GPU table's host link)")
+    b.add_argument("--ttft-overhead-ms", type=_non_negative("--ttft-overhead-ms"), default=0.0, metavar="MS",
+                   help="TTFT: fixed time added per request (default 0)")
+    b.add_argument("--ttft-calibration", metavar="FILE.jsonl",
+                   help="TTFT: fit a + b x uncached tokens + c x loaded tokens to a measured file (e.g. data/ttft.jsonl) "
+                   "instead of the FLOP model")
+
+
+def resolve_spec(args: argparse.Namespace) -> ModelSpec:
+    """The model (catalog name, config.json or the default) with ``--kv-dtype`` applied."""
+    kv = getattr(args, "kv_dtype", None)
+    if getattr(args, "model_config", None):
+        return spec_from_config(args.model_config, kv_dtype=kv)
+    if getattr(args, "model", None):
+        return model_spec(args.model, kv)
+    return model_spec("qwen2.5-1.5b", kv) if kv else catalog()["qwen2.5-1.5b"]
+
+
+def _read_calibration(path: str) -> Any:
+    records = []
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if line.strip():
+                    record = json.loads(line)
+                    if not isinstance(record, dict):
+                        raise ValueError(f"line {number} is not a JSON object")
+                    records.append(record)
+    except OSError as exc:
+        raise UsageError(f"--ttft-calibration {path}: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise UsageError(f"--ttft-calibration {path}: not JSON lines ({exc})") from None
+    return fit_calibration(calibration_rows(records, f"--ttft-calibration {path}"), f"--ttft-calibration {path}")
+
+
+def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions | None:
+    """The budget answers asked for, or None when no budget flag is given."""
+    if not (args.capacity or args.gpu or args.ttft_calibration):
+        return None
+    budgets = parse_budgets(args.capacity) if args.capacity else ()
+    hardware = None
+    if args.gpu:
+        if args.gpus is not None and args.gpus % args.gpus_per_replica:
+            raise UsageError(f"--gpus ({args.gpus}) must be a multiple of --gpus-per-replica ({args.gpus_per_replica}).")
+        hardware = HardwareOptions(args.gpu, args.gpus_per_replica, args.gpus, args.gpu_memory_utilization, args.weights,
+                                   args.activation_gib, args.non_torch_gib, args.cudagraph_gib)
+        if args.weights is not None:
+            spec = dataclasses.replace(spec, weights_bytes=args.weights * 2**30, weights_source="--weights")
+    ttft: Any = None
+    notes = []
+    if args.ttft_calibration:
+        ttft = _read_calibration(args.ttft_calibration)
+    elif args.gpu and spec.active is not None and spec.weights_bytes is not None and spec.attention_flops_per_pair:
+        ttft = RooflineTTFT(spec, gpu_for(args.gpu), args.gpus_per_replica, args.prefill_efficiency, args.load_gbps,
+                            args.ttft_overhead_ms)
+    else:
+        notes.append("no TTFT estimate: it needs --gpu and a model with a parameter count, or --ttft-calibration")
+    return BudgetOptions(budgets, spec, hardware, ttft, args.engine_block_size, notes)
+
+
+def with_budget_pools(options: Any, trace: Any) -> Any:
+    """The engine models also run at the budgets' pools (unless ``--gpu-blocks`` names them)."""
+    budgets, engine = options.budgets, options.engine
+    if budgets is None or not engine.models or engine.pools:
+        return options
+    sizes = list(budgets.budgets)
+    if budgets.hardware is not None and budgets.spec is not None:
+        pool = replica_pool(budgets.spec, budgets.hardware)
+        sizes += [parse_budgets(f"{max(pool['kv_tokens'], 1)}tokens")[0]]
+        if pool["replicas"] > 1:
+            sizes += [parse_budgets(f"{max(pool['kv_tokens_all_replicas'], 1)}tokens")[0]]
+    longest = int(trace.input_length.max(initial=0) + trace.output_length.max(initial=0))
+    pools: set[int] = set()
+    for budget in sizes:
+        cap = budget_capacity(budget, trace.block_size, options.geometry, longest, engine.engine_block_size)
+        pools.update(p for p in (cap["vllm_gpu_blocks" if m == "vllm" else "sglang_pages"] for m in engine.models) if p >= 2)
+    if not pools:
+        return options
+    return dataclasses.replace(options, engine=dataclasses.replace(engine, pools=tuple(sorted(pools)) + (None,)))

@@ -1,0 +1,256 @@
+"""Budgets: answers at the memory sizes the user names (``--capacity 880GiB,2TiB,40000blocks``).
+
+A budget is bytes of KV cache (B, KB, MB, GB, TB in powers of 1000; KiB, MiB, GiB, TiB in
+powers of 1024), tokens or blocks of the trace. It becomes:
+
+- for the curve semantics (``engine``, ``per-access``) a capacity in the trace's blocks:
+  ``floor((bytes - sliding reserve) / (block tokens x KV bytes per token))``;
+- for the engine models a pool in the engine's own count: vLLM's ``num_gpu_blocks`` =
+  ``floor(bytes / (16 x KV bytes per token)) + 1`` (its null block, ``vllm/v1/core/block_pool.py:191``),
+  SGLang's pages = ``floor(bytes / (16 x KV bytes per token))`` (``--engine-block-size`` tokens each).
+
+**Sliding-window (hybrid) models.** KV bytes per token here are the full-attention layers'
+(:attr:`~.geometry.ModelGeometry.kv_bytes_per_token`): a cached block costs that per token. A
+sliding layer holds at most its window per request, so the sliding part is a per-request bound,
+charged once (one running request: ``sliding bytes per token x min(longest request, window)``) as
+the *sliding reserve*. That is optimistic when many requests run at once or when a hit also
+needs the sliding layers' last window of the cached prefix (vLLM keeps those blocks in the same
+pool); the **conservative** capacity counts every layer as full attention
+(``bytes / (block tokens x all layers' bytes per token)``). Both are reported; the truth lies
+between. The engine models simulate the full-attention blocks only.
+
+>>> [(b.unit, b.amount) for b in parse_budgets("880GiB, 2TB,40000blocks,2Mtokens")]
+[('bytes', 944892805120), ('bytes', 2000000000000), ('blocks', 40000), ('tokens', 2000000)]
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stackdist.errors import UsageError
+from stackdist.serving.results import ServingResult
+from stackdist.serving.semantics import PrefixReplay
+from stackdist.traces import RequestTrace
+
+from .geometry import ModelGeometry, ModelSpec
+from .hardware import (
+    GIB,
+    CalibratedTTFT,
+    HardwareOptions,
+    RooflineTTFT,
+    replica_pool,
+    ttft_summary,
+)
+from .prefix_curve import PrefixCurve
+
+__all__ = [
+    "BUDGET_UNITS",
+    "Budget",
+    "BudgetOptions",
+    "budget_capacity",
+    "budget_report",
+    "parse_budgets",
+    "per_request_hits",
+]
+
+_BYTES = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
+_COUNTS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+BUDGET_UNITS = ("bytes: B, KB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024); "
+                "tokens: tokens, Ktokens, Mtokens, Gtokens; blocks of the trace: blocks, Kblocks, Mblocks")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One size the user asked about: ``unit`` is bytes, tokens or blocks (of the trace)."""
+
+    label: str
+    unit: str
+    amount: int
+
+
+def parse_budgets(text: str, flag: str = "--capacity") -> tuple[Budget, ...]:
+    """Comma-separated sizes with units; UsageError naming ``flag`` and the allowed units."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]+)", part)
+        budget = None
+        if match:
+            value, unit = float(match.group(1)), match.group(2).lower()
+            if unit in _BYTES:
+                budget = Budget(part, "bytes", math.floor(value * _BYTES[unit]))
+            for word in ("tokens", "blocks"):
+                if unit.endswith(word) and unit[: -len(word)] in _COUNTS:
+                    amount = value * _COUNTS[unit[: -len(word)]]
+                    budget = Budget(part, word, int(amount)) if amount == int(amount) else None
+        if budget is None or not 0 < budget.amount < 2**62:
+            raise UsageError(f"{flag} must be comma-separated positive sizes with a unit ({BUDGET_UNITS}), "
+                             f"e.g. 880GiB,2TiB,40000blocks,2Mtokens; got {part!r}")
+        out.append(budget)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BudgetOptions:
+    """What the budget answers need: the sizes, the model, the hardware and a TTFT model (each optional)."""
+
+    budgets: Sequence[Budget] = ()
+    spec: ModelSpec | None = None
+    hardware: HardwareOptions | None = None
+    ttft: RooflineTTFT | CalibratedTTFT | None = None
+    engine_block_size: int = 16
+    notes: list[str] = field(default_factory=list)
+
+
+def budget_capacity(budget: Budget, block_size: int, geometry: ModelGeometry, longest_request_tokens: int,
+                    engine_block_size: int = 16) -> dict[str, Any]:
+    """A budget in every unit: trace blocks (optimistic and conservative), tokens, engine pools.
+
+    >>> from stackdist.planning.geometry import model_spec
+    >>> c = budget_capacity(Budget("1GiB", "bytes", 2**30), 512, model_spec("qwen3-8b").geometry, 4096)
+    >>> c["blocks"], c["vllm_gpu_blocks"], c["sglang_pages"]
+    (14, 456, 455)
+    """
+    full = geometry.kv_bytes_per_token
+    if budget.unit == "bytes":
+        reserve = geometry.sliding_bytes_per_token * min(longest_request_tokens, geometry.sliding_window or 0)
+        tokens = max(0, budget.amount - reserve) // full
+        conservative = budget.amount // (block_size * geometry.all_layers_bytes_per_token)
+        engine_tokens = budget.amount // (engine_block_size * full) * engine_block_size
+    else:
+        reserve = 0
+        tokens = budget.amount if budget.unit == "tokens" else budget.amount * block_size
+        conservative = tokens // block_size
+        engine_tokens = tokens
+    blocks = tokens // block_size
+    return {"budget": budget.label, "unit": budget.unit, "amount": budget.amount, "blocks": int(blocks),
+            "tokens": int(blocks * block_size), "gib": blocks * block_size * full / GIB,
+            "sliding_reserve_bytes": int(reserve), "conservative_blocks": int(conservative),
+            "vllm_gpu_blocks": int(engine_tokens // engine_block_size + 1),
+            "sglang_pages": int(engine_tokens // engine_block_size)}
+
+
+def per_request_hits(replay: PrefixReplay, capacity_blocks: int) -> np.ndarray:
+    """Prefix hit tokens of every request at a capacity: the blocks whose effective depth is at
+    most the capacity (the same rule as :class:`~.prefix_curve.PrefixCurve`). O(blocks)."""
+    trace = replay.trace
+    owner = np.repeat(np.arange(trace.n_requests), trace.blocks_per_request())
+    hit = replay.effective <= capacity_blocks
+    return np.bincount(owner, weights=np.where(hit, trace.block_tokens, 0), minlength=trace.n_requests).astype(np.int64)
+
+
+def _ttft(options: BudgetOptions, trace: RequestTrace, counted: np.ndarray, hits: np.ndarray,
+          lower: np.ndarray | None = None) -> dict[str, Any] | None:
+    if options.ttft is None:
+        return None
+    loaded = np.zeros(int(counted.sum())) if lower is None else lower[counted]
+    return ttft_summary(options.ttft.estimate_s(trace.input_length[counted], hits[counted], loaded))
+
+
+def _semantics_row(replay: PrefixReplay, counted: np.ndarray, cap: dict[str, Any], options: BudgetOptions,
+                   hbm_blocks: int | None) -> dict[str, Any]:
+    curve = PrefixCurve(replay, counted)
+    blocks = cap["blocks"]
+    hits = per_request_hits(replay, blocks)
+    lower = None
+    if hbm_blocks is not None and blocks > hbm_blocks:
+        lower = hits - per_request_hits(replay, hbm_blocks)
+    row: dict[str, Any] = {
+        "capacity_blocks": blocks, "prefix_token_hit_rate": float(curve.prefix_token_hit_rate_at(blocks)),
+        "hit_tokens": int(curve.prefix_token_hits_at(blocks)), "block_hit_rate": float(curve.block_hit_rate_at(blocks)),
+        "hit_tokens_from_lower_tier": int(lower[counted].sum()) if lower is not None else 0,
+        "ttft": _ttft(options, replay.trace, counted, hits, lower),
+    }
+    if cap["conservative_blocks"] != blocks:
+        c = cap["conservative_blocks"]
+        row["conservative"] = {"capacity_blocks": c, "prefix_token_hit_rate": float(curve.prefix_token_hit_rate_at(c)),
+                               "hit_tokens": int(curve.prefix_token_hits_at(c))}
+    return row
+
+
+def _engine_row(result: ServingResult, cap: dict[str, Any], counted: np.ndarray, trace: RequestTrace,
+                options: BudgetOptions) -> dict[str, Any] | None:
+    pool = cap["vllm_gpu_blocks"] if result.engine == "vllm" else cap["sglang_pages"]
+    if pool not in result.pools:
+        return None
+    i = list(result.pools).index(pool)
+    row: dict[str, Any] = {"pool": int(pool), "feasible": bool(result.failed_request[i] < 0)}
+    if row["feasible"]:
+        hits = result.hit_tokens[i]
+        inputs = int(trace.input_length[counted].sum())
+        row.update(hit_tokens=int(hits[counted].sum()),
+                   prefix_token_hit_rate=int(hits[counted].sum()) / inputs if inputs else 0.0,
+                   ttft=_ttft(options, trace, counted, hits))
+    return row
+
+
+def _requirements(curve: PrefixCurve, pool: dict[str, Any], block_size: int, geometry: ModelGeometry,
+                  targets: Sequence[float]) -> list[dict[str, Any]]:
+    """Per target: replicas needed (all replicas' HBM as one cache) and what one replica lacks."""
+    rows: list[dict[str, Any]] = []
+    per_replica = pool["kv_tokens"]
+    for t in targets:
+        for kind in ("fraction_of_ceiling", "token_hit_rate"):
+            blocks = curve.min_capacity_for(**{kind: t})
+            if blocks is None:
+                rows.append({"target": t, "kind": kind, "reachable": False})
+                continue
+            tokens = blocks * block_size
+            rows.append({"target": t, "kind": kind, "reachable": True, "tokens": int(tokens),
+                         "gib": tokens * geometry.kv_bytes_per_token / GIB,
+                         "replicas": math.ceil(tokens / per_replica) if per_replica else None,
+                         "behind_one_replica_gib": max(0, tokens - per_replica) * geometry.kv_bytes_per_token / GIB})
+    return rows
+
+
+def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted: np.ndarray, geometry: ModelGeometry,
+                  options: BudgetOptions, engine_results: dict[str, ServingResult] | None = None,
+                  targets: Sequence[float] = (0.9,)) -> dict[str, Any]:
+    """The plan's ``budgets`` section: hardware pool, then per budget every semantics' answer."""
+    budgets = list(options.budgets)
+    out: dict[str, Any] = {"model": options.spec.describe() if options.spec else None, "hardware": None,
+                           "ttft_model": options.ttft.describe() if options.ttft else None,
+                           "sliding_window_accounting": _sliding_note(geometry), "notes": list(options.notes)}
+    hbm_blocks = None
+    longest = int(trace.input_length.max(initial=0) + trace.output_length.max(initial=0))
+    if options.hardware is not None and options.spec is not None:
+        pool = replica_pool(options.spec, options.hardware)
+        out["hardware"] = pool
+        hbm_blocks = pool["kv_tokens_all_replicas"] // trace.block_size
+        budgets.insert(0, Budget("HBM of 1 replica", "tokens", max(pool["kv_tokens"], 1)))
+        if pool["replicas"] > 1:
+            budgets.insert(1, Budget(f"HBM of {pool['replicas']} replicas", "tokens", max(pool["kv_tokens_all_replicas"], 1)))
+        if replays:
+            name = "engine" if "engine" in replays else next(iter(replays))
+            out["requirements"] = {"semantics": name, "assumes": "all replicas' HBM as one cache (prefix-aware routing)",
+                                   "targets": _requirements(PrefixCurve(replays[name], counted), pool,
+                                                            trace.block_size, geometry, targets)}
+    rows = []
+    for budget in budgets:
+        cap = budget_capacity(budget, trace.block_size, geometry, longest, options.engine_block_size)
+        row: dict[str, Any] = {**cap, "semantics": {}, "engine_models": {}}
+        for name, replay in replays.items():
+            row["semantics"][name] = _semantics_row(replay, counted, cap, options, hbm_blocks)
+        for name, result in (engine_results or {}).items():
+            engine_row = _engine_row(result, cap, counted, trace, options)
+            if engine_row is not None:
+                row["engine_models"][name] = engine_row
+        rows.append(row)
+    out["rows"] = rows
+    return out
+
+
+def _sliding_note(geometry: ModelGeometry) -> str:
+    if not geometry.is_hybrid:
+        return "all layers full attention: a request's KV bytes are KV bytes per token x its tokens"
+    return (f"{geometry.num_sliding_layers} of {geometry.num_layers} layers hold at most {geometry.sliding_window} "
+            f"tokens: capacities use the {geometry.num_full_layers} full-attention layers' "
+            f"{geometry.kv_bytes_per_token} B/token after reserving one request's sliding window "
+            f"({geometry.sliding_bytes_per_token} B/token x min(longest request, window)); 'conservative' counts "
+            f"every layer as full ({geometry.all_layers_bytes_per_token} B/token); the truth lies between")

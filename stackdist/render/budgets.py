@@ -1,0 +1,73 @@
+"""The plan's budgets section as text lines (hardware pool, answers per size, TTFT estimates)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stackdist.planning.schema import Budgets
+
+__all__ = ["budget_lines"]
+
+
+def _ttft(ttft: Any) -> str:
+    return "" if not ttft else f"  TTFT p50 {ttft['p50_ms']:8.1f} ms  p99 {ttft['p99_ms']:8.1f} ms"
+
+
+def _hardware_lines(pool: Any) -> list[str]:
+    fit = "" if pool["fits"] else "  (DOES NOT FIT: the weights leave no room for the KV cache)"
+    return [
+        (f"hardware {pool['replicas']} replica(s) of {pool['gpus_per_replica']} x {pool['gpu']} "
+        f"({pool['hbm_gib_per_gpu']:.1f} GiB each, utilization {pool['gpu_memory_utilization']:g}): per GPU "
+        f"{pool['weights_gib_per_gpu']:.1f} GiB weights ({pool['weights_source']}), "
+        f"{pool['activation_gib_per_gpu'] + pool['non_torch_gib_per_gpu'] + pool['cudagraph_gib_per_gpu']:.1f} GiB "
+        f"assumed activation/non-torch/CUDA-graph, {pool['available_kv_gib_per_gpu']:.1f} GiB left for KV{fit}"),
+        (f"         vLLM num_gpu_blocks {pool['num_gpu_blocks']:,} per replica ({pool['bytes_per_block_per_gpu']:,} B per "
+        f"{pool['block_size_tokens']}-token block per GPU) = {pool['kv_tokens']:,} tokens = {pool['kv_gib']:.2f} GiB of KV; "
+        f"all replicas {pool['kv_tokens_all_replicas']:,} tokens = {pool['kv_gib_all_replicas']:.2f} GiB"),
+    ]
+
+
+def budget_lines(section: Budgets) -> list[str]:
+    """Reads only the plan: the hardware pool, what each target needs, then one block per size."""
+    lines = ["== budgets (answers at the sizes asked for) =="]
+    model = section.get("model")
+    if model:
+        lines.append(f"model   {model.get('hf_repo') or 'config'}: KV dtype {model['kv_dtype_bytes']} B/element, "
+                     f"{model['num_full_layers']} full-attention layers" + (
+                         f" + {model['num_sliding_layers']} sliding-window layers (window {model['sliding_window_tokens']})"
+                         if model["num_sliding_layers"] else "") + (" (MLA)" if model["mla"] else ""))
+    lines.append(f"        {section['sliding_window_accounting']}")
+    if section.get("hardware"):
+        lines += _hardware_lines(section["hardware"])
+    req = section.get("requirements")
+    if req:
+        lines.append(f"needs ({req['semantics']} semantics; {req['assumes']}):")
+        for r in req["targets"]:
+            what = f"{r['target']:.1%} {'of the ceiling' if r['kind'] == 'fraction_of_ceiling' else 'absolute'}"
+            if not r["reachable"]:
+                lines.append(f"  {what:<22} unreachable")
+                continue
+            lines.append(f"  {what:<22} {r['gib']:10.2f} GiB = {r['replicas']} replica(s), or one replica plus "
+                         f"{r['behind_one_replica_gib']:.2f} GiB of CPU/SSD behind it")
+    ttft_model = section.get("ttft_model")
+    if ttft_model:
+        lines.append(f"TTFT    an ESTIMATE ({ttft_model['kind']} model, one request at a time, inputs in the JSON)")
+    for note in section.get("notes", []):
+        lines.append(f"note    {note}")
+    for row in section["rows"]:
+        lines.append(f"  {row['budget']}: {row['blocks']:,} blocks, {row['tokens']:,} tokens, {row['gib']:.2f} GiB of KV")
+        for name, s in row["semantics"].items():
+            lower = f", {s['hit_tokens_from_lower_tier']:,} from below HBM" if s.get("hit_tokens_from_lower_tier") else ""
+            lines.append(f"    {name:<11} prefix token hit rate {s['prefix_token_hit_rate']:7.2%}, "
+                         f"{s['hit_tokens']:,} tokens saved{lower}{_ttft(s.get('ttft'))}")
+            if "conservative" in s:
+                c = s["conservative"]
+                lines.append(f"    {'':<11} conservative (every layer full): {c['capacity_blocks']:,} blocks, "
+                             f"hit rate {c['prefix_token_hit_rate']:.2%}")
+        for name, e in row["engine_models"].items():
+            if not e["feasible"]:
+                lines.append(f"    {name:<11} pool {e['pool']:,}: infeasible (the requests running at once do not fit)")
+                continue
+            lines.append(f"    {name:<11} pool {e['pool']:,}: prefix token hit rate {e['prefix_token_hit_rate']:7.2%}, "
+                         f"{e['hit_tokens']:,} tokens saved{_ttft(e.get('ttft'))}")
+    return lines
