@@ -160,31 +160,55 @@ def _quiet_stdout() -> None:
         pass
 
 
+class ClosedStdout:
+    """Stands in for ``sys.stdout`` when the process started with stdout closed: every write is
+    an ``OSError`` (EBADF), so the command fails with one line instead of dropping its output."""
+
+    def write(self, _data: str) -> int:
+        raise OSError(errno.EBADF, "stdout is closed", "<stdout>")
+
+    def flush(self) -> None:
+        return None
+
+    def isatty(self) -> bool:
+        return False
+
+
 def run_command(name: str, run: Callable[[], int], outputs: list[tuple[str, Any]], inputs: Iterable[Any] = ()) -> int:
+    """``stackdist NAME``: :func:`run_guarded` with the ``stackdist`` prefix."""
+    return run_guarded(f"stackdist {name}", run, outputs, inputs)
+
+
+def run_guarded(prog: str, run: Callable[[], int], outputs: Iterable[tuple[str, Any]] = (), inputs: Iterable[Any] = ()) -> int:
     """Check every output (writable, not an input, not a folder), run, and map errors to exit
-    codes with one line on stderr (see :mod:`stackdist.errors`)."""
+    codes with one line on stderr (see :mod:`stackdist.errors`). Shared by ``stackdist`` and ``kvlab``."""
     from stackdist.output import check_outputs
 
     def fail(code: int, message: str) -> int:
-        print(f"stackdist {name}: error: {message}", file=sys.stderr)
+        print(f"{prog}: error: {message}", file=sys.stderr)
         return code
 
+    outputs = list(outputs)
+    if sys.stdout is None:
+        sys.stdout = ClosedStdout()  # type: ignore[assignment]
     try:
         check_outputs(outputs, inputs)
         if any(flag == "--plot" and value for flag, value in outputs):
             require_matplotlib()
-        return run()
+        code = run()
+        sys.stdout.flush()
+        return code
     except UsageError as exc:
         return fail(EXIT_USAGE, str(exc))
     except (TraceFormatError, ValueError, OverflowError) as exc:
         return fail(EXIT_DATA, str(exc))
     except MemoryError:
-        return fail(EXIT_DATA, "not enough memory for this input and these arguments (try fewer points or a shorter trace)")
+        return fail(EXIT_DATA, "not enough memory for this input and these arguments (try smaller sizes or fewer points)")
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
-        print(f"stackdist {name}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except OSError as exc:
         if exc.errno == errno.EPIPE:
