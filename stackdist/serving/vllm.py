@@ -123,6 +123,88 @@ def _pop_head(bs, HEAD, ks):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
+def _arrive(r, key, off, P, tbl, tb, nblk, ncached, bs, ks, HEAD, nfree, B, hits):  # type: ignore[no-untyped-def]
+    """get_computed_blocks + allocate_slots(prompt) for request ``r``; returns the new free
+    count, or -1 when the allocation fails (allocate_slots returns None)."""
+    p = P[r]
+    base = off[r]
+    cap = (p - 1) // B
+    h = 0
+    evictable = 0
+    while h < cap:  # longest run of cached full pages, at most (P - 1) // B
+        b = ks[key[base + h], 0]
+        if b < 0:
+            break
+        tbl[tb + h] = b
+        if bs[b, _REF] == 0:
+            evictable += 1
+        h += 1
+    hits[r] = B * h
+    need = (p + B - 1) // B - h
+    if need + evictable > nfree:
+        return -1
+    for j in range(h):  # touch
+        b = tbl[tb + j]
+        if bs[b, _REF] == 0:
+            pp = bs[b, _PRV]
+            q = bs[b, _NXT]
+            bs[pp, _NXT] = q
+            bs[q, _PRV] = pp
+            nfree -= 1
+        bs[b, _REF] += 1
+    for j in range(need):
+        tbl[tb + h + j] = _pop_head(bs, HEAD, ks)
+    nblk[r] = h + need
+    for j in range(h, p // B):  # cache_full_blocks: append to the key's list
+        b = tbl[tb + j]
+        kk = key[base + j]
+        bs[b, _KEY] = kk
+        t = ks[kk, 1]
+        bs[b, _MPREV] = t
+        bs[b, _MNEXT] = -1
+        if t >= 0:
+            bs[t, _MNEXT] = b
+        else:
+            ks[kk, 0] = b
+        ks[kk, 1] = b
+    ncached[r] = p // B
+    return nfree - need
+
+
+@njit(cache=True, nogil=True)
+def _finish(r, tbl, tb, nblk, ncached, n_final, bs, HEAD, TAIL, first):  # type: ignore[no-untyped-def]
+    """free(request): hash its full generated blocks, then free its blocks in reverse order
+    (uncached to the head in that order, cached to the tail); returns the blocks freed."""
+    for j in range(ncached[r], n_final[r]):
+        bs[tbl[tb + j], _KEY] = -2
+    nf = 0
+    freed = 0
+    for j in range(nblk[r] - 1, -1, -1):
+        b = tbl[tb + j]
+        bs[b, _REF] -= 1
+        if bs[b, _REF] == 0:
+            freed += 1
+            if bs[b, _KEY] == -1:
+                first[nf] = b
+                nf += 1
+            else:  # append_n
+                t = bs[TAIL, _PRV]
+                bs[t, _NXT] = b
+                bs[b, _PRV] = t
+                bs[b, _NXT] = TAIL
+                bs[TAIL, _PRV] = b
+    for i in range(nf - 1, -1, -1):  # prepend_n
+        b = first[i]
+        q = bs[HEAD, _NXT]
+        bs[HEAD, _NXT] = b
+        bs[b, _PRV] = HEAD
+        bs[b, _NXT] = q
+        bs[q, _PRV] = b
+    nblk[r] = 0
+    return freed
+
+
+@njit(cache=True, nogil=True)
 def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N, B, hits):  # type: ignore[no-untyped-def]
     """Replay the events at ``num_gpu_blocks = N``; fill ``hits``; return the failing request or -1.
 
@@ -145,94 +227,25 @@ def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N
     tbl = np.empty(tbl_off[n_req], np.int32)
     nblk = np.zeros(n_req, np.int64)
     ncached = np.zeros(n_req, np.int64)
-    maxw = 1
-    for r in range(n_req):
-        maxw = max(maxw, tbl_off[r + 1] - tbl_off[r])
-    first = np.empty(maxw, np.int32)
+    first = np.empty(max(1, int(np.max(np.diff(tbl_off))) if n_req else 1), np.int32)
     for e in range(len(ev_kind)):
         r = ev_req[e]
         kind = ev_kind[e]
-        p = P[r]
         tb = tbl_off[r]
-        if kind == 3:  # arrival: get_computed_blocks + allocate_slots(prompt)
-            base = off[r]
-            cap = (p - 1) // B
-            h = 0
-            evictable = 0
-            while h < cap:
-                b = ks[key[base + h], 0]
-                if b < 0:
-                    break
-                tbl[tb + h] = b
-                if bs[b, _REF] == 0:
-                    evictable += 1
-                h += 1
-            hits[r] = B * h
-            need = (p + B - 1) // B - h
-            if need + evictable > nfree:
+        if kind == 3:  # arrival
+            nfree = _arrive(r, key, off, P, tbl, tb, nblk, ncached, bs, ks, HEAD, nfree, B, hits)
+            if nfree < 0:
                 return r
-            for j in range(h):  # touch
-                b = tbl[tb + j]
-                if bs[b, _REF] == 0:
-                    pp = bs[b, _PRV]
-                    q = bs[b, _NXT]
-                    bs[pp, _NXT] = q
-                    bs[q, _PRV] = pp
-                    nfree -= 1
-                bs[b, _REF] += 1
-            for j in range(need):
-                tbl[tb + h + j] = _pop_head(bs, HEAD, ks)
-            nfree -= need
-            nblk[r] = h + need
-            full = p // B
-            for j in range(h, full):  # cache_full_blocks: append to the key's list
-                b = tbl[tb + j]
-                kk = key[base + j]
-                bs[b, _KEY] = kk
-                t = ks[kk, 1]
-                bs[b, _MPREV] = t
-                bs[b, _MNEXT] = -1
-                if t >= 0:
-                    bs[t, _MNEXT] = b
-                else:
-                    ks[kk, 0] = b
-                ks[kk, 1] = b
-            ncached[r] = full
         elif kind == 1:  # decode step k: allocate_slots(request, 1)
-            need = (p + ev_k[e] + B - 1) // B - nblk[r]
+            need = (P[r] + ev_k[e] + B - 1) // B - nblk[r]
             if need > nfree:
                 return r
-            for j in range(need):
+            for _j in range(need):
                 tbl[tb + nblk[r]] = _pop_head(bs, HEAD, ks)
                 nblk[r] += 1
             nfree -= need
-        elif kind == 0:  # finish: free(request), reverse order
-            for j in range(ncached[r], n_final[r]):
-                bs[tbl[tb + j], _KEY] = -2
-            nf = 0
-            for j in range(nblk[r] - 1, -1, -1):
-                b = tbl[tb + j]
-                bs[b, _REF] -= 1
-                if bs[b, _REF] == 0:
-                    if bs[b, _KEY] == -1:
-                        first[nf] = b
-                        nf += 1
-                    else:  # append_n: cached blocks to the tail
-                        t = bs[TAIL, _PRV]
-                        bs[t, _NXT] = b
-                        bs[b, _PRV] = t
-                        bs[b, _NXT] = TAIL
-                        bs[TAIL, _PRV] = b
-                        nfree += 1
-            for i in range(nf - 1, -1, -1):  # prepend_n: uncached blocks to the head, in order
-                b = first[i]
-                q = bs[HEAD, _NXT]
-                bs[HEAD, _NXT] = b
-                bs[b, _PRV] = HEAD
-                bs[b, _NXT] = q
-                bs[q, _PRV] = b
-                nfree += 1
-            nblk[r] = 0
+        elif kind == 0:  # finish
+            nfree += _finish(r, tbl, tb, nblk, ncached, n_final, bs, HEAD, TAIL, first)
     return -1
 
 
