@@ -4,6 +4,7 @@ Dynamo reader with its engine-reported hits."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -140,3 +141,23 @@ def test_engine_flags_are_checked(tmp_path, capsys, argv, says):
     trace_path.write_text('{"timestamp": 0, "input_length": 100, "output_length": 1, "hash_ids": [1]}\n')
     code, _, stderr = run_stackdist(capsys, "plan", str(trace_path), *argv)
     assert code == 2 and says in stderr
+
+
+def test_decode_reuse_lets_the_next_turn_hit_the_answer():
+    # turn 2 carries turn 1's 32-token prompt and its 20-token answer (pages 1, 2, 3 ...)
+    trace = request_trace([[1, 2], [1, 2, 3, 4]], block_size=16)
+    trace.output_length[:] = [20, 1]
+    plain = EngineOptions(models=("vllm",), pools=(None,), schedule="serial", decode=True)
+    base = run_engine_models(trace, plain)["vllm"].hit_tokens[0].tolist()
+    reused = run_engine_models(trace, dataclasses.replace(plain, decode_reuse=True))["vllm"].hit_tokens[0].tolist()
+    assert base == [0, 32]
+    assert reused == [0, 48]  # turn 1 wrote 32 + 19 tokens: its third block is full and holds the answer
+
+
+def test_decode_reuse_is_per_worker_and_refused_for_sglang():
+    trace = request_trace([[1, 2], [1, 2, 3, 4]], block_size=16)
+    trace.output_length[:] = [20, 1]
+    opts = EngineOptions(models=("vllm",), pools=(None,), schedule="serial", decode=True, decode_reuse=True, workers=2)
+    assert run_engine_models(trace, opts)["vllm"].hit_tokens[0].tolist() == [0, 0]  # round-robin: other worker
+    with pytest.raises(ValueError, match="vllm model only"):
+        run_engine_models(trace, dataclasses.replace(opts, models=("sglang",)))

@@ -18,12 +18,15 @@ hit numbers, only the first request that could not allocate and the smallest fea
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from stackdist.serving.decode_reuse import continuations, reuse_summary
+from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.serving.schedule import Schedule
 from stackdist.traces import RequestTrace
@@ -161,11 +164,17 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
         if progress is not None:
             progress(f"{model} model, {len(pools)} pool sizes, {len(np.unique(workers))} worker(s)")
         run = simulate_vllm if model == "vllm" else simulate_sglang
+        if options.decode_reuse and model != "vllm":
+            raise ValueError("--decode-reuse is modelled for the vllm model only")
         parts = []
         for w in np.unique(workers).tolist():
             index = np.flatnonzero(workers == w)
             sub = trace if index.size == trace.n_requests else trace.select(index)
-            parts.append((index, run(sub, pools, _subset(schedule, index), options.decode, options.engine_block_size)))
+            source: Any = sub
+            if options.decode_reuse:  # only a request on the same worker can reuse its KV
+                pages = engine_pages(sub, options.engine_block_size)
+                source = dataclasses.replace(pages, continued_by=continuations(sub, pages))
+            parts.append((index, run(source, pools, _subset(schedule, index), options.decode, options.engine_block_size)))
         out[model] = _merge(parts, trace.n_requests) if len(parts) != 1 else parts[0][1]
     return out
 
@@ -219,6 +228,10 @@ def engine_section(
         minimum = {"gpu_blocks": int(result.min_feasible_pool), "proved_minimal": bool(result.min_feasible_proved),
                    "gib": result.min_feasible_pool * block_bytes / 2**30}
     schedule = options.schedule_source if isinstance(options.schedule, Schedule) else options.schedule
+    reuse = None
+    if options.decode_reuse:
+        pages = engine_pages(trace, options.engine_block_size)
+        reuse = reuse_summary(pages, continuations(trace, pages), options.engine_block_size)
     if trace.engine_cached_tokens is not None and (trace.engine_cached_tokens[mask] >= 0).all():
         for i, row in enumerate(rows):
             if row["feasible"]:
@@ -235,6 +248,7 @@ def engine_section(
         "input_tokens": input_tokens,
         "pools": rows,
         "min_feasible_pool": minimum,
+        "decode_reuse": reuse,
     }
 
 

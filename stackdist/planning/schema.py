@@ -98,10 +98,13 @@ class TraceInfo(TypedDict, total=False):
     reblocked_to: int | None
 
 
-class ModelInfo(TypedDict):
+class ModelInfo(TypedDict, total=False):
     name: str
     kv_bytes_per_token: int
     bytes_per_block: int
+    sliding_window_tokens: int | None
+    sliding_bytes_per_token: int
+    all_layers_bytes_per_token: int
 
 
 class PoolRow(TypedDict, total=False):

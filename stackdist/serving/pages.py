@@ -33,7 +33,10 @@ class EnginePages:
 
     ``key`` holds dense page ids in ``0..n_keys-1`` (int64, from ``stackdist.dense_keys``); ``input_tokens`` (P) and
     ``output_tokens`` (O) are per request; ``full_pages[r] = P // 16`` pages are full, and
-    ``cdiv(P, 16)`` pages are allocated for the prompt.
+    ``cdiv(P, 16)`` pages are allocated for the prompt. ``continued_by[r]`` (or None) is the
+    later request whose prompt continues request r's prompt and answer (decode reuse: the blocks
+    r writes while decoding are cached under that request's page ids; see
+    :mod:`stackdist.serving.decode_reuse`), -1 for none.
     """
 
     key: np.ndarray
@@ -42,6 +45,7 @@ class EnginePages:
     output_tokens: np.ndarray
     n_keys: int
     page_tokens: int = PAGE_TOKENS
+    continued_by: np.ndarray | None = None
 
     @property
     def n_requests(self) -> int:

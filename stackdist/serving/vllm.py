@@ -172,11 +172,26 @@ def _arrive(r, key, off, P, tbl, tb, nblk, ncached, bs, ks, HEAD, nfree, B, hits
 
 
 @njit(cache=True, nogil=True)
-def _finish(r, tbl, tb, nblk, ncached, n_final, bs, HEAD, TAIL, first):  # type: ignore[no-untyped-def]
-    """free(request): hash its full generated blocks, then free its blocks in reverse order
-    (uncached to the head in that order, cached to the tail); returns the blocks freed."""
+def _finish(r, tbl, tb, nblk, ncached, n_final, bs, ks, key, off, cont, HEAD, TAIL, first):  # type: ignore[no-untyped-def]
+    """free(request): hash its full generated blocks (under the continuing request's page ids
+    when decode reuse names one, else under ids nobody looks up), then free its blocks in reverse
+    order (uncached to the head in that order, cached to the tail); returns the blocks freed."""
+    q = cont[r]
     for j in range(ncached[r], n_final[r]):
-        bs[tbl[tb + j], _KEY] = -2
+        b = tbl[tb + j]
+        if q < 0 or j >= off[q + 1] - off[q]:
+            bs[b, _KEY] = -2
+            continue
+        kk = key[off[q] + j]  # cache_full_blocks: append to the key's list
+        bs[b, _KEY] = kk
+        t = ks[kk, 1]
+        bs[b, _MPREV] = t
+        bs[b, _MNEXT] = -1
+        if t >= 0:
+            bs[t, _MNEXT] = b
+        else:
+            ks[kk, 0] = b
+        ks[kk, 1] = b
     nf = 0
     freed = 0
     for j in range(nblk[r] - 1, -1, -1):
@@ -205,7 +220,7 @@ def _finish(r, tbl, tb, nblk, ncached, n_final, bs, HEAD, TAIL, first):  # type:
 
 
 @njit(cache=True, nogil=True)
-def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N, B, hits):  # type: ignore[no-untyped-def]
+def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N, B, hits, cont):  # type: ignore[no-untyped-def]
     """Replay the events at ``num_gpu_blocks = N``; fill ``hits``; return the failing request or -1.
 
     Complexity: O(pages touched + events) time, O(N + n_keys + table) memory.
@@ -245,7 +260,7 @@ def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N
                 nblk[r] += 1
             nfree -= need
         elif kind == 0:  # finish
-            nfree += _finish(r, tbl, tb, nblk, ncached, n_final, bs, HEAD, TAIL, first)
+            nfree += _finish(r, tbl, tb, nblk, ncached, n_final, bs, ks, key, off, cont, HEAD, TAIL, first)
     return -1
 
 
@@ -284,8 +299,9 @@ def _run(pages: EnginePages, prep: tuple[np.ndarray, np.ndarray, np.ndarray, Eve
     if N >= 2**31 - 2 or pages.n_keys >= 2**31:
         raise ValueError(f"num_gpu_blocks and page ids must fit in int32; got {N} blocks, {pages.n_keys} page ids")
     hits = np.zeros(pages.n_requests, np.int64)
+    cont = pages.continued_by if pages.continued_by is not None else np.full(pages.n_requests, -1, np.int64)
     failed = _vllm_kernel(pages.key, pages.offsets, pages.input_tokens, tbl_off, n_final, kind,
-                          ev.request, ev.k, max(pages.n_keys, 1), N, B, hits)
+                          ev.request, ev.k, max(pages.n_keys, 1), N, B, hits, cont)
     if failed >= 0:
         hits[:] = -1
     return hits, int(failed)
@@ -431,7 +447,8 @@ def simulate_vllm(
     pools = check_pools(pool_blocks, 1)
     sched = _schedule(schedule, trace, pages)
     B = block_size
-    one = sched.is_serial and _no_duplicates(pages, B)
+    reuse = pages.continued_by is not None and bool((pages.continued_by >= 0).any())
+    one = sched.is_serial and not reuse and _no_duplicates(pages, B)
     if method == "one-replay" and not one:
         raise ValueError("method='one-replay' needs a serial schedule and no 16-aligned prompt repeating its last page")
     if method == "per-size":
