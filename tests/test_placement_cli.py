@@ -73,18 +73,22 @@ def test_usage_errors_exit_2_with_a_message(argv: list[str], message: str, capsy
     assert message in err and "Traceback" not in err
 
 
-def test_missing_trace_is_a_data_error_exit_1(tmp_path: Path) -> None:
-    proc = run("simulate", "--workload", f"mooncake:{tmp_path / 'none.jsonl'}")
-    assert proc.returncode == 1
-    assert "none.jsonl: no such file" in proc.stderr and "Traceback" not in proc.stderr
+def test_missing_trace_is_a_data_error_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--workload", f"mooncake:{tmp_path / 'none.jsonl'}"]) == 1
+    assert "none.jsonl: no such file" in capsys.readouterr().err
 
 
-def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
+def test_malformed_trace_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [0]}\n{"timestamp": 1}\n')
-    proc = run("simulate", "--workload", f"mooncake:{bad}")
-    assert proc.returncode == 1
-    assert "bad.jsonl:2:" in proc.stderr and "Traceback" not in proc.stderr
+    assert main(["simulate", "--workload", f"mooncake:{bad}"]) == 1  # an exception would propagate here
+    assert "bad.jsonl:2:" in capsys.readouterr().err
+
+
+def test_an_unwritable_output_is_a_data_error_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("")
+    assert main(["generate", "docqa", "--out", str(tmp_path / "file" / "t.jsonl"), "--param", "n_questions=2"]) == 1
+    assert "error:" in capsys.readouterr().err
 
 
 def test_help_has_examples() -> None:
