@@ -248,8 +248,13 @@ def coverage_needs(replay: PrefixReplay, target: float = 1.0) -> np.ndarray:
     frac = exact_fraction(target, "coverage target")
     trace = replay.trace
     lo, hi = trace.offsets[:-1], trace.offsets[1:]
-    finite = np.r_[0, np.cumsum(replay.effective != COLD)]
-    reusable = finite[hi] - finite[lo]  # H: effective depth is finite exactly on the leading run
+    # H: effective depth is finite exactly on the leading run; summed per request in one pass
+    # (reduceat over the non-empty requests: an empty one contributes no element in between).
+    reusable = np.zeros(lo.shape[0], np.int64)
+    nonempty = hi > lo
+    if np.any(nonempty):
+        finite = (replay.effective != COLD).view(np.int8)
+        reusable[nonempty] = np.add.reduceat(finite, lo[nonempty], dtype=np.int64)
     k = (reusable * frac.numerator + frac.denominator - 1) // frac.denominator
     idx = np.where(k > 0, lo + k - 1, 0)
     return np.where(k > 0, replay.effective[idx] if replay.effective.size else 0, 0).astype(np.int64)
