@@ -145,6 +145,7 @@ def test_cli_table_and_calibration(capsys, head, tmp_path):
                                    "--ttft-calibration", calib, "--semantics", "engine")
     assert code == 0, err
     assert "== budgets" in out and "conservative (every layer full)" in out and "ESTIMATE (calibrated" in out
+    assert "81,920 KV bytes/token" in out and "sliding-window layers add 425,984 B/token for at most 1,024 tokens" in out
     code, out, err = run_stackdist(capsys, "plan", head, "--capacity", "2GiB", "--ttft-calibration", tmp_path / "none.jsonl")
     assert code == 2 and "--ttft-calibration" in err
     code, out, err = run_stackdist(capsys, "plan", head, "--gpu", "h200", "--gpus", "3", "--gpus-per-replica", "2")

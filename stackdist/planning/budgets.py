@@ -243,6 +243,9 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
                 row["engine_models"][name] = engine_row
         rows.append(row)
     out["rows"] = rows
+    if geometry.is_hybrid and engine_results:
+        out["notes"].append("the engine models simulate the full-attention blocks only; vLLM also spends blocks of the "
+                            "same pool on the sliding-window groups (up to one window per running request per group)")
     return out
 
 

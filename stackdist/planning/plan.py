@@ -281,6 +281,9 @@ def _header(trace: RequestTrace, options: PlanOptions, units: _Units, counted: n
             "name": options.geometry.name,
             "kv_bytes_per_token": options.geometry.kv_bytes_per_token,
             "bytes_per_block": units.bytes_per_block,
+            "sliding_window_tokens": options.geometry.sliding_window,  # KV bytes above: full-attention layers only
+            "sliding_bytes_per_token": options.geometry.sliding_bytes_per_token,
+            "all_layers_bytes_per_token": options.geometry.all_layers_bytes_per_token,
         },
         "counted": {"requests": int(counted.sum()), "warmup_requests": options.warmup_requests, "warmup_seconds": options.warmup_seconds},
         "prices_per_gb_usd": dict(PRICES_USD_PER_GB, **(options.prices_per_gb or {})),

@@ -24,7 +24,9 @@ def render_plan_table(report: Plan) -> str:
         f"trace   {t['source']}: {t['requests']:,} requests, {t['blocks']:,} block accesses, "
         f"{t['distinct_blocks']:,} distinct blocks of {t['block_size_tokens']} tokens, {t['input_tokens']:,} input tokens"
         + (f" ({t['skipped_lines']} malformed lines skipped)" if t["skipped_lines"] else ""),
-        f"model   {m['name']}: {m['kv_bytes_per_token']:,} KV bytes/token, {m['bytes_per_block'] / 2**20:.2f} MiB/block",
+        f"model   {m['name']}: {m['kv_bytes_per_token']:,} KV bytes/token, {m['bytes_per_block'] / 2**20:.2f} MiB/block"
+        + (f" (full-attention layers; sliding-window layers add {m['sliding_bytes_per_token']:,} B/token for at most "
+           f"{m['sliding_window_tokens']:,} tokens per request)" if m.get("sliding_window_tokens") else ""),
         f"counted {report['counted']['requests']:,} requests (warm-up excluded)",
     ]
     for name, sem in report["semantics"].items():
