@@ -63,8 +63,10 @@ previous request's partial flag, so request i sees the top ``N - 1 - [W_{i-1} % 
 items (or all, if fewer). Hence the formula; inclusion holds and one depth replay answers every
 N. When the hypothesis fails (the trace repeats such a prompt) the per-size simulation is used;
 the test suite checks the replay against the simulation, and that without the hypothesis it
-can differ. Timed (concurrent) schedules break (1): running requests pin blocks and free them
-out of arrival order, and the per-size simulation is used.
+can differ. Timed (concurrent) schedules break (1): running requests pin blocks (how many
+depends on what they share, hence on the hits) and free them out of arrival order, and the
+per-size simulation is used. Whether hits stay monotone in N there (or with duplicates) is not
+proved; a search over 3,000 random timed traces at 60 pool sizes each found no counterexample.
 
 >>> import numpy as np, stackdist
 >>> t = stackdist.RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
