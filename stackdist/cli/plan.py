@@ -41,6 +41,7 @@ EXAMPLES = """examples:
   stackdist plan trace.jsonl --model-config config.json --targets 0.8,0.9 --warmup 10m --window 10m
   stackdist plan tokens.jsonl --format tokens --block-size 16 --json plan.json --plot plan.png
   stackdist plan trace.jsonl --json - | jq '.semantics.engine.working_set'
+  stackdist plan trace.jsonl --model qwen3-8b --gpu h200 --capacity 40GiB,80GiB --kv-dtype fp8
 
 Capacities are exact for every size (one replay per semantics). --targets are prefix token
 hit rates; each is answered both as an absolute rate and as a fraction of the infinite-cache
