@@ -9,6 +9,7 @@ from traces_random import random_trace
 
 import stackdist
 from stackdist.serving.pages import engine_pages
+from stackdist.serving.results import bisect_feasible
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.sglang import _serial_min_pages, sglang_pool_run, simulate_sglang
 
@@ -48,6 +49,9 @@ def test_serial_feasibility_bound() -> None:
             if lo > 1:
                 assert res.failed_request[0] >= 0
                 assert res.min_feasible_pool == lo and res.min_feasible_proved
+            sched = Schedule.serial(pg.n_requests)
+            ok = lambda n, pg=pg, sched=sched, decode=decode: sglang_pool_run(pg, sched, decode, n)[1] < 0
+            assert bisect_feasible(ok, 1, 10 * lo) == lo
 
 
 def test_hits_not_monotone_in_pool() -> None:
