@@ -405,3 +405,26 @@ def test_tiers_bounds_the_number_of_gpu_capacities(capsys, t):
 def test_output_names_with_nul_are_usage_errors(capsys, t):
     code, _, err = run(capsys, "curve", t, "-o", "a\0b")
     assert code == 2 and "Traceback" not in err
+
+
+def test_a_folder_of_files_is_written_as_one_unit(tmp_path, monkeypatch):
+    from stackdist.output import write_files_atomic
+
+    out = tmp_path / "lab"
+    write_files_atomic(out, {"a.json": "old a", "b.json": "old b", "c.json": "old c"})
+    (out / "a.json").chmod(0o640)
+    calls = []
+
+    def full_on_third(fd):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_on_third)
+    with pytest.raises(OSError, match="No space left"):
+        write_files_atomic(out, {"a.json": "new a", "b.json": "new b", "c.json": "new c"})
+    assert sorted(p.name for p in out.iterdir()) == ["a.json", "b.json", "c.json"]
+    assert [(out / n).read_text() for n in ("a.json", "b.json", "c.json")] == ["old a", "old b", "old c"]
+    monkeypatch.undo()
+    write_files_atomic(out, {"a.json": "new a"})
+    assert (out / "a.json").read_text() == "new a" and stat.S_IMODE((out / "a.json").stat().st_mode) == 0o640

@@ -4,16 +4,17 @@ Package-internal; this ``__init__`` only re-exports.
 """
 
 from .files import (
-           check_outputs,
-           check_writable,
-           is_stream,
-           same_file,
-           write_atomic,
-           write_json,
-           write_stdout,
+    check_outputs,
+    check_writable,
+    is_stream,
+    same_file,
+    write_atomic,
+    write_files_atomic,
+    write_json,
+    write_stdout,
 )
 from .jsonfmt import dumps_json, json_default
 from .progress import Progress, stage
 
 __all__ = ["Progress", "check_outputs", "check_writable", "dumps_json", "is_stream", "json_default", "same_file", "stage",
-           "write_atomic", "write_json", "write_stdout"]
+           "write_atomic", "write_files_atomic", "write_json", "write_stdout"]

@@ -150,6 +150,39 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
         raise
 
 
+def write_files_atomic(folder: str | os.PathLike[str], files: dict[str, str | bytes]) -> list[Path]:
+    """Write several files into ``folder`` (created if needed) as one unit; return their paths.
+
+    Every file is first written whole into a hidden staging folder inside ``folder``; only when
+    all are there are they renamed into place, so a failure (a full disk, Ctrl-C) leaves the
+    folder with its old files, never a mix of new and old. Existing files keep their modes.
+    """
+    import shutil
+
+    out = Path(folder)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "it exists and is not a directory", os.fspath(folder))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging.", suffix=".tmp", dir=out))
+    except OSError as exc:
+        raise _fail(exc, os.fspath(folder)) from None
+    try:
+        for name, content in files.items():
+            write_atomic(staging / name, content)
+            if (out / name).exists():
+                shutil.copymode(out / name, staging / name)
+        written = []
+        for name in files:
+            os.replace(staging / name, out / name)
+            written.append(out / name)
+        return written
+    except OSError as exc:
+        raise _fail(exc, os.fspath(out / name)) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def check_writable(path: str | os.PathLike[str] | None, name: str) -> None:
     """Fail early (before a long computation) when ``path`` cannot be written.
 
