@@ -1,0 +1,208 @@
+"""K workers with their own engine-semantics GPU caches, an optional shared tier, and routing.
+
+The rules, exactly (tested against a direct ``OrderedDict`` simulation in tests/test_cluster.py):
+
+- **Order.** Requests are served one at a time in trace order (serial), as in the ``engine``
+  semantics (:mod:`.semantics`): each is looked up against the caches as it found them, then
+  committed, before the next one arrives.
+- **Workers.** Worker ``w`` has a GPU cache of ``C`` blocks with exactly the ``engine``
+  semantics: the request's GPU hit is the longest prefix of its blocks cached on ``w``; then
+  *all* its blocks are committed to ``w``'s cache tail first (each made the most recent, the
+  least recent evicted beyond ``C``), so its head ends most recent. Capacity 0 stores nothing,
+  ``None`` is infinite.
+- **Shared tier** (Mooncake Store, LMCache's remote backend, Dynamo's block manager): one LRU of
+  ``S`` blocks for all workers. After the GPU prefix of ``g`` blocks the hit continues in the
+  shared tier: the next ``s`` blocks are shared-tier hits while each is in it (stopping at the
+  first that is not, even if the GPU holds a later one), so the request hits ``g + s`` blocks.
+  Shared-tier hits are copied into the worker's GPU cache (the commit above covers them).
+  Written through: every block the worker *receives* (the ``s`` shared hits, refreshed) or
+  *computes* (the rest, blocks ``g + s`` on, inserted or refreshed) is committed to the shared
+  tier, tail first, after the lookup; the ``g`` GPU-hit blocks do not touch it. Neither
+  inclusive nor exclusive: a GPU eviction writes nothing back (the block went through already)
+  and a shared-tier eviction leaves GPU copies alone. ``S = 0`` leaves K independent caches.
+- **Routers.** A static assignment (any array of workers, e.g. from the plan's round-robin,
+  random, session, prefix-hash or least-loaded routers), or ``"kv-aware"`` (Dynamo's KV router,
+  llm-d's prefix-aware scheduler): at its arrival a request goes to the worker whose GPU cache
+  holds the longest prefix of it, ties to the worker with the fewest requests routed to it so
+  far (in the serial replay nothing else is running), then to the lowest index. It depends on
+  the caches' contents, so it runs per pool size.
+
+Complexity: O(blocks) per pool size for a static assignment (plus O(blocks) once to index the
+(worker, block) pairs); O(blocks x K) per size for ``kv-aware`` (each request probes every
+worker's cache along its prefix; state of (distinct blocks x K) entries).
+
+>>> from stackdist.traces import RequestTrace
+>>> t = RequestTrace.from_blocks([[1, 2], [1, 2], [1, 3]], block_size=4)
+>>> r = simulate_cluster(t, 2, np.array([0, 1, 0]), [4], [4])
+>>> r.gpu_hit_tokens[0].tolist(), r.shared_hit_tokens[0].tolist()
+([0, 0, 4], [0, 8, 0])
+>>> simulate_cluster(t, 2, "kv-aware", [4]).worker[0].tolist()
+[0, 0, 0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from stackdist.engine.keys import dense_keys
+from stackdist.errors import INT64_MAX
+from stackdist.traces import RequestTrace
+
+__all__ = ["KV_AWARE", "ClusterResult", "simulate_cluster"]
+
+KV_AWARE = "kv-aware"
+
+
+@dataclass(frozen=True)
+class ClusterResult:
+    """Per pool pair and request: the worker, the GPU and the shared-tier hit tokens.
+
+    ``pools[i]`` is ``(gpu_blocks, shared_blocks)`` (per-worker GPU cache, shared tier; ``None``
+    = infinite); ``worker[i]``, ``gpu_hit_tokens[i]`` and ``shared_hit_tokens[i]`` have one
+    int64 entry per request in trace order.
+    """
+
+    workers: int
+    router: str
+    pools: tuple[tuple[int | None, int | None], ...]
+    worker: np.ndarray
+    gpu_hit_tokens: np.ndarray
+    shared_hit_tokens: np.ndarray
+
+    @property
+    def hit_tokens(self) -> np.ndarray:
+        """GPU plus shared-tier hit tokens, per pool pair and request."""
+        return self.gpu_hit_tokens + self.shared_hit_tokens
+
+
+@njit(cache=True, nogil=True)
+def _touch(prv, nxt, head, x, size, w, cap):  # type: ignore[no-untyped-def]
+    """Make slot ``x`` the most recent of the circular list at sentinel ``head`` (inserting it,
+    and evicting the least recent when ``size[w]`` is at ``cap``). ``nxt[x] < 0``: not cached."""
+    if nxt[x] >= 0:
+        p, q = prv[x], nxt[x]
+        nxt[p] = q
+        prv[q] = p
+    elif cap == 0:
+        return
+    elif size[w] >= cap:
+        lru = prv[head]
+        p = prv[lru]
+        nxt[p] = head
+        prv[head] = p
+        nxt[lru] = -1
+    else:
+        size[w] += 1
+    first = nxt[head]
+    nxt[head] = x
+    prv[x] = head
+    nxt[x] = first
+    prv[first] = x
+
+
+@njit(cache=True, nogil=True)
+def _cluster_kernel(block, off, tok, assign, slot, K, C, S, prv, nxt, sprv, snxt, out_w, out_g, out_s):  # type: ignore[no-untyped-def]
+    """One serial replay at one pool pair. ``assign[r] < 0``: route request r kv-aware, on
+    slot ``block * K + w``; else on ``slot[j]`` (the dense (worker, block) pair of access j)."""
+    n_slots = prv.size - K
+    D = sprv.size - 1
+    for w in range(K):
+        prv[n_slots + w] = n_slots + w
+        nxt[n_slots + w] = n_slots + w
+    sprv[D] = D
+    snxt[D] = D
+    size = np.zeros(K, np.int64)
+    ssize = np.zeros(1, np.int64)
+    routed = np.zeros(K, np.int64)
+    for r in range(off.size - 1):
+        a, b = off[r], off[r + 1]
+        w = assign[r]
+        if w < 0:
+            best, best_g = 0, -1
+            for v in range(K):
+                g = 0
+                for j in range(a, b):
+                    if nxt[block[j] * K + v] < 0:
+                        break
+                    g += 1
+                if g > best_g or (g == best_g and routed[v] < routed[best]):
+                    best, best_g = v, g
+            w = best
+        routed[w] += 1
+        kv = assign[r] < 0
+        j = a
+        g_tok = 0
+        while j < b:
+            x = block[j] * K + w if kv else slot[j]
+            if nxt[x] < 0:
+                break
+            g_tok += tok[j]
+            j += 1
+        first_miss = j
+        s_tok = 0
+        while j < b and snxt[block[j]] >= 0:
+            s_tok += tok[j]
+            j += 1
+        out_w[r], out_g[r], out_s[r] = w, g_tok, s_tok
+        if S != 0:
+            for i in range(b - 1, first_miss - 1, -1):
+                _touch(sprv, snxt, D, block[i], ssize, 0, S)
+        for i in range(b - 1, a - 1, -1):
+            _touch(prv, nxt, n_slots + w, block[i] * K + w if kv else slot[i], size, w, C)
+
+
+def _capacity(blocks: int | None, flag: str) -> int:
+    if blocks is None:
+        return INT64_MAX
+    if isinstance(blocks, bool) or not isinstance(blocks, (int, np.integer)) or blocks < 0:
+        raise ValueError(f"{flag} must be None (infinite) or non-negative integers; got {blocks!r}")
+    return int(blocks)
+
+
+def simulate_cluster(
+    trace: RequestTrace, workers: int, router: np.ndarray | str, gpu_blocks: Sequence[int | None],
+    shared_blocks: Sequence[int | None] = (0,),
+) -> ClusterResult:
+    """Serve ``trace`` on ``workers`` workers at every (GPU, shared) pool pair (GPU sizes outer).
+
+    ``router``: ``"kv-aware"`` or the worker of every request (ints in ``0..workers-1``). Pool
+    sizes are in blocks of the trace's block size, ``None`` infinite, 0 allowed. O(blocks) per
+    pair for a static assignment, O(blocks x workers) for kv-aware.
+
+    >>> t = RequestTrace.from_blocks([[1, 2], [1, 2]], block_size=4)
+    >>> simulate_cluster(t, 1, np.zeros(2, np.int64), [0, 2]).gpu_hit_tokens.tolist()
+    [[0, 0], [0, 8]]
+    """
+    k = int(workers)
+    if k < 1:
+        raise ValueError(f"workers must be a positive integer; got {workers!r}")
+    dense = dense_keys(trace.block_ids)
+    block, n_keys = dense.ids, max(dense.n_keys, 1)
+    n = trace.n_requests
+    if isinstance(router, str):
+        if router != KV_AWARE:
+            raise ValueError(f"router must be {KV_AWARE!r} or an array of workers; got {router!r}")
+        assign = np.full(n, -1, np.int64)
+        slot, n_slots = np.zeros(1, np.int64), n_keys * k
+    else:
+        assign = np.asarray(router, np.int64)
+        if assign.shape != (n,) or (n and (assign.min() < 0 or assign.max() >= k)):
+            raise ValueError(f"router must give every request a worker in 0..{k - 1}")
+        per_block = np.repeat(assign, np.diff(trace.offsets))
+        pairs = dense_keys(per_block * n_keys + block)
+        slot, n_slots = pairs.ids, max(pairs.n_keys, 1)
+    index = np.int32 if n_slots + k < 2**31 - 1 else np.int64
+    pools = tuple((g, s) for g in gpu_blocks for s in shared_blocks)
+    out = np.zeros((3, len(pools), n), np.int64)
+    for i, (g, s) in enumerate(pools):
+        C, S = _capacity(g, "gpu_blocks"), _capacity(s, "shared_blocks")
+        prv, nxt = np.empty(n_slots + k, index), np.full(n_slots + k, -1, index)
+        sprv, snxt = np.empty(n_keys + 1, index), np.full(n_keys + 1, -1, index)
+        _cluster_kernel(block, trace.offsets, trace.block_tokens, assign, slot, k, C, S,
+                        prv, nxt, sprv, snxt, out[0, i], out[1, i], out[2, i])
+    name = router if isinstance(router, str) else "static"
+    return ClusterResult(k, name, pools, out[0], out[1], out[2])

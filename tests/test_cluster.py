@@ -1,0 +1,123 @@
+"""serving/cluster.py (K workers, shared tier, kv-aware routing) against a direct simulation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from naive import random_requests, request_trace
+
+from kvlab.kvsim import EnginePrefixCache
+from stackdist.planning.engine_plan import ROUTERS, EngineOptions, assign_workers
+from stackdist.serving.cluster import simulate_cluster
+from stackdist.serving.schedule import Schedule
+from stackdist.serving.semantics import replay_requests, request_hits
+
+BIG = 10**9  # "infinite" for the reference caches
+
+
+def reference_cluster(requests, tokens, k, router, gpu_blocks, shared_blocks):
+    """The rules of serving/cluster.py, directly: one EnginePrefixCache (OrderedDict) per worker
+    and one for the shared tier; per request (worker, GPU hit tokens, shared-tier hit tokens)."""
+    gpus = [EnginePrefixCache(BIG if gpu_blocks is None else gpu_blocks) for _ in range(k)]
+    shared = EnginePrefixCache(BIG if shared_blocks is None else shared_blocks)
+    routed = [0] * k
+    out = []
+    for r, blocks in enumerate(requests):
+        if isinstance(router, str):  # kv-aware: longest GPU prefix, then fewest routed, then index
+            found = [gpu.lookup(blocks) for gpu in gpus]
+            w = min(range(k), key=lambda v: (-found[v], routed[v], v))
+        else:
+            w = int(router[r])
+        routed[w] += 1
+        g = gpus[w].lookup(blocks)
+        s = shared.lookup(blocks[g:])
+        shared.commit(blocks[g:])  # received (s hits) and computed blocks, written through
+        gpus[w].commit(blocks)  # everything, the shared hits copied in
+        out.append((w, sum(tokens[r][:g]), sum(tokens[r][g:g + s])))
+    return out
+
+
+def _case(seed):
+    rng = np.random.default_rng(seed)
+    requests = random_requests(rng, int(rng.integers(1, 40)), int(rng.integers(1, 9)), int(rng.integers(1, 4)))
+    last = [int(rng.integers(1, 5)) for _ in requests]
+    trace = request_trace(requests, 4, last)
+    tokens = np.split(trace.block_tokens, trace.offsets[1:-1])
+    return rng, requests, [t.tolist() for t in tokens], trace
+
+
+def _routes(trace, k, rng):
+    schedule = Schedule.from_service_model(trace, 20.0, 5.0)  # some overlap, so least-loaded spreads
+    routes = {name: assign_workers(trace, EngineOptions(workers=k, router=name, seed=int(rng.integers(9))), schedule)
+              for name in ROUTERS}
+    routes["kv-aware"] = "kv-aware"
+    return routes
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_kernel_equals_direct_simulation(seed):
+    rng, requests, tokens, trace = _case(seed)
+    k = int(rng.integers(1, 5))
+    longest = max((len(r) for r in requests), default=0)
+    gpus = [0, 1, longest, longest + 1, int(rng.integers(0, 3 * longest + 2)), None]
+    shared = [0, 1, longest + 1, int(rng.integers(0, 4 * longest + 2)), None]
+    for name, route in _routes(trace, k, rng).items():
+        got = simulate_cluster(trace, k, route, gpus, shared)
+        for i, (c, s) in enumerate(got.pools):
+            want = reference_cluster(requests, tokens, k, route, c, s)
+            assert got.worker[i].tolist() == [w for w, _, _ in want], (name, c, s)
+            assert got.gpu_hit_tokens[i].tolist() == [g for _, g, _ in want], (name, c, s)
+            assert got.shared_hit_tokens[i].tolist() == [x for _, _, x in want], (name, c, s)
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_no_shared_tier_is_independent_engine_caches(seed):
+    rng, _, _, trace = _case(seed)
+    k = int(rng.integers(1, 5))
+    caps = [0, 1, 3, 7, 20]
+    for route in _routes(trace, k, rng).values():
+        got = simulate_cluster(trace, k, route, caps, [0])
+        assert not got.shared_hit_tokens.any()
+        for i, c in enumerate(caps):
+            workers = got.worker[i]
+            for w in range(k):
+                index = np.flatnonzero(workers == w)
+                if index.size:
+                    replay = replay_requests(trace.select(index), "engine")
+                    assert request_hits(replay, c, tokens=True).tolist() == got.gpu_hit_tokens[i][index].tolist()
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_one_worker_is_the_engine_curve_and_the_routing_baseline(seed):
+    rng, _, _, trace = _case(seed)
+    k = int(rng.integers(2, 5))
+    replay = replay_requests(trace, "engine")
+    caps = [0, 1, 2, 5, 9]
+    one = simulate_cluster(trace, 1, np.zeros(trace.n_requests, np.int64), [c * k for c in caps])
+    for i, c in enumerate(caps):  # one cache of K x C: the engine semantics at K x C
+        assert one.gpu_hit_tokens[i].tolist() == request_hits(replay, c * k, tokens=True).tolist()
+    alone = simulate_cluster(trace, 3, "kv-aware", [0], caps)  # no GPU: the shared tier is one engine cache
+    for i, s in enumerate(caps):
+        assert alone.shared_hit_tokens[i].tolist() == request_hits(replay, s, tokens=True).tolist()
+        assert alone.worker[i].tolist() == (np.arange(trace.n_requests) % 3).tolist()  # all ties: fewest routed
+
+
+def test_kv_aware_follows_the_prefix_and_ties_to_the_least_routed():
+    trace = request_trace([[1, 2], [3], [1, 2, 4], [5], [3, 6]], 4)
+    got = simulate_cluster(trace, 2, "kv-aware", [10])
+    assert got.worker[0].tolist() == [0, 1, 0, 1, 1]
+    assert got.gpu_hit_tokens[0].tolist() == [0, 0, 8, 0, 4]
+
+
+def test_bad_arguments():
+    trace = request_trace([[1], [2]], 4)
+    with pytest.raises(ValueError, match="router"):
+        simulate_cluster(trace, 2, "least-busy", [1])
+    with pytest.raises(ValueError, match="0..1"):
+        simulate_cluster(trace, 2, np.array([0, 2]), [1])
+    with pytest.raises(ValueError, match="gpu_blocks"):
+        simulate_cluster(trace, 2, "kv-aware", [-1])
+    with pytest.raises(ValueError, match="workers"):
+        simulate_cluster(trace, 0, "kv-aware", [1])
+    empty = simulate_cluster(request_trace([], 4), 2, "kv-aware", [1, None], [0, 3])
+    assert empty.worker.shape == (4, 0)
