@@ -174,3 +174,64 @@ def test_sample_mask_and_spread():
     assert 2_200 < mask.sum() < 2_800
     assert np.array_equal(mask, sample_mask(np.arange(10_000), 0.25, seed=4))
     assert spread([1.0, 3.0])["max"] == 3.0 and spread([None])["seeds"] == 0
+
+
+def _chained_trace(seed):
+    from stackdist.traces import RequestTrace
+
+    rng = np.random.default_rng(seed)
+    requests = []
+    for _ in range(int(rng.integers(5, 60))):
+        root, length = int(rng.integers(0, 6)), int(rng.integers(1, 8))
+        branch = int(rng.integers(0, 3))
+        requests.append([root * 1000 + (branch * 100 if j >= 3 else 0) + j for j in range(length)])
+    return RequestTrace.from_blocks(requests, block_size=4)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_chaining_claim_depths_never_decrease_along_a_request(seed):
+    from stackdist.serving.semantics import replay_requests
+    from stackdist.traces.sampled import is_chained
+
+    trace = _chained_trace(seed)
+    assert is_chained(trace)
+    for semantics in ("engine", "per-access"):
+        replay = replay_requests(trace, semantics)
+        assert np.array_equal(replay.effective, replay.depths)
+
+
+def test_sampled_request_traces():
+    from stackdist.traces import RequestTrace
+    from stackdist.traces.sampled import is_chained, sample_request_trace
+
+    trace = _chained_trace(1)
+    same, rate = sample_request_trace(trace, rate=1.0)
+    assert rate == 1.0 and same.block_ids.tolist() == trace.block_ids.tolist()
+    assert same.input_length.tolist() == trace.input_length.tolist()
+    sub, rate = sample_request_trace(trace, max_keys=5, seed=2)
+    assert len(set(sub.block_ids.tolist())) <= 5 and sub.n_requests == trace.n_requests and rate < 1
+    assert not is_chained(RequestTrace.from_blocks([[1, 2], [3, 2]]))
+
+
+def test_plan_sampled_at_rate_one_equals_the_exact_plan(tmp_path):
+    import json
+
+    from stackdist.cli.main import main
+
+    def ids(i):  # prefix-chained: each id determines its parent
+        h2 = 100 + (i % 4) * 10 + i % 5
+        h3 = 10_000 + h2 * 10 + i % 7
+        return [i % 4, h2, h3, 10**6 + i]
+
+    rows = [{"timestamp": i, "input_length": 64, "hash_ids": ids(i)} for i in range(60)]
+    trace = tmp_path / "m.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    exact, sampled = tmp_path / "e.json", tmp_path / "s.json"
+    assert main(["plan", str(trace), "--block-size", "16", "--json", str(exact)]) == 0
+    assert main(["plan", str(trace), "--block-size", "16", "--json", str(sampled), "--sample-rate", "1"]) == 0
+    e, s = json.loads(exact.read_text()), json.loads(sampled.read_text())
+    assert s["sampled"] and s["sampling"]["sample_rate"] == 1.0 and s["sampling"]["chained"]
+    for name in ("engine", "per-access"):
+        assert s["semantics"][name]["working_set"] == e["semantics"][name]["working_set"]
+        assert s["semantics"][name]["curve"] == e["semantics"][name]["curve"]
+    assert main(["plan", str(trace), "--block-size", "16", "--dask", "local:2"]) == 2

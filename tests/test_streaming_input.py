@@ -107,3 +107,35 @@ def test_npy_is_read_in_slices(tmp_path):
     np.save(path, np.array([[1, 0]]))
     with pytest.raises(TraceFormatError, match="row 0"):
         list(iter_access_chunks(str(path)))
+
+
+@pytest.mark.parametrize("sized", [False, True])
+def test_the_fast_delimited_path_equals_the_exact_reader(tmp_path, sized):
+    rng = np.random.default_rng(int(sized))
+    keys = rng.integers(-50, 3000, 5000)
+    rows = [f"{k},{abs(k) % 9 + 1}" if sized else f"{k}" for k in keys]
+    rows[3000] = rows[3000] + "\r"
+    rows[4000] = " " + rows[4000]  # spaces: the exact reader's rules apply to that block
+    text = ("key,size\n" if sized else "") + "\n".join(rows) + "\n"
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    got_keys, got_sizes = _joined(iter_access_chunks(str(path)))
+    whole = read_access_trace(path)
+    assert got_keys.tolist() == key_values(whole.keys).tolist()
+    assert (got_sizes is None and whole.sizes is None) or got_sizes.tolist() == whole.sizes.tolist()
+    path.write_text("\n".join(["1,2"] * 2000 + ["3"]) + "\n")
+    with pytest.raises(TraceFormatError, match=r"t.csv:2001: has 1 column"):
+        list(iter_access_chunks(str(path)))
+
+
+def test_parse_int_lines_accepts_only_the_common_form():
+    from stackdist.traces.stream_input import parse_int_lines
+
+    def run(text):
+        keys, sizes, m, cols, ok = parse_int_lines(np.frombuffer(text, np.uint8), ord(","))
+        return keys.tolist(), sizes.tolist(), cols, ok
+
+    assert run(b"1,2\r\n-3,4\n\n+5,6") == ([1, -3, 5], [2, 4, 6], 2, True)
+    assert run(b"7\n8\n") == ([7, 8], [0, 0], 1, True)
+    for bad in (b"1,0\n", b"1,2\n3\n", b" 1\n", b"key\n", b"1,2,3\n", b"#c\n", b"12345678901234567890\n"):
+        assert run(bad)[3] is False

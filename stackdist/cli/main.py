@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "curve": "the exact LRU hit curve of a key[,size] trace",
     "tiers": "two-tier (GPU + CPU) hits for every CPU capacity",
     "plan": "KV-cache capacity plan for a request trace",
+    "watch": "follow a growing trace and write the current answers every interval",
 }
 _DESCRIPTION = "Exact LRU hit curves for KV-cache capacity planning."
 
@@ -36,11 +37,16 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     from .curve import add_curve_parser
     from .plan import add_plan_parser
+    from .scale import SCALE_COMMANDS, add_scale_arguments
     from .tiers import add_tiers_parser
+    from .watch import add_watch_parser
 
     add_curve_parser(sub)
     add_tiers_parser(sub)
     add_plan_parser(sub)
+    add_watch_parser(sub)
+    for name in SCALE_COMMANDS:
+        add_scale_arguments(sub.choices[name])
     return parser
 
 
@@ -60,6 +66,8 @@ def _runner(command: str) -> Any:
         from .curve import run_curve as run
     elif command == "tiers":
         from .tiers import run_tiers as run
+    elif command == "watch":
+        from .watch import run_watch as run
     else:
         from .plan import run_plan as run
     return run
@@ -77,10 +85,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         outputs = [(f"--{name}", getattr(args, name, None)) for name in ("output", "json", "plot")]
         inputs = [getattr(args, name, None) for name in ("trace", "model_config", "schedule")]
-        return run_command(args.command, lambda: _runner(args.command)(args), outputs, inputs)
+        outputs.append(("--prometheus", getattr(args, "prometheus", None)))
+        return run_command(args.command, lambda: _run(args), outputs, inputs)
     except KeyboardInterrupt:
         print("stackdist: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _run(args: Any) -> int:
+    from .scale import scaled_runner
+
+    return (scaled_runner(args) or _runner(args.command))(args)
 
 
 if __name__ == "__main__":

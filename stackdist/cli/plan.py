@@ -31,6 +31,7 @@ from .budget_args import (
     with_budget_pools,
 )
 from .common import add_version, record_line
+from .scale import sampled_plan
 
 MAX_WINDOWS = 10_000
 """The most time windows ``--window`` may cut a trace into."""
@@ -205,7 +206,7 @@ def run_plan(args: argparse.Namespace) -> int:
     options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
     results = run_engine_models(trace, options.engine, _stage) if options.engine.models else {}
-    report = build_plan(trace, options, progress_factory=Progress, engine_results=results)
+    report = sampled_plan(args, trace, lambda t: build_plan(t, options, progress_factory=Progress, engine_results=results))
     if args.per_request:
         _write_per_request(args.per_request, trace, options, results)
     if args.plot:  # files first: a closed stdout never loses them

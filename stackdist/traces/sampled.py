@@ -43,7 +43,11 @@ import copy
 import numpy as np
 
 from stackdist.engine.keys import unique_sorted
-from stackdist.engine.scale.sampling import key_hashes, rate_of_threshold, threshold_for_rate
+from stackdist.engine.scale.sampling import (
+    key_hashes,
+    rate_of_threshold,
+    threshold_for_rate,
+)
 
 from .requests import RequestTrace
 

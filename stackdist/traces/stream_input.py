@@ -40,14 +40,28 @@ from typing import IO, Any
 
 import numpy as np
 
+from stackdist.engine.kernels import njit
 from stackdist.errors import TraceFormatError, UsageError
 
 from .access import read_access_trace
 from .formats import DEFAULT_BLOCK_SIZE, REQUEST_FORMATS, read_requests
 from .requests import RequestTrace
 
-__all__ = ["CHUNK_LINES", "expand_inputs", "open_input", "iter_lines", "iter_line_chunks", "key_values",
-           "iter_access_chunks", "iter_request_chunks", "is_streamed"]
+__all__ = [
+    "CHUNK_LINES",
+    "AccessLineParser",
+    "expand_inputs",
+    "fast_delimited_chunks",
+    "is_streamed",
+    "iter_access_chunks",
+    "iter_line_chunks",
+    "iter_lines",
+    "iter_request_chunks",
+    "key_values",
+    "open_input",
+    "parse_int_lines",
+    "parse_request_lines",
+]
 
 CHUNK_LINES = 1 << 18
 
@@ -121,7 +135,7 @@ def iter_lines(path: str) -> Iterator[tuple[int, bytes]]:
     """
     stream = open_input(path)
     try:
-        buffered = stream if isinstance(stream, io.BufferedIOBase) and hasattr(stream, "readline") else io.BufferedReader(stream)  # type: ignore[arg-type]
+        buffered = stream if isinstance(stream, io.BufferedIOBase) and hasattr(stream, "readline") else io.BufferedReader(stream)  # type: ignore[arg-type,type-var]
         try:
             for lineno, raw in enumerate(buffered, 1):
                 if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
@@ -264,14 +278,59 @@ def iter_access_chunks(spec: str | Sequence[str], format: str | None = None, lin
         if suffix == ".npy" and path != "-" and not _compression(path):
             yield from _npy_chunks(path, lines)
             continue
-        header: bytes | None = None
-        first_line = 1
-        for index, chunk in enumerate(iter_line_chunks(path, lines)):
-            trace = _parse_chunk(path, chunk, suffix, header if index else None, read_access_trace, first_line)
-            if index == 0 and suffix in (".csv", ".tsv", ".txt"):
-                first_line = next((n for n, raw in chunk if not raw.lstrip().startswith(b"#")), 1)
-                header, suffix = _later_header(chunk, suffix, trace.sizes is not None)
-            yield key_values(trace.keys), trace.sizes
+        if suffix in (".csv", ".tsv", ".txt") and lines >= CHUNK_LINES:
+            yield from fast_delimited_chunks(path, suffix)
+            continue
+        parser = AccessLineParser(path, format)
+        for chunk in iter_line_chunks(path, lines):
+            yield parser.parse(chunk)
+
+
+class AccessLineParser:
+    """Parse an access trace's lines batch by batch (the state a file's first batch sets: its
+    header, its delimiter, its column count), with :func:`~.access.read_access_trace`.
+
+    >>> p = AccessLineParser("t.csv", None)
+    >>> p.parse([(1, b"key,size"), (2, b"7,2")])[1].tolist(), p.parse([(3, b"key,3")])[1].tolist()
+    ([2], [3])
+    """
+
+    def __init__(self, path: str, format: str | None) -> None:
+        self.path = path
+        self.suffix = _access_suffix(path, format)
+        self.header: bytes | None = None
+        self.first_line = 1
+        self.batches = 0
+
+    def parse(self, lines: list[tuple[int, bytes]]) -> tuple[np.ndarray, np.ndarray | None]:
+        """(key values, sizes or None) of one batch of (line number, raw line). O(len(lines))."""
+        if not lines:
+            return np.zeros(0, np.uint64), None
+        trace = _parse_chunk(self.path, lines, self.suffix, self.header if self.batches else None, read_access_trace,
+                             self.first_line)
+        if self.batches == 0 and self.suffix in (".csv", ".tsv", ".txt"):
+            self.first_line = next((n for n, raw in lines if not raw.lstrip().startswith(b"#")), 1)
+            self.header, self.suffix = _later_header(lines, self.suffix, trace.sizes is not None)
+        self.batches += 1
+        return key_values(trace.keys), trace.sizes
+
+
+def parse_request_lines(path: str, lines: list[tuple[int, bytes]], format: str = "mooncake",
+                        block_size: int | None = None, skip_bad: bool = False,
+                        partial_last_block: bool = False) -> RequestTrace:
+    """One batch of a request trace's lines as a RequestTrace (whole requests), with
+    :func:`~.formats.read_requests`. O(len(lines)).
+
+    >>> t = parse_request_lines("m.jsonl", [(4, b'{"timestamp": 0, "input_length": 3, "hash_ids": [9]}')], block_size=16)
+    >>> t.block_ids.tolist(), t.source
+    ([9], 'm.jsonl')
+    """
+    if format not in REQUEST_FORMATS:
+        raise UsageError(f"format must be one of {', '.join(REQUEST_FORMATS)}, got {format!r}")
+    size = DEFAULT_BLOCK_SIZE[format] if block_size is None else block_size
+    trace = _parse_chunk(path, lines, ".jsonl", None, lambda tmp: read_requests(tmp, format, size, skip_bad, partial_last_block))
+    trace.source = path
+    return trace
 
 
 def _later_header(first: list[tuple[int, bytes]], suffix: str, sized: bool) -> tuple[bytes, str]:
@@ -296,12 +355,134 @@ def iter_request_chunks(spec: str | Sequence[str], format: str = "mooncake", blo
     >>> [t.n_requests for t in iter_request_chunks(p, block_size=16, lines=2)]
     [2, 1]
     """
-    if format not in REQUEST_FORMATS:
-        raise UsageError(f"format must be one of {', '.join(REQUEST_FORMATS)}, got {format!r}")
-    size = DEFAULT_BLOCK_SIZE[format] if block_size is None else block_size
     for path in expand_inputs(spec):
         for chunk in iter_line_chunks(path, lines):
-            trace = _parse_chunk(path, chunk, ".jsonl", None,
-                                 lambda tmp: read_requests(tmp, format, size, skip_bad, partial_last_block))
-            trace.source = path
-            yield trace
+            yield parse_request_lines(path, chunk, format, block_size, skip_bad, partial_last_block)
+
+
+@njit(cache=True, nogil=True)
+def parse_int_lines(buf, delim):
+    """The common delimited form at memory speed: every line ``[+-]digits`` or
+    ``[+-]digits<delim>digits`` (an optional ``\\r``), all with the same column count.
+
+    Returns ``(keys as int64, sizes, lines, columns, ok)``; ``ok`` is False at the first line of
+    any other shape (a header, a comment, spaces, a bad or huge number, a change of columns), and
+    the caller then parses the block with the exact reader. O(bytes).
+    """
+    n = buf.shape[0]
+    keys = np.empty(n // 2 + 1, np.int64)
+    sizes = np.empty(n // 2 + 1, np.int64)
+    m = 0
+    cols = 0
+    i = 0
+    while i < n:
+        if buf[i] == 10 or (buf[i] == 13 and i + 1 < n and buf[i + 1] == 10):
+            i += 1 if buf[i] == 10 else 2
+            continue
+        neg = False
+        if buf[i] == 43 or buf[i] == 45:
+            neg = buf[i] == 45
+            i += 1
+        v = 0
+        digits = 0
+        while i < n and 48 <= buf[i] <= 57 and digits < 19:
+            v = v * 10 + (buf[i] - 48)
+            digits += 1
+            i += 1
+        if digits == 0 or digits == 19:
+            return keys[:m], sizes[:m], m, cols, False
+        here = 1
+        s = 0
+        if i < n and buf[i] == delim:
+            i += 1
+            sd = 0
+            while i < n and 48 <= buf[i] <= 57 and sd < 19:
+                s = s * 10 + (buf[i] - 48)
+                sd += 1
+                i += 1
+            if sd == 0 or sd == 19 or s < 1:
+                return keys[:m], sizes[:m], m, cols, False
+            here = 2
+        if i < n and buf[i] == 13:
+            i += 1
+        if i < n and buf[i] != 10:
+            return keys[:m], sizes[:m], m, cols, False
+        if cols == 0:
+            cols = here
+        elif here != cols:
+            return keys[:m], sizes[:m], m, cols, False
+        keys[m] = -v if neg else v
+        sizes[m] = s
+        m += 1
+        i += 1
+    return keys[:m], sizes[:m], m, cols, True
+
+
+_BLOCK_BYTES = 1 << 25
+
+
+def fast_delimited_chunks(path: str, suffix: str) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """A delimited access trace in blocks of about 32 MB, each parsed by :func:`parse_int_lines`
+    when it has the common form, else by the exact reader (same keys, sizes and errors). O(block).
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.csv"); _ = open(p, "w").write("key,size\\n5,2\\n-1,3\\n")
+    >>> [(k.view(np.int64).tolist(), s.tolist()) for k, s in fast_delimited_chunks(p, ".csv")]
+    [([5, -1], [2, 3])]
+    """
+    parser = AccessLineParser(path, suffix.lstrip(".") if suffix in (".csv", ".tsv") else None)
+    parser.suffix = suffix
+    stream = open_input(path)
+    state = {"lines": 0, "cols": 0}
+    rest = b""
+    try:
+        while True:
+            data = stream.read(_BLOCK_BYTES)
+            block = rest + data
+            cut = block.rfind(b"\n") + 1 if data else len(block)
+            block, rest = block[:cut], block[cut:]
+            if not block:
+                break
+            if state["lines"] == 0:
+                if block.startswith(b"\xef\xbb\xbf"):
+                    block = block[3:]
+                head_end = _nth_newline(block, 1024)
+                yield from _block_chunks(block[:head_end], parser, state, exact=True)
+                block = block[head_end:]
+            yield from _block_chunks(block, parser, state, exact=False)
+            if not data:
+                break
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def _nth_newline(block: bytes, n: int) -> int:
+    """The offset just after the n-th newline of ``block`` (its end if fewer). O(offset)."""
+    pos = 0
+    for _ in range(n):
+        nxt = block.find(b"\n", pos)
+        if nxt < 0:
+            return len(block)
+        pos = nxt + 1
+    return pos
+
+
+def _block_chunks(block: bytes, parser: AccessLineParser, state: dict[str, int], exact: bool
+                  ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """One block of whole lines: the fast parse when it applies, else the exact reader's."""
+    if not block:
+        return
+    if not exact and parser.batches > 0 and parser.suffix in (".csv", ".tsv"):
+        keys, sizes, m, cols, ok = parse_int_lines(np.frombuffer(block, np.uint8), ord("\t") if parser.suffix == ".tsv" else ord(","))
+        if ok and m and cols == state["cols"]:
+            state["lines"] += block.count(b"\n")
+            yield keys.view(np.uint64), (sizes if cols == 2 else None)
+            return
+    lines = [(state["lines"] + j + 1, raw.rstrip(b"\r")) for j, raw in enumerate(block.split(b"\n"))]
+    lines = [(j, raw) for j, raw in lines if raw.strip()]
+    state["lines"] += block.count(b"\n")
+    if lines:
+        keys_v, sizes_v = parser.parse(lines)
+        state["cols"] = 2 if sizes_v is not None else 1
+        yield keys_v, sizes_v

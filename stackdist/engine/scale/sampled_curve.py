@@ -19,7 +19,7 @@ import numpy as np
 
 from ..keys import unique_sorted
 
-__all__ = ["SampledCurve", "spread"]
+__all__ = ["QuantileCounter", "SampledCurve", "spread"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,30 @@ class SampledCurve:
             return np.zeros(caps.shape, np.float64)
         got = np.where(idx < 0, 0.0, cum[np.maximum(idx, 0)] + adjust)
         return np.clip(got, 0.0, float(total))
+
+    def since(self, earlier: SampledCurve) -> SampledCurve:
+        """The estimate for the accesses after ``earlier`` (a snapshot of the same sampler): every
+        sum here is additive, so a window's curve is the difference of two snapshots. O(bins).
+
+        >>> from stackdist.engine.scale.sampling import ShardsSampler
+        >>> s = ShardsSampler(rate=1.0); _ = s.feed([1, 2, 1]); a = s.curve(); _ = s.feed([2, 2]); w = s.curve().since(a)
+        >>> w.n_accesses, w.hits_at(1), w.hits_at(2)
+        (2, 1.0, 2.0)
+        """
+        values = unique_sorted(np.concatenate([self.values, earlier.values]))
+
+        def cum(curve: SampledCurve, which: np.ndarray) -> np.ndarray:
+            idx = np.searchsorted(curve.values, values, side="right") - 1
+            return np.where(idx < 0, 0.0, which[np.maximum(idx, 0)]) if which.size else np.zeros(values.shape)
+
+        w = cum(self, self.cum_weight) - cum(earlier, earlier.cum_weight)
+        ws = cum(self, self.cum_size_weight) - cum(earlier, earlier.cum_size_weight)
+        keep = np.r_[True, np.diff(w) != 0] & (w != 0) if values.size else np.zeros(0, bool)
+        return SampledCurve(values[keep], w[keep], ws[keep], self.n_accesses - earlier.n_accesses,
+                            self.total_size - earlier.total_size, self.sampled_weight - earlier.sampled_weight,
+                            self.sampled_size_weight - earlier.sampled_size_weight, self.cold_weight - earlier.cold_weight,
+                            self.cold_size_weight - earlier.cold_size_weight, self.rate, self.max_keys, self.seed,
+                            self.n_sampled_accesses - earlier.n_sampled_accesses, self.n_sampled_keys, self.unit)
 
     def hits_at(self, capacity: Any) -> Any:
         """Estimated hits at ``capacity`` (scalar or array). O(log bins) each.
@@ -190,3 +214,51 @@ def spread(values: Sequence[Any]) -> dict[str, Any]:
     if not vals:
         return {"min": None, "max": None, "std": None, "seeds": 0}
     return {"min": min(vals), "max": max(vals), "std": round(float(np.std(vals)), 12), "seeds": len(vals)}
+
+
+class QuantileCounter:
+    """Counts of non-negative integers, rounded up to 16 significant bits, for quantiles in
+    bounded memory (the distinct rounded values: at most 2**16 per octave). O(log) per query.
+
+    >>> q = QuantileCounter(); q.add(np.array([5, 1, 9, 3])); q.quantile(0.5), q.quantile(1.0), q.count
+    (3, 9, 4)
+    """
+
+    def __init__(self) -> None:
+        self.values = np.zeros(0, np.int64)
+        self.counts = np.zeros(0, np.int64)
+
+    @property
+    def count(self) -> int:
+        """Values added. O(1)."""
+        return int(self.counts.sum())
+
+    def add(self, values: np.ndarray) -> None:
+        """Add a batch of values. O((n + bins) log)."""
+        v = np.asarray(values, np.int64)
+        bits = np.zeros(v.shape, np.int64)
+        big = v >= 1 << 16
+        if big.any():
+            bits[big] = np.floor(np.log2(v[big].astype(np.float64))).astype(np.int64) - 15
+        step = np.left_shift(np.int64(1), bits)
+        v = (v + step - 1) // step * step
+        allv = np.concatenate([self.values, v])
+        allc = np.concatenate([self.counts, np.ones(v.shape, np.int64)])
+        order = np.argsort(allv, kind="stable")
+        allv, allc = allv[order], allc[order]
+        starts = np.flatnonzero(np.r_[True, allv[1:] != allv[:-1]]) if allv.size else np.zeros(0, np.int64)
+        self.values, self.counts = allv[starts], np.add.reduceat(allc, starts) if allv.size else allc
+
+    def quantile(self, q: float) -> int | None:
+        """The smallest value with at least ``q`` of the values at or below it (None when empty). O(log bins)."""
+        total = self.count
+        if total == 0:
+            return None
+        i = int(np.searchsorted(np.cumsum(self.counts), max(1, int(np.ceil(q * total - 1e-9))), side="left"))
+        return int(self.values[min(i, self.values.size - 1)])
+
+    def copy(self) -> QuantileCounter:
+        """A snapshot. O(bins)."""
+        out = QuantileCounter()
+        out.values, out.counts = self.values.copy(), self.counts.copy()
+        return out

@@ -1,0 +1,227 @@
+"""Benchmark beyond one machine: exact vs SHARDS-sampled vs exact-on-Dask, through the real CLI.
+
+For each size (default 3e7 and 1e8 block accesses) a synthetic request-log-like block stream
+is generated in chunks (seeded): sessions whose turns re-read their whole history behind one of
+a few hundred shared system prompts chosen by Zipf(1.1), so the stream has shared prefixes, a
+hot head and a long cold tail (about one new block in five accesses). It is saved as ``.npy`` and
+each run is a separate ``stackdist curve`` process (wall time and peak resident memory from
+``wait4``):
+
+- ``exact``: one process, 40 evenly spread capacities;
+- ``rate 0.01``, ``rate 0.001`` (3 seeds each, the error bar), ``size 32768``: the mean absolute
+  hit-rate error over those 40 capacities against ``exact``;
+- ``dask local:2``: two worker processes on this machine; hits must equal ``exact`` at every
+  capacity (the merge's share of the accesses is reported).
+
+Also the sampling error on the shared traces (``data/traces``, re-blocked to 16-token pages) at
+rates 0.1, 0.01 and 0.001, in process. Prints a table and writes ``results/bench_scale.json``.
+
+Usage::
+
+    python benchmarks/bench_scale.py                      # 3e7 and 1e8 (about 10 minutes here)
+    python benchmarks/bench_scale.py --sizes 1e6 --quick  # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from stackdist.engine import HitCurve
+from stackdist.engine.scale.sampling import sampled_curves
+from stackdist.output import write_json
+from stackdist.traces import read_mooncake, reblock
+
+RESULTS = Path(__file__).resolve().parent / "results" / "bench_scale.json"
+
+
+def request_log(n_accesses: int, seed: int = 0, prompts: int = 300, chunk: int = 1 << 22) -> np.ndarray:
+    """A block stream like a prefix-cache request log, generated chunk by chunk (int64 ids).
+
+    Each request is a shared system prompt (8-40 blocks; prompt p chosen by Zipf(1.1)) followed
+    by its session's history and 2-30 new blocks; a session ends after 1-12 turns; about 3000
+    sessions are open at a time, picked at random. Prompt blocks are ``p * 64 + j``; session
+    blocks are ``2**20 + session * 512 + j``, so ids are prefix-chained.
+    """
+    rng = np.random.default_rng(seed)
+    prompt_len = rng.integers(8, 41, prompts)
+    out: list[np.ndarray] = []
+    total = 0
+    open_sessions: list[list[int]] = []  # [session id, prompt, history length, turns left]
+    next_session = 0
+    while total < n_accesses:
+        parts: list[np.ndarray] = []
+        got = 0
+        while got < chunk and total + got < n_accesses:
+            if len(open_sessions) < 3000 or rng.random() < 0.05:
+                p = int(min(rng.zipf(1.1), prompts) - 1)
+                open_sessions.append([next_session, p, 0, int(rng.integers(1, 13))])
+                next_session += 1
+            i = int(rng.integers(0, len(open_sessions)))
+            s = open_sessions[i]
+            new = int(rng.integers(2, 31))
+            hist = min(s[2] + new, 500)
+            req = np.concatenate([s[1] * 64 + np.arange(prompt_len[s[1]]), (1 << 20) + s[0] * 512 + np.arange(hist)])
+            parts.append(req)
+            got += req.size
+            s[2], s[3] = hist, s[3] - 1
+            if s[3] <= 0:
+                open_sessions[i] = open_sessions[-1]
+                open_sessions.pop()
+        piece = np.concatenate(parts)
+        out.append(piece[: n_accesses - total])
+        total += out[-1].size
+    return np.concatenate(out).astype(np.int64)
+
+
+def _tree_rss(proc: Any) -> int:
+    """Resident bytes of a process and its children (Dask workers included), 0 when gone."""
+    try:
+        return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)])
+    except Exception:  # noqa: BLE001 - a process that just ended
+        return 0
+
+
+def run_cli(argv: list[str]) -> dict[str, Any]:
+    """One ``stackdist curve`` process: its JSON, wall seconds and peak resident memory (MiB) of
+    it and its children, sampled every 50 ms (``ru_maxrss`` would report the forking parent's)."""
+    import psutil
+
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+        out = tmp.name
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "stackdist", "curve", *argv, "-o", out], env=env,
+                            stderr=subprocess.PIPE)
+    watched, peak = psutil.Process(proc.pid), 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss(watched))
+        time.sleep(0.05)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"stackdist curve {' '.join(argv)} failed: {err}")
+    report = json.loads(Path(out).read_text())
+    os.unlink(out)
+    return {"report": report, "wall_s": wall, "peak_rss_mib": peak / 2**20}
+
+
+def acceptance_csv(npy: Path) -> dict[str, Any]:
+    """The acceptance check on a CSV trace: exact vs ``--sample-rate 0.01`` (whole runs, 40
+    capacities) and ``--dask local:2`` (equal hits)."""
+    path = npy.with_suffix(".csv")
+    keys = np.load(npy)
+    with open(path, "w") as f:
+        for lo in range(0, keys.size, 1 << 22):
+            f.write("\n".join(map(str, keys[lo : lo + (1 << 22)].tolist())) + "\n")
+    del keys
+    exact = run_cli([str(path), "--points", "40"])
+    cap_arg = ",".join(map(str, exact["report"]["curve"]["capacity"]))
+    sampled = run_cli([str(path), "--capacities", cap_arg, "--sample-rate", "0.01"])
+    dask = run_cli([str(path), "--capacities", cap_arg, "--dask", "local:2"])
+    path.unlink()
+    mae = float(np.abs(np.array(sampled["report"]["curve"]["hit_rate"]) - np.array(exact["report"]["curve"]["hit_rate"])).mean())
+    return {"exact_wall_s": exact["wall_s"], "sampled_wall_s": sampled["wall_s"], "speedup": exact["wall_s"] / sampled["wall_s"],
+            "mae": mae, "dask_wall_s": dask["wall_s"], "dask_equal_hits": dask["report"]["curve"]["hits"] == exact["report"]["curve"]["hits"]}
+
+
+def bench_size(n: int, quick: bool, csv: bool = False) -> dict[str, Any]:
+    """Exact, sampled and Dask runs on one synthetic trace of ``n`` accesses."""
+    t0 = time.perf_counter()
+    keys = request_log(n, seed=n % 1000)
+    gen_s = time.perf_counter() - t0
+    path = Path(tempfile.gettempdir()) / f"bench_scale_{n}.npy"
+    np.save(path, keys)
+    n_keys = int(np.unique(keys).size) if n <= 3 * 10**7 else None
+    del keys
+    exact = run_cli([str(path), "--points", "40"])
+    caps = exact["report"]["curve"]["capacity"]
+    exact_rate = np.array(exact["report"]["curve"]["hit_rate"])
+    rows: dict[str, Any] = {"accesses": n, "distinct_keys": n_keys, "generate_s": gen_s,
+                            "exact": {"wall_s": exact["wall_s"], "peak_rss_mib": exact["peak_rss_mib"],
+                                      "ceiling_hit_rate": exact["report"]["summary"]["ceiling_hit_rate"]}}
+    cap_arg = ",".join(map(str, caps))
+    for label, flags in (("rate 0.01", ["--sample-rate", "0.01"]), ("rate 0.01 1 seed", ["--sample-rate", "0.01", "--sample-seeds", "1"]),
+                         ("rate 0.001", ["--sample-rate", "0.001"]), ("size 32768", ["--sample-size", "32768"])):
+        got = run_cli([str(path), "--capacities", cap_arg, *flags])
+        rate = np.array(got["report"]["curve"]["hit_rate"])
+        lo, hi = np.array(got["report"]["curve"]["hit_rate_min"]), np.array(got["report"]["curve"]["hit_rate_max"])
+        rows[label] = {"wall_s": got["wall_s"], "peak_rss_mib": got["peak_rss_mib"],
+                       "speedup": exact["wall_s"] / got["wall_s"], "mae": float(np.abs(rate - exact_rate).mean()),
+                       "max_abs_error": float(np.abs(rate - exact_rate).max()),
+                       "mean_error_bar_width": float((hi - lo).mean()),
+                       "final_rate": got["report"]["sample_rate"]}
+    if csv:
+        rows["csv"] = acceptance_csv(path)
+    if not quick:
+        got = run_cli([str(path), "--capacities", cap_arg, "--dask", "local:2"])
+        rows["dask local:2"] = {"wall_s": got["wall_s"], "peak_rss_mib": got["peak_rss_mib"],
+                                "speedup": exact["wall_s"] / got["wall_s"],
+                                "equal_hits": got["report"]["curve"]["hits"] == exact["report"]["curve"]["hits"],
+                                "merge_share": got["report"]["dask"]["merge_share"]}
+    path.unlink()
+    return rows
+
+
+def shared_trace_errors(rates: tuple[float, ...] = (0.1, 0.01, 0.001)) -> list[dict[str, Any]]:
+    """Sampling error on the shared Mooncake traces, re-blocked to 16-token pages (block stream)."""
+    rows = []
+    for path in sorted((ROOT / "data" / "traces").glob("mooncake_*.jsonl")):
+        ids = reblock(read_mooncake(path), 16).block_ids
+        exact = HitCurve.from_trace(ids)
+        caps = exact.default_capacities(40)
+        for rate in rates:
+            t0 = time.perf_counter()
+            curves = sampled_curves(ids, rate=rate, seeds=(0, 1, 2))
+            elapsed = (time.perf_counter() - t0) / 3
+            errors = [float(np.abs(c.hit_rate_at(caps) - exact.hit_rate_at(caps)).mean()) for c in curves]
+            rows.append({"trace": path.name, "accesses": int(ids.size), "rate": rate, "mae_seed0": errors[0],
+                         "mae_max_over_seeds": max(errors), "seconds_per_sample": elapsed})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="3e7,1e8", help="comma-separated access counts (default 3e7,1e8)")
+    parser.add_argument("--quick", action="store_true", help="no Dask run")
+    parser.add_argument("--output", default=str(RESULTS))
+    args = parser.parse_args()
+    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    result: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "sizes": [], "shared_traces": shared_trace_errors()}
+    for row in result["shared_traces"]:
+        print(f"{row['trace']:40s} rate {row['rate']:<6g} MAE {row['mae_seed0']:.4f} (max over 3 seeds {row['mae_max_over_seeds']:.4f})")
+    for n in sizes:
+        rows = bench_size(n, args.quick, csv=n == 3 * 10**7 and not args.quick)
+        result["sizes"].append(rows)
+        print(f"\n{n:,} accesses ({rows['distinct_keys'] or '?'} distinct), generated in {rows['generate_s']:.1f} s")
+        print(f"{'run':16s} {'wall s':>8s} {'peak MiB':>9s} {'speedup':>8s}  error / equality")
+        e = rows["exact"]
+        print(f"{'exact':16s} {e['wall_s']:8.1f} {e['peak_rss_mib']:9.0f} {1:8.1f}  ceiling {e['ceiling_hit_rate']:.4f}")
+        for label in ("rate 0.01", "rate 0.01 1 seed", "rate 0.001", "size 32768", "dask local:2"):
+            if label in rows:
+                r = rows[label]
+                tail = (f"MAE {r['mae']:.4f} (max {r['max_abs_error']:.4f}, bar {r['mean_error_bar_width']:.4f})"
+                        if "mae" in r else f"equal hits: {r['equal_hits']}, merge share {r['merge_share']:.2f}")
+                print(f"{label:16s} {r['wall_s']:8.1f} {r['peak_rss_mib']:9.0f} {r['speedup']:8.1f}  {tail}")
+        if "csv" in rows:
+            c = rows["csv"]
+            print(f"CSV acceptance: exact {c['exact_wall_s']:.1f} s, --sample-rate 0.01 {c['sampled_wall_s']:.1f} s "
+                  f"({c['speedup']:.1f}x, MAE {c['mae']:.4f}), --dask local:2 {c['dask_wall_s']:.1f} s, equal hits {c['dask_equal_hits']}")
+    write_json(args.output, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,383 @@
+"""Scale flags shared by ``curve``, ``tiers`` and ``plan``: SHARDS sampling, exact replay on Dask,
+and streamed input (several files, a glob, ``-``, ``.gz``/``.zst``). No maths here: the engine's
+:mod:`~stackdist.engine.scale.sampling` and :mod:`~stackdist.engine.scale.distributed` do the work.
+
+A sampled answer is reported with its error bar: the same answer under ``--sample-seeds``
+independent hash seeds (``--seed``, ``--seed + 1``, ...), as min, max and standard deviation; the
+JSON says ``"sampled": true`` with the rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from stackdist.errors import UsageError, require_data
+from stackdist.output import write_json
+
+from .args import (
+    access_window,
+    bounded_int,
+    finite_float,
+    fraction_list,
+    warmup_accesses,
+)
+
+__all__ = ["SCALED_KEYS", "SCALE_COMMANDS", "add_scale_arguments", "is_sampled", "rescale_report", "sampled_plan",
+           "scaled_runner", "seeds_of"]
+
+SCALE_COMMANDS = ("curve", "tiers", "plan")
+_REQUEST_FORMATS = ("mooncake", "qwen", "tokens")
+
+
+def add_scale_arguments(p: argparse.ArgumentParser) -> None:
+    """The sampling and distributed-replay flags on one subcommand."""
+    g = p.add_argument_group("scale: sampling (approximate, with error bars) and distributed replay (exact)")
+    g.add_argument("--sample-rate", type=finite_float("--sample-rate", 0, 1, lo_open=True), metavar="R",
+                   help="SHARDS: keep the keys whose hash falls under R (0 < R <= 1), scale distances by 1/R")
+    g.add_argument("--sample-size", type=bounded_int("--sample-size", 1), metavar="S",
+                   help="SHARDS fixed size: keep at most S keys (lowering the threshold as needed); bounded memory")
+    g.add_argument("--sample-seeds", type=bounded_int("--sample-seeds", 1, 64), default=3, metavar="K",
+                   help="hash seeds for the error bars (default 3; the first seed gives the answer)")
+    g.add_argument("--seed", type=bounded_int("--seed", 0), default=0, help="the first hash seed (default 0)")
+    g.add_argument("--dask", metavar="local[:N]|tcp://HOST:PORT",
+                   help="exact replay of time chunks on a Dask cluster (needs the 'dask' extra)")
+
+
+def is_sampled(args: argparse.Namespace) -> bool:
+    """True when ``--sample-rate`` or ``--sample-size`` is given."""
+    return getattr(args, "sample_rate", None) is not None or getattr(args, "sample_size", None) is not None
+
+
+def seeds_of(args: argparse.Namespace) -> list[int]:
+    """The hash seeds of a sampled run: ``--seed`` and the next ``--sample-seeds - 1``."""
+    return [args.seed + i for i in range(args.sample_seeds)]
+
+
+def scaled_runner(args: argparse.Namespace) -> Callable[[argparse.Namespace], int] | None:
+    """The runner for ``args`` when a scale flag or a streamed input asks for one, else None."""
+    from stackdist.traces.stream_input import is_streamed
+
+    if args.command not in ("curve", "tiers"):
+        return None
+    if not (is_sampled(args) or getattr(args, "dask", None) or is_streamed(args.trace)):
+        return None
+    if args.command == "tiers":
+        if getattr(args, "dask", None):
+            raise UsageError("tiers: --dask is not supported yet (curve --dask gives the exact distributed curve).")
+        return run_scaled_tiers if is_sampled(args) else None
+    return run_scaled_curve
+
+
+def _read_keys(trace: str, fmt: str | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The whole trace as key values and sizes, read chunk by chunk (a worker's reader too)."""
+    from stackdist.traces.stream_input import iter_access_chunks, iter_request_chunks
+
+    if fmt in _REQUEST_FORMATS:
+        ids = [t.block_ids for t in iter_request_chunks(trace, fmt)]
+        return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), None
+    parts = list(iter_access_chunks(trace, fmt))
+    if not parts:
+        return np.zeros(0, np.uint64), None
+    keys = np.concatenate([k for k, _ in parts])
+    sizes = None if parts[0][1] is None else np.concatenate([s for _, s in parts])
+    return keys, sizes
+
+
+def _iter_keys(trace: str, fmt: str | None) -> Any:
+    from stackdist.traces.stream_input import iter_access_chunks, iter_request_chunks
+
+    if fmt in _REQUEST_FORMATS:
+        return ((t.block_ids, None) for t in iter_request_chunks(trace, fmt))
+    return iter_access_chunks(trace, fmt)
+
+
+def _counted_range(args: argparse.Namespace, n: int) -> tuple[int, int]:
+    from stackdist.engine import parse_window
+
+    start, stop = parse_window(access_window(args.window, "--window"), n)
+    start = min(stop, start + warmup_accesses(getattr(args, "warmup", None), stop - start, "--warmup"))
+    return start, stop
+
+
+def _needs_length(args: argparse.Namespace) -> bool:
+    window = access_window(args.window, "--window")
+    warm = (getattr(args, "warmup", None) or "").strip()
+    return bool(window and any(v is not None and v < 0 for v in window)) or warm.endswith("%")
+
+
+def _sampled_curves(args: argparse.Namespace) -> list[Any]:
+    """One SHARDS curve per seed, the trace read once in chunks (bounded memory unless the
+    window or warm-up counts from the end)."""
+    from stackdist.engine.scale.sampling import ShardsSampler
+
+    samplers = [ShardsSampler(args.sample_rate, args.sample_size, s) for s in seeds_of(args)]
+    if _needs_length(args):
+        keys, sizes = _read_keys(args.trace, args.format)
+        chunks: Any = [(keys, sizes)]
+        start, stop = _counted_range(args, keys.shape[0])
+    else:
+        chunks = _iter_keys(args.trace, args.format)
+        start, stop = _counted_range(args, 2**62)
+    pos = 0
+    for keys, sizes in chunks:
+        n = keys.shape[0]
+        counted = slice(min(max(start - pos, 0), n), min(max(stop - pos, 0), n))
+        for sampler in samplers:
+            sampler.feed(keys, sizes, counted, distances=False)
+        pos += n
+    require_data(pos, args.trace, "the trace has no accesses")
+    require_data(samplers[0].n_accesses, args.trace, "no accesses are counted (--window, --warmup)")
+    return [s.curve() for s in samplers]
+
+
+def _dask_curve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The exact curve from time chunks replayed on the cluster of ``--dask``."""
+    from stackdist.engine import HitCurve, dense_keys
+    from stackdist.engine.scale.distributed import (
+        connect,
+        dask_map,
+        merge_chunks,
+        split_even,
+    )
+    from stackdist.traces.stream_input import expand_inputs
+
+    client = connect(args.dask)
+    try:
+        workers = max(1, len(client.nthreads()))
+        files = expand_inputs(args.trace)
+        if len(files) > 1:  # one chunk per file: the workers parse them too
+            results = dask_map(client)(functools.partial(_read_and_summarize, fmt=args.format), files)
+            summaries = [r[0] for r in results]
+            keys = np.concatenate([r[1] for r in results])
+            sized = [r[2] for r in results]
+            sizes = None if sized[0] is None else np.concatenate(sized)
+        else:
+            from stackdist.engine.scale.distributed import chunk_summary
+
+            keys, sizes = _read_keys(args.trace, args.format)
+            parts = [(keys[a:b], None if sizes is None else sizes[a:b]) for a, b in split_even(keys.shape[0], workers)]
+            summaries = dask_map(client)(chunk_summary, parts)
+        distances = merge_chunks(summaries)
+    finally:
+        client.close()
+    require_data(int(keys.shape[0]), args.trace, "the trace has no accesses")
+    start, stop = _counted_range(args, keys.shape[0])
+    merged = int(sum(s.keys.shape[0] for s in summaries))
+    info = {"scheduler": args.dask, "workers": workers, "chunks": len(summaries), "merge_accesses": merged,
+            "merge_share": merged / max(int(keys.shape[0]), 1)}
+    return HitCurve(dense_keys(keys), sizes, distances, (start, stop)), info
+
+
+def _read_and_summarize(path: str, fmt: str | None) -> tuple[Any, np.ndarray, np.ndarray | None]:
+    """A worker's job for one input file: read it, replay it alone."""
+    from stackdist.engine.scale.distributed import chunk_summary
+
+    keys, sizes = _read_keys(path, fmt)
+    return chunk_summary((keys, sizes)), keys, sizes
+
+
+def _capacities(curve: Any, args: argparse.Namespace) -> np.ndarray:
+    from .args import int_list
+
+    if getattr(args, "capacities", None):
+        return np.array(int_list(args.capacities, "--capacities"), np.int64)
+    return curve.default_capacities(args.points)
+
+
+def _sampled_report(args: argparse.Namespace, curves: list[Any], targets: list[float]) -> dict[str, Any]:
+    from stackdist.engine.scale.sampling import spread
+
+    main = curves[0]
+    caps = _capacities(main, args)
+    sample = main.sample(caps)
+    rates = np.array([c.hit_rate_at(caps) for c in curves])
+    sample.update({"hit_rate_min": rates.min(0).tolist(), "hit_rate_max": rates.max(0).tolist(),
+                   "hit_rate_std": rates.std(0).tolist()})
+
+    def answers(fn: Callable[[Any, float], Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        got = {f"{t:g}": [fn(c, t) for c in curves] for t in targets}
+        return {k: v[0] for k, v in got.items()}, {k: spread(v) for k, v in got.items()}
+
+    by_rate, by_rate_spread = answers(lambda c, t: c.min_capacity_for(hit_rate=t))
+    by_ceiling, by_ceiling_spread = answers(lambda c, t: c.min_capacity_for(hits=t * c.ceiling_hits))
+    return {"kind": "curve", "trace": args.trace, "sampled": True, "sample_rate": main.rate,
+            "sample_size": args.sample_size, "seeds": seeds_of(args), "summary": main.summary(),
+            "min_capacity_for_hit_rate": by_rate, "min_capacity_for_hit_rate_spread": by_rate_spread,
+            "min_capacity_for_fraction_of_ceiling": by_ceiling,
+            "min_capacity_for_fraction_of_ceiling_spread": by_ceiling_spread,
+            "ceiling_hit_rate_spread": spread([c.ceiling_hit_rate for c in curves]), "curve": sample}
+
+
+def _exact_report(args: argparse.Namespace, curve: Any, targets: list[float], info: dict[str, Any] | None) -> dict[str, Any]:
+    from stackdist.engine.histogram import exact_count
+
+    report = {"kind": "curve", "trace": args.trace, "sampled": False, "summary": curve.summary(),
+              "min_capacity_for_hit_rate": {f"{t:g}": curve.min_capacity_for(hit_rate=t) for t in targets},
+              "min_capacity_for_fraction_of_ceiling": {
+                  f"{t:g}": curve.min_capacity_for(hits=exact_count(t, curve.ceiling_hits, "--targets")) for t in targets},
+              "curve": curve.sample(_capacities(curve, args))}
+    if info is not None:
+        report["dask"] = info
+    return report
+
+
+def run_scaled_curve(args: argparse.Namespace) -> int:
+    """``curve`` with a scale flag or a streamed input: sampled (with error bars), on Dask, or streamed exact."""
+    from stackdist.engine import HitCurve
+
+    targets = fraction_list(args.targets, "--targets")
+    if is_sampled(args) and args.dask:
+        raise UsageError("--dask replays exactly; give it without --sample-rate / --sample-size.")
+    if getattr(args, "csv", False):
+        raise UsageError("--csv is not available with --sample-*, --dask or streamed input; use the JSON output.")
+    if is_sampled(args):
+        report = _sampled_report(args, _sampled_curves(args), targets)
+    elif args.dask:
+        curve, info = _dask_curve(args)
+        report = _exact_report(args, curve, targets, info)
+    else:
+        keys, sizes = _read_keys(args.trace, args.format)
+        require_data(int(keys.shape[0]), args.trace, "the trace has no accesses")
+        curve = HitCurve.from_trace(keys, sizes, _counted_range(args, keys.shape[0]))
+        report = _exact_report(args, curve, targets, None)
+    write_json(args.output, report)
+    return 0
+
+
+SCALED_KEYS = {"blocks", "tokens", "gib", "cumulative_blocks", "cost_usd", "total_cost_usd", "capacity_blocks",
+               "capacity_gib", "saturation_blocks", "cold_blocks", "input_tokens"}
+"""Report keys holding capacities, costs or block/token counts: divided by the rate."""
+_INTEGRAL = {"blocks", "tokens", "cumulative_blocks", "capacity_blocks", "saturation_blocks", "cold_blocks", "input_tokens"}
+_UNSCALED_SECTIONS = {"trace", "model", "counted", "prices_per_gb_usd", "tool", "schema_version", "sampling"}
+
+
+def rescale_report(report: Any, rate: float, section: str = "") -> Any:
+    """A plan of the sub-trace with capacities, costs and block/token counts divided by ``rate``
+    (the sections describing the run are left alone). O(report size).
+
+    >>> rescale_report({"semantics": {"working_set": [{"blocks": 3, "gib": 1.5}]}}, 0.5)
+    {'semantics': {'working_set': [{'blocks': 6, 'gib': 3.0}]}}
+    """
+    if isinstance(report, dict):
+        out = {}
+        for key, value in report.items():
+            if not section and key in _UNSCALED_SECTIONS:
+                out[key] = value
+            elif key in SCALED_KEYS:
+                out[key] = _scaled(value, rate, key in _INTEGRAL)
+            else:
+                out[key] = rescale_report(value, rate, section or key)
+        return out
+    if isinstance(report, list):
+        return [rescale_report(v, rate, section) for v in report]
+    return report
+
+
+def _scaled(value: Any, rate: float, integral: bool) -> Any:
+    if isinstance(value, list):
+        return [_scaled(v, rate, integral) for v in value]
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return value
+    got = float(value) / rate
+    return round(got) if integral else got
+
+
+def run_scaled_tiers(args: argparse.Namespace) -> int:
+    """``tiers`` with ``--sample-*``: each seed's sampled sub-trace replayed exactly at the
+    capacities times R, hits divided by R (SHARDS_adj: the missing weight counts as GPU hits);
+    the first seed is the answer, the spread beside it."""
+    from stackdist.engine import HitCurve
+    from stackdist.engine.scale.sampling import sample_keys
+    from stackdist.engine.tiers import exclusive_grid, inclusive_grid, inclusive_tiers
+
+    from .args import int_list
+
+    gpus = [v for text in args.gpu for v in int_list(text, "--gpu")]
+    keys, sizes = _read_keys(args.trace, args.format)
+    require_data(int(keys.shape[0]), args.trace, "the trace has no accesses")
+    start, stop = _counted_range(args, keys.shape[0])
+    grids: list[dict[str, Any]] = []
+    cpu_caps: np.ndarray | None = None if args.cpu is None else np.array(int_list(args.cpu, "--cpu"), np.int64)
+    rate = 1.0
+    for seed in seeds_of(args):
+        mask, rate = sample_keys(keys, args.sample_rate, args.sample_size, seed)
+        counted = np.zeros(keys.shape[0], bool)
+        counted[start:stop] = True
+        sub_counted = np.flatnonzero(counted[mask])
+        window = (int(sub_counted[0]), int(sub_counted[-1]) + 1) if sub_counted.size else (0, 0)
+        sub = HitCurve.from_trace(keys[mask], None if sizes is None else sizes[mask], window)
+        if cpu_caps is None:
+            cpu_caps = (sub.default_capacities(args.cpu_points) / rate).round().astype(np.int64)
+        scaled_gpus = [int(round(g * rate)) for g in gpus]
+        scaled_cpu = np.round(cpu_caps * rate).astype(np.int64)
+        grid = {"inclusive": inclusive_grid(inclusive_tiers(gpu_capacities=scaled_gpus, curve=sub), scaled_cpu)}
+        if args.exclusive:
+            grid["exclusive"] = exclusive_grid(sub, scaled_gpus, scaled_cpu)
+        delta = (stop - start) - sub_counted.size / rate  # SHARDS_adj: the missing weight hits the top bucket
+        top = (np.array(scaled_gpus) >= 1)[:, None]
+        grids.append({kind: {"gpu_hits": np.clip(g["gpu_hits"] / rate + np.where(top, delta, 0.0), 0, stop - start),
+                             "cpu_hits": g["cpu_hits"] / rate} for kind, g in grid.items()})
+    assert cpu_caps is not None
+    n = stop - start
+    result: dict[str, Any] = {"kind": "tiers", "trace": args.trace, "sampled": True, "sample_rate": rate,
+                              "sample_size": args.sample_size, "seeds": seeds_of(args), "accesses": n}
+    for kind in grids[0]:
+        gpu = np.array([g[kind]["gpu_hits"] for g in grids])
+        cpu = np.array([g[kind]["cpu_hits"] for g in grids])
+        result[kind] = {"gpu_capacity": gpus, "cpu_capacity": cpu_caps.tolist(), "gpu_hits": gpu[0].tolist(),
+                        "cpu_hits": cpu[0].tolist(), "misses": (n - gpu[0] - cpu[0]).tolist(),
+                        "hit_rate_min": ((gpu + cpu).min(0) / max(n, 1)).tolist(),
+                        "hit_rate_max": ((gpu + cpu).max(0) / max(n, 1)).tolist()}
+    write_json(args.output, result)
+    return 0
+
+
+def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[[Any], Any]) -> Any:
+    """``plan``'s report: ``build(trace)``, or with ``--sample-*`` the plan of each seed's block
+    sample (:func:`stackdist.traces.sampled.sample_request_trace`) scaled back by 1/R, the first
+    seed's as the answer and the spread of the working sets over the seeds beside it."""
+    import sys
+
+    from stackdist.engine.keys import unique_sorted
+    from stackdist.engine.scale.sampled_curve import spread
+    from stackdist.traces.sampled import is_chained, sample_request_trace
+
+    if getattr(args, "dask", None):
+        raise UsageError("plan: --dask is not supported yet (use curve --dask for the exact distributed curve).")
+    if not is_sampled(args):
+        return build(trace)
+    semantics = str(getattr(args, "semantics", "both"))
+    if any(s not in ("engine", "per-access", "both") for s in semantics.split(",")):
+        raise UsageError(f"--sample-rate/--sample-size apply to --semantics engine, per-access or both; got {semantics!r} "
+                         "(an engine's own pool model does not thin with the keys).")
+    reports, rates = [], []
+    for seed in seeds_of(args):
+        sub, rate = sample_request_trace(trace, args.sample_rate, args.sample_size, seed)
+        reports.append(rescale_report(build(sub), rate))
+        rates.append(rate)
+    main = reports[0]
+    main["trace"] = dict(main["trace"], blocks=trace.n_blocks, input_tokens=int(trace.input_length.sum()),
+                         distinct_blocks=int(unique_sorted(trace.block_ids).size))
+    bars: dict[str, Any] = {}
+    for name, section in main.get("semantics", {}).items():
+        rows = []
+        for i, row in enumerate(section.get("working_set", [])):
+            entry: dict[str, Any] = {"target": row.get("target")}
+            for key in ("token_hit_rate", "fraction_of_ceiling"):
+                values = [(r["semantics"][name]["working_set"][i].get(key) or {}).get("gib") for r in reports]
+                entry[f"{key}_gib"] = spread(values)
+            rows.append(entry)
+        ceilings = [r["semantics"][name]["summary"].get("ceiling_token_hit_rate") for r in reports]
+        bars[name] = {"working_set": rows, "ceiling_token_hit_rate": spread(ceilings)}
+    main["sampled"] = True
+    main["sampling"] = {"sampled": True, "sample_rate": rates[0], "sample_rates": rates, "sample_size": args.sample_size,
+                        "seeds": seeds_of(args), "chained": is_chained(trace), "spread": bars,
+                        "note": "capacities, costs and block counts are estimates scaled by 1/R; coverage is biased low"}
+    print(f"stackdist plan: sampled at rate {rates[0]:.6g} ({len(rates)} seeds): capacities are estimates; "
+          "the JSON's 'sampling' section has the error bars", file=sys.stderr)
+    return main

@@ -1,0 +1,163 @@
+"""``stackdist watch`` and the scale flags of ``curve``: answers equal the exact curve's, lines are never lost."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stackdist.cli.main import main
+from stackdist.cli.watch import _Watcher, follow_lines, prometheus_text
+from stackdist.engine import HitCurve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _args(**kw):
+    base = dict(trace="t.csv", format="csv", block_size=None, interval=1.0, targets="0.5,0.9", capacities="2,5",
+                bytes_per_unit=None, output="-", prometheus=None, sample_rate=None, sample_size=None, seed=0,
+                poll=0.05, no_follow=True)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def _lines(keys, start=1):
+    return [(start + i, str(k).encode()) for i, k in enumerate(keys)]
+
+
+def test_window_and_cumulative_answers_equal_the_exact_curves():
+    rng = np.random.default_rng(0)
+    keys = rng.zipf(1.3, 3000) % 200
+    w = _Watcher(_args())
+    w.feed(_lines(keys[:1800]))
+    first = w.snapshot(final=False)
+    w.feed(_lines(keys[1800:], 1801))
+    second = w.snapshot(final=True)
+    for record, window in ((first, (0, 1800)), (second, (1800, 3000))):
+        exact = HitCurve.from_trace(keys, window=window)
+        assert record["window"]["accesses"] == window[1] - window[0]
+        assert record["window"]["working_set"]["0.5"] == exact.min_capacity_for(hit_rate=0.5)
+        assert record["window"]["hit_rate"]["5"] == pytest.approx(exact.hit_rate_at(5))
+    total = HitCurve.from_trace(keys)
+    assert second["cumulative"]["working_set"]["0.9"] == total.min_capacity_for(hit_rate=0.9)
+    assert second["cumulative"]["ceiling_hit_rate"] == pytest.approx(total.ceiling_hit_rate)
+
+
+def test_request_traces_report_coverage_and_bytes():
+    w = _Watcher(_args(format="mooncake", bytes_per_unit=1024, block_size=16))
+    rows = [json.dumps({"timestamp": i, "input_length": 32, "hash_ids": [i % 3, 100 + i % 3]}).encode() for i in range(9)]
+    w.feed(list(enumerate(rows, 1)))
+    record = w.snapshot(final=True)["cumulative"]
+    assert record["coverage"]["requests"] == 9 and record["coverage"]["requests_with_reuse"] == 6
+    assert record["coverage"]["p50"] == 6 and record["working_set_bytes"]["0.5"] == record["working_set"]["0.5"] * 1024
+
+
+def test_sampled_watch_keeps_at_most_s_keys():
+    w = _Watcher(_args(sample_size=50))
+    w.feed(_lines(np.arange(20_000) % 2_000))
+    record = w.snapshot(final=True)
+    assert record["sampled"] and record["sample_rate"] < 0.05 and w.sampler.n_sampled_keys <= 50
+    assert record["cumulative"]["hit_rate"]["5"] == 0.0
+
+
+def test_follow_waits_for_the_rest_of_a_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"1\n2")
+    stop = threading.Event()
+    got = []
+    with open(path, "rb") as stream:
+        thread = threading.Thread(target=lambda: got.extend(follow_lines(stream, True, 0.02, stop)))
+        thread.start()
+        time.sleep(0.2)
+        assert got == [(1, b"1")]
+        with open(path, "ab") as f:
+            f.write(b"3\n")
+        time.sleep(0.2)
+        stop.set()
+        thread.join(2)
+    assert got == [(1, b"1"), (2, b"23")]
+    assert list(follow_lines(io.BytesIO(b"\xef\xbb\xbfa\nb"), False, 0.1, threading.Event())) == [(1, b"a"), (2, b"b")]
+
+
+def test_prometheus_text_names():
+    text = prometheus_text({"cumulative": {"accesses": 3, "ceiling_hit_rate": 0.25, "working_set": {"0.95": None},
+                                           "working_set_bytes": {"0.95": 2048}, "hit_rate": {"4": 0.5}}})
+    assert 'kv_working_set_bytes{target="0.95"} 2048' in text and 'kv_hit_rate{capacity="4"} 0.5' in text
+    assert 'kv_working_set_units{target="0.95"}' not in text
+
+
+def test_watch_command_no_follow_writes_json_lines_and_the_prometheus_file(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("".join(f"{k}\n" for k in [1, 2, 1, 3, 2, 1]))
+    prom = tmp_path / "kv.prom"
+    out = tmp_path / "answers.jsonl"
+    assert main(["watch", str(trace), "--no-follow", "--output", str(out), "--prometheus", str(prom)]) == 0
+    record = json.loads(out.read_text().splitlines()[-1])
+    assert record["final"] and record["cumulative"]["accesses"] == 6
+    assert "kv_accesses_total 6" in prom.read_text()
+    with pytest.raises(SystemExit) as info:
+        main(["watch", str(trace), "--interval", "0"])
+    assert info.value.code == 2 and "--interval" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_cleanly_and_writes_the_last_line():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "stackdist", "watch", "-", "--interval", "60"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    assert proc.stdin is not None
+    proc.stdin.write(b"".join(f"{k}\n".encode() for k in [5, 6, 5, 5]))
+    proc.stdin.flush()
+    assert proc.stderr is not None
+    assert b"following -" in proc.stderr.readline()  # started: the reader is running
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    record = json.loads(out.decode().splitlines()[-1])
+    assert record["final"] and record["cumulative"]["accesses"] == 4
+
+
+def test_curve_scale_flags(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    keys = rng.zipf(1.3, 2000) % 300
+    trace = tmp_path / "t.csv"
+    trace.write_text("".join(f"{k}\n" for k in keys))
+    exact = HitCurve.from_trace(keys)
+    assert main(["curve", str(trace), "--sample-rate", "1", "--capacities", "10,50", "-o", str(tmp_path / "s.json")]) == 0
+    report = json.loads((tmp_path / "s.json").read_text())
+    assert report["sampled"] and report["curve"]["hits"] == exact.hits_at([10, 50]).tolist()
+    assert report["min_capacity_for_hit_rate"]["0.5"] == exact.min_capacity_for(hit_rate=0.5)
+    assert report["min_capacity_for_hit_rate_spread"]["0.5"]["seeds"] == 3
+    for argv, flag in ((["--sample-rate", "0"], "--sample-rate"), (["--sample-size", "0"], "--sample-size")):
+        with pytest.raises(SystemExit) as info:
+            main(["curve", str(trace), *argv])
+        assert info.value.code == 2 and flag in capsys.readouterr().err
+    for argv in (["--dask", "local:0"], ["--dask", "local:2", "--sample-rate", "0.5"]):
+        assert main(["curve", str(trace), *argv]) == 2
+        assert "--dask" in capsys.readouterr().err
+
+
+def test_tiers_sampled_at_rate_one_equals_the_exact_grid(tmp_path):
+    rng = np.random.default_rng(4)
+    keys = rng.zipf(1.3, 3000) % 400
+    trace = tmp_path / "t.csv"
+    trace.write_text("".join(f"{k}\n" for k in keys))
+    exact, sampled = tmp_path / "e.json", tmp_path / "s.json"
+    common = ["tiers", str(trace), "--gpu", "20", "--cpu", "0,50,300", "--exclusive"]
+    assert main([*common, "-o", str(exact)]) == 0
+    assert main([*common, "-o", str(sampled), "--sample-rate", "1"]) == 0
+    e, s = json.loads(exact.read_text()), json.loads(sampled.read_text())
+    assert s["sampled"] and s["seeds"] == [0, 1, 2]
+    for kind in ("inclusive", "exclusive"):
+        assert s[kind]["gpu_hits"] == e[kind]["gpu_hits"] and s[kind]["cpu_hits"] == e[kind]["cpu_hits"]
+    assert main([*common, "--dask", "local:2"]) == 2
