@@ -7,10 +7,17 @@ import json
 
 import numpy as np
 import pytest
-
 from naive import real_trace_paths, run_stackdist
+
 from stackdist.errors import UsageError
-from stackdist.planning.budgets import Budget, BudgetOptions, budget_capacity, budget_report, parse_budgets, per_request_hits
+from stackdist.planning.budgets import (
+    Budget,
+    BudgetOptions,
+    budget_capacity,
+    budget_report,
+    parse_budgets,
+    per_request_hits,
+)
 from stackdist.planning.geometry import model_spec
 from stackdist.planning.prefix_curve import PrefixCurve
 from stackdist.serving.semantics import replay_requests
@@ -77,7 +84,7 @@ def test_per_request_hits_sum_to_the_curve(semantics):
     replay = replay_requests(trace, semantics)
     counted = np.arange(trace.n_requests) >= 10
     curve = PrefixCurve(replay, counted)
-    for capacity in range(0, 40):
+    for capacity in range(40):
         hits = per_request_hits(replay, capacity)
         assert int(hits[counted].sum()) == curve.prefix_token_hits_at(capacity)
         assert (hits <= trace.input_length).all()
@@ -99,7 +106,7 @@ def test_report_rows_and_lower_tier_loads():
 
 
 def test_cli_bad_capacity_is_exit_2(capsys):
-    code, out, err = run_stackdist(capsys, "plan", real_trace_paths()[0], "--capacity", "80GB,12 parsecs")
+    code, _out, err = run_stackdist(capsys, "plan", real_trace_paths()[0], "--capacity", "80GB,12 parsecs")
     assert code == 2 and "--capacity must be comma-separated positive sizes" in err and "'12 parsecs'" in err
     assert "Traceback" not in err
 
@@ -108,8 +115,7 @@ def test_cli_bad_capacity_is_exit_2(capsys):
 def head(tmp_path_factory):
     path = tmp_path_factory.mktemp("budgets") / "head.jsonl"
     with open(real_trace_paths()[0]) as src, open(path, "w") as dst:
-        for _, line in zip(range(300), src):
-            dst.write(line)
+        dst.writelines(line for _, line in zip(range(300), src))
     return path
 
 
@@ -153,7 +159,7 @@ def test_cli_table_and_calibration(capsys, head, tmp_path):
 
 
 def test_help_lists_the_catalog_and_gpus(capsys):
-    code, out, err = run_stackdist(capsys, "plan", "--help")
+    code, out, _err = run_stackdist(capsys, "plan", "--help")
     assert code == 0
     for name in ("qwen3-8b", "gpt-oss-120b", "gemma-3-27b", "deepseek-v3", "glm-4.5", "mixtral-8x7b", "h200", "b200"):
         assert name in out

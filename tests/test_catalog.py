@@ -140,3 +140,40 @@ def test_hybrid_config_files_parse_like_the_catalog(tmp_path):
         spec_from_config(bad)
     with pytest.raises(UsageError, match="every layer is sliding-window"):
         spec_from_config(dict(gpt, layer_types=["sliding_attention"] * 36))
+
+
+# Published configs (the fields the estimate reads) and the model cards' parameter counts
+LLAMA_8B = {"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16"}
+DEEPSEEK_V3 = {"vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+               "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "num_hidden_layers": 61,
+               "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512, "num_attention_heads": 128,
+               "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "torch_dtype": "bfloat16",
+               "quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}}
+MIXTRAL = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_local_experts": 8,
+           "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "torch_dtype": "bfloat16"}
+QWEN25_15B = {"vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+              "num_attention_heads": 12, "num_key_value_heads": 2, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+
+
+@pytest.mark.parametrize("config, total, active", [
+    (LLAMA_8B, 8.03e9, 8.03e9), (DEEPSEEK_V3, 671e9, 37e9), (MIXTRAL, 46.7e9, 12.9e9),
+    (QWEN25_15B, 1.544e9, 1.544e9),  # data/fixtures/README.md: 1.544 B parameters
+])
+def test_parameter_estimate_from_a_config(config, total, active):
+    from stackdist.planning.geometry import estimate_params
+
+    got_total, got_active = estimate_params(config)
+    assert got_total == pytest.approx(total, rel=0.01) and got_active == pytest.approx(active, rel=0.02)
+
+
+def test_a_config_file_gets_weights_from_its_estimate(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DEEPSEEK_V3))
+    spec = spec_from_config(path)
+    assert spec.weights_bytes == pytest.approx(671e9, rel=0.01)  # fp8: one byte per parameter
+    assert "estimated from the config" in spec.weights_source
+    assert spec.geometry.kv_bytes_per_token == 70272
+    assert spec_from_config({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8,
+                             "torch_dtype": "bfloat16"}).weights_bytes is None  # no vocab: no estimate

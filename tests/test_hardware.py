@@ -18,7 +18,13 @@ import pytest
 
 from stackdist.errors import UsageError
 from stackdist.planning.geometry import model_spec
-from stackdist.planning.hardware import HardwareOptions, gpu_for, gpu_table, replica_pool, vllm_groups
+from stackdist.planning.hardware import (
+    HardwareOptions,
+    gpu_for,
+    gpu_table,
+    replica_pool,
+    vllm_groups,
+)
 
 GIB = 2**30
 

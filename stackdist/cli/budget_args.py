@@ -76,7 +76,8 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of budgets (sizes in GiB, tokens or blocks), model dtype, hardware and TTFT."""
     b = p.add_argument_group("budgets, hardware and TTFT (answers at the sizes you name)")
     b.add_argument("--capacity", metavar="SIZES",
-                   help=f"hit rate, tokens saved and TTFT at each size; units: {BUDGET_UNITS} (e.g. 880GiB,2TiB,40000blocks,2Mtokens)")
+                   help=f"hit rate, tokens saved and TTFT at each size; units: {BUDGET_UNITS} (e.g. 880GiB,2TiB,40000blocks,2Mtokens); "
+                   "bytes are KV bytes of the model; the engine models run at these sizes unless --gpu-blocks names pools")
     b.add_argument("--kv-dtype", choices=KV_DTYPES, metavar="DTYPE",
                    help=f"KV-cache element type: {', '.join(KV_DTYPES)} (default auto: the model's dtype)")
     b.add_argument("--gpu", choices=list(gpu_table()), metavar="NAME",

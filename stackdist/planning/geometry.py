@@ -205,7 +205,7 @@ def dtype_bytes(dtype: str | int, where: str = "dtype") -> int:
         raise UsageError(f"{where} as a byte count must be 1, 2, 4 or 8, got {dtype}")
     if isinstance(dtype, str):
         name = dtype.lower().removeprefix("torch.")
-        if name.startswith("float8") or name.startswith("fp8"):
+        if name.startswith(("float8", "fp8")):
             return 1
         if name in _DTYPE_BYTES:
             return _DTYPE_BYTES[name]
@@ -454,13 +454,72 @@ def spec_from_config(
     text = fields.get("text_config") if isinstance(fields.get("text_config"), Mapping) and "num_hidden_layers" not in fields else fields
     params, active = fields.get("params"), fields.get("active_params")
     weights, source = None, "unknown (give --weights)"
+    per = fields.get("weight_bytes_per_param") or _weight_bytes(fields)
+    if params is None and (estimate := estimate_params(text)) is not None:
+        params, active = estimate
+        source = f"parameters estimated from the config x {per:g} bytes"
+    elif params is not None:
+        source = f"params x {per:g} bytes"
     if fields.get("weights_gib") is not None:
         weights, source = float(fields["weights_gib"]) * 2**30, "published checkpoint size"
     elif params is not None:
-        per = fields.get("weight_bytes_per_param") or dtype_bytes(str(fields.get("torch_dtype") or "bfloat16"))
-        weights, source = float(params) * float(per), f"params x {per:g} bytes"
+        weights = float(params) * float(per)
     return ModelSpec(name or geometry.name, geometry, fields.get("hf_repo"), params, active, weights, source,
                      _attention_flops(text))
+
+
+def _weight_bytes(config: Mapping[str, Any]) -> float:
+    """Bytes per stored weight: an fp8 or n-bit ``quantization_config``, else ``torch_dtype``."""
+    quant = config.get("quantization_config")
+    if isinstance(quant, Mapping):
+        if str(quant.get("quant_method", "")).lower() == "fp8" or str(quant.get("fmt", "")).startswith("e4m3"):
+            return 1.0
+        if isinstance(quant.get("bits"), int) and quant["bits"] > 0:
+            return quant["bits"] / 8
+    try:
+        return float(dtype_bytes(str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")))
+    except UsageError:
+        return 2.0
+
+
+def estimate_params(config: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(total, active per token) parameters of a decoder from its config.json fields: embeddings
+    (twice unless tied), attention (GQA q/k/v/o or MLA's low-rank projections), gated MLPs
+    (3 x hidden x intermediate) and MoE experts (routed, shared, router; ``first_k_dense_replace``
+    dense layers). Norms and biases are left out (well under 1 %). None when fields are missing.
+
+    >>> total, active = estimate_params({"vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
+    ...     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8})
+    >>> round(total / 1e9, 2), total == active
+    (8.03, True)
+    """
+    def get(key: str, default: Any = None) -> Any:
+        value = config.get(key, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+    vocab, h, layers, heads = get("vocab_size"), get("hidden_size"), get("num_hidden_layers"), get("num_attention_heads")
+    if not (vocab and h and layers and heads):
+        return None
+    if get("kv_lora_rank"):
+        nope, rope, v, rank = get("qk_nope_head_dim", 0), get("qk_rope_head_dim", 0), get("v_head_dim", 0), get("kv_lora_rank")
+        q_rank = get("q_lora_rank")
+        q = h * q_rank + q_rank * heads * (nope + rope) if q_rank else h * heads * (nope + rope)
+        attention = q + h * (rank + rope) + rank * heads * (nope + v) + heads * v * h
+    else:
+        hd, kv = get("head_dim") or h // heads, get("num_key_value_heads") or heads
+        attention = 2 * h * heads * hd + 2 * h * kv * hd
+    experts = get("num_local_experts") or get("num_experts") or get("n_routed_experts") or 0
+    dense_mlp = 3 * h * (get("intermediate_size") or 0)
+    total = active = vocab * h * (1 if config.get("tie_word_embeddings") else 2) + layers * attention
+    if not experts:
+        return float(total + layers * dense_mlp), float(active + layers * dense_mlp)
+    moe = 3 * h * (get("moe_intermediate_size") or get("intermediate_size") or 0)
+    shared = 3 * h * (get("shared_expert_intermediate_size") or 0) + get("n_shared_experts", 0) * moe
+    dense, sparse = get("first_k_dense_replace", 0), layers - get("first_k_dense_replace", 0)
+    k = get("num_experts_per_tok") or get("experts_per_token") or 1
+    total += dense * dense_mlp + sparse * (experts * moe + shared + h * experts)
+    active += dense * dense_mlp + sparse * (k * moe + shared + h * experts)
+    return float(total), float(active)
 
 
 def _kv_bytes(kv_dtype: str | None) -> str | None:

@@ -17,7 +17,7 @@ vLLM's own formula (file:line in the vllm-0.33.0 wheel):
    ``--non-torch-gib``, ``--cudagraph-gib``);
 3. a layer's page is ``block_size x heads x (head_size + head_size_v) x dtype bytes``
    (``vllm/v1/kv_cache_interface.py:584-594``; MLA has ``head_size_v = 0`` and one head,
-   ``:742`` and ``vllm/config/model.py:1673-1675``; other models ``max(1, kv_heads // TP)`` heads
+   ``:743`` and ``vllm/config/model.py:1673-1675``; other models ``max(1, kv_heads // TP)`` heads
    per GPU, ``vllm/config/model.py:1683``);
 4. layers are grouped (``vllm/v1/core/kv_cache_planning.py:481-557``: one group of all layers for
    a full-attention model; hybrid models get equal-sized groups per attention type, group size
