@@ -36,16 +36,16 @@ class ReplayState:
     when sized; a unit-size batch replay can do without it). ``size_of`` is then an empty array.
     """
 
-    def __init__(self, n_keys: int = 0, sized: bool = True, track_sizes: bool = True) -> None:
+    def __init__(self, n_keys: int = 0, sized: bool = True, track_sizes: bool = True, max_size: int | None = None) -> None:
         self.sized = sized
         self.track_sizes = sized or track_sizes
         cap = _round_to_word(max(2 * n_keys, 64))
         self.slot_of: np.ndarray = np.full(n_keys, -1, _slot_dtype(cap))
         self.size_of = np.zeros(n_keys if self.track_sizes else 0, np.int64)
         self.words = np.zeros(cap >> kernels.WORD_SHIFT, np.uint64)
-        self.leaf_shift = kernels.SIZED_LEAF_SHIFT if sized else kernels.WORD_SHIFT
+        self.slot_size = np.zeros(cap if sized else 0, _size_dtype(max_size))
+        self.leaf_shift = int(kernels.sized_leaf_shift(self.slot_size)) if sized else kernels.WORD_SHIFT
         self.tree = np.zeros((cap >> self.leaf_shift) + 1, np.int64)
-        self.slot_size = np.zeros(cap if sized else 0, np.int64)
         self.scalars = np.zeros(2, np.int64)
 
     @property
@@ -69,7 +69,7 @@ class ReplayState:
             words[: self.words.shape[0]] = self.words
             self.words = words
             if self.sized:
-                slot_size = np.zeros(cap, np.int64)
+                slot_size = np.zeros(cap, self.slot_size.dtype)
                 slot_size[: self.slot_size.shape[0]] = self.slot_size
                 self.slot_size = slot_size
             self.tree = np.zeros((cap >> self.leaf_shift) + 1, np.int64)
@@ -97,6 +97,17 @@ SIZED_LEAF_SHIFT = 5
 
 def _round_to_word(slots: int) -> int:
     return -(-slots // 64) * 64
+
+
+def _size_dtype(max_size: int | None) -> type:
+    """Per-slot sizes as int32 when they fit (a tree leaf is then 16 slots: one cache line),
+    else (or when unknown, as in a stream) int64 with 8-slot leaves. Measured on sized Zipf at
+    4 M accesses: int32 0.30 s, int64 0.42 s, uint16 (32-slot leaves) 0.66 s, uint8 (64) 1.18 s."""
+    return np.int32 if max_size is not None and max_size <= np.iinfo(np.int32).max else np.int64
+
+
+def _largest(sizes: np.ndarray | None) -> int | None:
+    return int(sizes.max()) if sizes is not None and sizes.size else None
 
 
 def _slot_dtype(cap: int) -> type:
@@ -152,7 +163,7 @@ def replay_keeping_state(
     """
     n = dense.ids.shape[0]
     out = np.empty(n, np.int64)
-    state = ReplayState(dense.n_keys, sized=sizes is not None, track_sizes=sizes is not None)
+    state = ReplayState(dense.n_keys, sized=sizes is not None, track_sizes=sizes is not None, max_size=_largest(sizes))
     step = n if progress is None and on_chunk is None else chunk
     for lo in range(0, n, max(step, 1)):
         hi = min(n, lo + step)
@@ -201,7 +212,7 @@ def replay_arrival_depths(
     """Arrival-time depths of dense ids, whole requests at a time in chunks of about 2M blocks."""
     n = dense.ids.shape[0]
     out = np.empty(n, np.int64)
-    state = ReplayState(dense.n_keys, sized=sizes is not None, track_sizes=sizes is not None)
+    state = ReplayState(dense.n_keys, sized=sizes is not None, track_sizes=sizes is not None, max_size=_largest(sizes))
     n_req = offsets.shape[0] - 1
     r = 0
     while r < n_req:

@@ -129,7 +129,9 @@ class CountingTable:
     def __init__(self, max_distance: int, unit: bool, n_accesses: int, total_size: int) -> None:
         self.unit = unit
         self.packed = not unit and n_accesses < 1 << 27 and total_size < 1 << kernels.PACK_SHIFT
-        self.table = np.zeros((max_distance + 1, 1 if unit or self.packed else 2), np.int64)
+        # Unit sizes: 32-bit counts while they cannot overflow (half the memory of the table).
+        dtype = np.int32 if unit and n_accesses < 2**31 else np.int64
+        self.table = np.zeros((max_distance + 1, 1 if unit or self.packed else 2), dtype)
 
     def add(self, distances: np.ndarray, sizes: np.ndarray | None) -> None:
         """Count a chunk of distances (and their sizes). O(len)."""
@@ -170,7 +172,9 @@ def replay_counting(
         distances, state = replay_keeping_state(dense, sizes, progress, on_chunk=count, chunk=_PIPELINE_CHUNK)
         for future in pending:
             future.result()
-    return distances, state.size_of, counter.histogram()
+    size_of = state.size_of
+    del state  # the replay state goes before the histogram's arrays are made (lower peak memory)
+    return distances, size_of, counter.histogram()
 
 
 def merge(a: Histogram, b: Histogram) -> Histogram:

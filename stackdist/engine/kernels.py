@@ -18,20 +18,27 @@ State layout (shared by the batch and streaming forms; built by
   recent access). A live slot's key is not stored: nothing needs it (compaction renumbers the
   keys through ``slot_of``).
 - ``slot_size[j]`` (sized replays only; empty for unit sizes): the size in slot ``j`` if live,
-  else 0.
-- ``tree``: a Fenwick tree (1-based, int64, length ``n_words + 1``) over the words: node
-  ``w + 1`` sums the live sizes (for unit sizes: live slots) of words ``w - lowbit + 1 .. w``.
-  Only the nodes of used words are valid (see :func:`replay`). The tree is 64 times shorter
-  than the slots, so it stays in cache: the sum over the slots below slot ``p`` is the tree's
-  prefix over the words below ``p``'s word plus, inside the word, a popcount of the bits below
-  ``p`` (unit sizes) or a short contiguous sum of ``slot_size`` (sized).
+  else 0; int32 when the sizes fit, else int64.
+- ``tree``: a Fenwick tree (1-based, int64) over *leaves* of slots: a leaf is one word (64
+  slots) for unit sizes and one 64-byte cache line of ``slot_size`` for sized replays (16 slots
+  of int32, 8 of int64; :func:`sized_leaf_shift`). Node ``g + 1`` sums the live sizes (unit
+  sizes: live slots) of leaves ``g - lowbit + 1 .. g``. Only the nodes of used leaves are valid
+  (see :func:`replay`). The tree is 64 (16) times shorter than the slots, so it stays in cache:
+  the sum over the slots below slot ``p`` is the tree's prefix over the leaves below ``p``'s
+  leaf plus, inside the leaf, a popcount of the word's bits below ``p`` (unit sizes) or a masked
+  sum of one cache line of ``slot_size`` (sized; fixed length, so it vectorizes).
 - ``scalars = [next_free_slot, total_size_of_live_keys]``.
+
+The replay prefetches: ``PREFETCH_FAR`` accesses ahead it asks for the key's ``slot_of`` entry,
+``PREFETCH_NEAR`` ahead (that entry now cached) for the slot's word, leaf node and sizes. With
+millions of keys the state outgrows the caches and this hides most of the memory latency
+(measured 3.1 -> 8.1 M accesses/s at 2 x 10^7 keys under load); a hint never changes a result.
 
 Slots are handed out in access order, so the keys above slot ``p`` are exactly the distinct
 keys accessed since slot ``p`` was written. When the slots run out the live ones are renumbered
 densely in order (compaction), so the state is O(distinct keys), not O(trace length): about
 4 bytes per key for ``slot_of``, 0.25 bytes per slot for ``words`` (plus 4 per slot of
-``slot_size`` when sized, and ``size_of``), with twice as many slots as keys.
+``slot_size`` and 8 per key of ``size_of`` when sized), with twice as many slots as keys.
 """
 
 from __future__ import annotations
@@ -39,7 +46,9 @@ from __future__ import annotations
 import numpy as np
 
 try:  # pragma: no cover - exercised implicitly
+    from llvmlite import ir
     from numba import config, njit, types
+    from numba.core import cgutils
     from numba.extending import intrinsic
 
     HAVE_NUMBA = True
@@ -58,7 +67,8 @@ except ImportError:  # pragma: no cover - the fallback is tested by running with
 COLD = np.iinfo(np.int64).max
 NO_ERROR = -1
 WORD_SHIFT = 6  # 64 slots per word
-SIZED_LEAF_SHIFT = 3  # sized replays: 16 slots per tree leaf, summed from slot_size
+PREFETCH_FAR = 16  # accesses ahead: start loading the key's slot_of entry
+PREFETCH_NEAR = 6  # accesses ahead: that slot's word and tree leaf (slot_of is in cache by then)
 _ONE = np.uint64(1)
 
 if _COMPILED:
@@ -74,16 +84,56 @@ if _COMPILED:
 
         return x(x), codegen
 
+    @intrinsic
+    def _prefetch(typingctx, arr, idx):  # pragma: no cover - compiled
+        """LLVM's prefetch hint (read, keep in all cache levels) for ``arr[idx]``; no bounds check."""
+        if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            array = context.make_array(signature.args[0])(context, builder, args[0])
+            pointer = cgutils.get_item_pointer(context, builder, signature.args[0], array, [args[1]],
+                                               wraparound=False, boundscheck=False)
+            byte_pointer = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            hint = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch.p0")
+            builder.call(hint, [builder.bitcast(pointer, byte_pointer), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                                ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return types.void(arr, idx), codegen
+
     @njit(cache=True, nogil=True, inline="always")
     def popcount(x):
         """Set bits of a uint64 word."""
         return np.int64(_ctpop(x))
+
+    @njit(cache=True, nogil=True, inline="always")
+    def prefetch(arr, i):
+        """Ask the CPU to start loading ``arr[i]`` (a hint: no effect on results; ``i`` in bounds)."""
+        _prefetch(arr, i)
 
 else:
 
     def popcount(x):  # type: ignore[misc]
         """Set bits of a uint64 word."""
         return int(x).bit_count()
+
+    def prefetch(arr, i):  # type: ignore[misc]
+        """A no-op without the compiler."""
+
+
+@njit(cache=True, nogil=True, inline="always")
+def sized_leaf_shift(slot_size):
+    """A sized replay's slots per tree leaf, as a shift: one 64-byte cache line of ``slot_size``
+    (64 slots of uint8 sizes, 32 of uint16, 16 of int32, 8 of int64)."""
+    shift = WORD_SHIFT
+    width = slot_size.itemsize
+    while width > 1:
+        width >>= 1
+        shift -= 1
+    return shift
 
 
 @njit(cache=True, nogil=True)
@@ -117,7 +167,7 @@ def compact(slot_of, words, tree, slot_size, scalars):
         words[w] = ~np.uint64(0)
     if live & 63:
         words[live >> WORD_SHIFT] = (_ONE << np.uint64(live & 63)) - _ONE
-    leaf = SIZED_LEAF_SHIFT if sized else WORD_SHIFT
+    leaf = sized_leaf_shift(slot_size) if sized else WORD_SHIFT
     for g in range((live + (1 << leaf) - 1) >> leaf):
         node = g + 1
         if sized:
@@ -151,11 +201,23 @@ def replay(ids, sizes, unit, slot_of, size_of, words, tree, slot_size, scalars, 
     cap = words.shape[0] << WORD_SHIFT
     t = scalars[0]
     total = scalars[1]
-    leaf = WORD_SHIFT if unit else SIZED_LEAF_SHIFT  # slots per tree leaf: 2**leaf
+    leaf = WORD_SHIFT if unit else sized_leaf_shift(slot_size)  # slots per tree leaf: 2**leaf
     keep_sizes = size_of.shape[0] > 0
     # The loop body is written out here and in arrival_depths on purpose: as helper functions
     # (even inlined) the compiled loop ran up to twice as slow (numba 0.68, measured).
-    for i in range(ids.shape[0]):
+    n = ids.shape[0]
+    for i in range(n):
+        # Two-stage prefetch: the keys ahead are known, so their state can be on its way (with
+        # millions of keys the state is far bigger than the caches; a hint never changes results).
+        if i + PREFETCH_FAR < n:
+            prefetch(slot_of, ids[i + PREFETCH_FAR])
+        if i + PREFETCH_NEAR < n:
+            ahead = slot_of[ids[i + PREFETCH_NEAR]]
+            if ahead >= 0:
+                prefetch(words, ahead >> WORD_SHIFT)
+                prefetch(tree, (ahead >> leaf) + 1)
+                if not unit:
+                    prefetch(slot_size, ahead)
         k = ids[i]
         s = 1 if unit else sizes[i]
         p = slot_of[k]
@@ -180,7 +242,7 @@ def replay(ids, sizes, unit, slot_of, size_of, words, tree, slot_size, scalars, 
                 below += popcount(words[w] & (bit - _ONE))
             else:
                 first = g << leaf
-                for q in range(1 << SIZED_LEAF_SHIFT):  # fixed length: vectorized
+                for q in range(1 << leaf):  # one cache line, masked: vectorized
                     below += slot_size[first + q] if first + q < p else 0
                 slot_size[p] = 0
             out[i] = total - below
@@ -229,7 +291,7 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, words, tree, slo
     cap = words.shape[0] << WORD_SHIFT
     t = scalars[0]
     total = scalars[1]
-    leaf = WORD_SHIFT if unit else SIZED_LEAF_SHIFT
+    leaf = WORD_SHIFT if unit else sized_leaf_shift(slot_size)
     keep_sizes = size_of.shape[0] > 0
     for r in range(offsets.shape[0] - 1):
         lo = offsets[r]
@@ -254,7 +316,7 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, words, tree, slo
                     below += popcount(words[p >> WORD_SHIFT] & ((_ONE << np.uint64(p & 63)) - _ONE))
                 else:
                     first = g << leaf
-                    for q in range(1 << SIZED_LEAF_SHIFT):
+                    for q in range(1 << leaf):
                         below += slot_size[first + q] if first + q < p else 0
                 out[i] = total - below
         for i in range(hi - 1, lo - 1, -1):
@@ -423,11 +485,19 @@ def count_into(table, distances, sizes, unit, packed):
 
 @njit(cache=True, nogil=True)
 def table_histogram(table, unit, packed):
-    """The distinct distances of a counting table with cumulative hits and hit sizes. O(rows)."""
+    """The distinct distances of a counting table with cumulative hits and hit sizes. O(rows).
+
+    Two passes, so the arrays are exactly as long as the distinct distances; for unit sizes the
+    hit sizes are the hits, and the same array is returned twice (read-only by convention).
+    """
     rows = table.shape[0]
-    values = np.empty(rows, np.int64)
-    cum_hits = np.empty(rows, np.int64)
-    cum_sizes = np.empty(rows, np.int64)
+    m = 0
+    for d in range(rows):
+        if table[d, 0] != 0:
+            m += 1
+    values = np.empty(m, np.int64)
+    cum_hits = np.empty(m, np.int64)
+    cum_sizes = cum_hits if unit else np.empty(m, np.int64)
     mask = (np.int64(1) << PACK_SHIFT) - 1
     m = 0
     hits = 0
@@ -437,7 +507,6 @@ def table_histogram(table, unit, packed):
         if cell != 0:
             if unit:
                 hits += cell
-                total += cell
             elif packed:
                 hits += cell >> PACK_SHIFT
                 total += cell & mask
@@ -446,9 +515,10 @@ def table_histogram(table, unit, packed):
                 total += table[d, 1]
             values[m] = d
             cum_hits[m] = hits
-            cum_sizes[m] = total
+            if not unit:
+                cum_sizes[m] = total
             m += 1
-    return values[:m], cum_hits[:m], cum_sizes[:m]
+    return values, cum_hits, cum_sizes
 
 
 @njit(cache=True, nogil=True)
