@@ -428,3 +428,13 @@ def test_a_folder_of_files_is_written_as_one_unit(tmp_path, monkeypatch):
     monkeypatch.undo()
     write_files_atomic(out, {"a.json": "new a"})
     assert (out / "a.json").read_text() == "new a" and stat.S_IMODE((out / "a.json").stat().st_mode) == 0o640
+
+
+def test_warmup_as_a_duration_on_a_request_trace(capsys, req):
+    code, out, err = run(capsys, "curve", req, "--format", "mooncake", "--warmup", "3s", "--capacities", "4")
+    assert code == 0, err
+    assert json.loads(out)["summary"]["accesses"] == 5 * 3  # requests at 3, 4, ..., 7 s, three blocks each
+    code, _, err = run(capsys, "curve", req, "--format", "mooncake", "--warmup", "1h")
+    one_line_error(err, code, 1, "nothing to answer from")
+    code, _, err = run(capsys, "curve", req, "--warmup", "3s", "--format", "jsonl")
+    assert code in (1, 2) and "Traceback" not in err

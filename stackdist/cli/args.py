@@ -139,4 +139,8 @@ def warmup_accesses(text: str | None, n: int, name: str = "--warmup") -> int:
         if not 0 <= pct <= 100:
             raise UsageError(f"{name} must be a count of accesses or a percentage from 0% to 100%; got {text!r}.")
         return min(n, math.ceil(pct * n / 100))
-    return min(n, parse_int(raw, name))
+    try:
+        return min(n, parse_int(raw, name))
+    except UsageError:
+        raise UsageError(f"{name} must be a count of accesses or a percentage like 10% (a duration like 10m needs a "
+                         f"request trace: --format mooncake, qwen or tokens); got {text!r}.") from None

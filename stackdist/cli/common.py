@@ -56,8 +56,9 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", metavar="START:STOP",
                    help="count hits only for accesses START..STOP-1 (Python slice rules; write a negative start "
                    "as --window=-2:)")
-    p.add_argument("--warmup", metavar="N|P%",
-                   help="exclude the first N accesses (or P percent of them) of the window from the counts; "
+    p.add_argument("--warmup", metavar="N|P%|DURATION",
+                   help="exclude the first N accesses (or P percent of them) of the window from the counts, or with "
+                   "a request trace (--format mooncake/qwen/tokens) the requests of the first DURATION (e.g. 10m); "
                    "they still fill the cache (default 0)")
     p.add_argument("--output", "-o", metavar="FILE", default="-", help="write the JSON here (atomically) instead of stdout")
     p.add_argument("--plot", metavar="PNG", help="also draw the curve(s) to this PNG (needs matplotlib)")
@@ -90,6 +91,29 @@ def record_line(path: str, fmt: str | None, position: int) -> str:
     return where
 
 
+def _warmup_block(requests: Any, text: str | None) -> int | None:
+    """The first counted block when ``--warmup`` is a duration (``90s``, ``10m``, ``1.5h``) on a
+    request trace; None for a count or a percentage (those count accesses)."""
+    import math
+
+    import numpy as np
+
+    raw = (text or "").strip()
+    if not raw or raw.endswith("%") or raw.isdigit() or raw[-1] not in "smh":
+        return None
+    try:
+        seconds = float(raw[:-1]) * {"s": 1.0, "m": 60.0, "h": 3600.0}[raw[-1]]
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise UsageError(f"--warmup must be N accesses, P% or (request traces) a duration like 90s, 10m or 1.5h; got {text!r}.")
+    ts = requests.timestamps_s
+    if not ts.size:
+        return 0
+    first = int(np.argmax(np.r_[ts >= ts.min() + seconds, True]))  # the first request at or after the warm-up
+    return int(requests.offsets[min(first, requests.n_requests)])
+
+
 def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
@@ -106,7 +130,7 @@ def access_range(args: argparse.Namespace, n: int) -> tuple[int, int]:
 
 def load_curve(args: argparse.Namespace) -> Any:
     """Read the trace named by ``args`` and replay it once into a HitCurve (progress on stderr)."""
-    from stackdist.engine import HitCurve
+    from stackdist.engine import HitCurve, parse_window
     from stackdist.engine.keys import first_size_change
     from stackdist.output import Progress, stage
     from stackdist.traces import REQUEST_FORMATS, read_access_trace, read_requests
@@ -114,8 +138,11 @@ def load_curve(args: argparse.Namespace) -> Any:
     access_window(args.window, "--window")  # a bad --window is a usage error before any reading
     command = f"stackdist {getattr(args, 'command', '')}".strip()
     stage(command, f"reading {args.trace}")
+    warm_from = None  # with a request trace, --warmup may be a duration (requests before it only fill the cache)
     if args.format in REQUEST_FORMATS:
-        keys, sizes = read_requests(args.trace, args.format).block_ids, None
+        requests = read_requests(args.trace, args.format)
+        keys, sizes = requests.block_ids, None
+        warm_from = _warmup_block(requests, getattr(args, "warmup", None))
     else:
         trace = read_access_trace(args.trace, args.format)
         keys, sizes = trace.keys, trace.sizes
@@ -126,7 +153,11 @@ def load_curve(args: argparse.Namespace) -> Any:
                                    "earlier; a key's size must be fixed")
     n = len(keys)
     require_data(n, args.trace, "the trace has no accesses")
-    start, stop = access_range(args, n)
+    if warm_from is not None:
+        start, stop = parse_window(access_window(args.window, "--window"), n)
+        start = min(stop, max(start, warm_from))
+    else:
+        start, stop = access_range(args, n)
     require_data(stop - start, args.trace, f"no accesses are counted (--window {args.window or ':'}, "
                  f"--warmup {getattr(args, 'warmup', None) or 0}, {n:,} accesses in the trace)")
     stage(command, f"replaying {n:,} accesses (counting {stop - start:,})")
