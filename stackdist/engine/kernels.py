@@ -471,7 +471,14 @@ def count_into(table, distances, sizes, unit, packed):
     size below 2**36 cannot overflow), so an access touches one word; else two columns.
     """
     one = np.int64(1) << PACK_SHIFT
-    for i in range(distances.shape[0]):
+    flat = table.reshape(-1)
+    columns = table.shape[1]
+    n = distances.shape[0]
+    for i in range(n):
+        if i + PREFETCH_FAR < n:  # a big table is random access: start the row's load early
+            ahead = distances[i + PREFETCH_FAR]
+            if ahead != COLD:
+                prefetch(flat, ahead * columns)
         d = distances[i]
         if d != COLD:
             if unit:
