@@ -119,6 +119,7 @@ def plot_curves(
     vlines: Sequence[tuple[str, float]] = (),
     xscale: str = "linear",
     styles: Sequence[dict[str, Any]] | None = None,
+    legend_loc: str = "lower right",
 ) -> None:
     """Step curves ``(label, x, y)`` (y a fraction, drawn in percent) on one axis, with labelled
     horizontal and vertical marker lines (labels spread apart), saved atomically as a PNG."""
@@ -136,8 +137,8 @@ def plot_curves(
     for k, (label, at) in enumerate(sorted(vlines, key=lambda v: v[1])):
         # the lines are numbered where they meet the top edge; the labels go in one box (never overlapping)
         ax.axvline(at, color="tab:red", lw=0.8, ls="--", zorder=1)
-        ax.annotate(f"{k + 1}", (at, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color="tab:red",
-                    ha="center", va="bottom")
+        ax.annotate(f"{k + 1}", (at, 1.0 + 0.04 * (k % 2)), xycoords=("data", "axes fraction"), fontsize=7,
+                    color="tab:red", ha="center", va="bottom")  # neighbours staggered, never overlapping
     if vlines:
         box = "\n".join(f"{k + 1}: {label}" for k, (label, _) in enumerate(sorted(vlines, key=lambda v: v[1])))
         ax.text(0.01, 0.98, box, transform=ax.transAxes, fontsize=7, color="tab:red", va="top", ha="left",
@@ -152,9 +153,9 @@ def plot_curves(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=10, pad=22 if vlines else 6)
     if len(series) > 1:
-        ax.legend(fontsize=8, loc="lower right", framealpha=0.9)
+        ax.legend(fontsize=8, loc=legend_loc, framealpha=0.9)
     save_png(fig, path)
     plt.close(fig)
 
@@ -223,4 +224,4 @@ def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float
              f"(solid engine, dashed per-access); warm-up {warm} excluded; exact at {points} capacities")
     plot_curves(path, series, xlabel="KV-cache capacity (GiB = 2^30 bytes; symlog axis)",
                 ylabel="hit rate (counted requests)", hlines=hlines, vlines=vlines, title=title, xscale="symlog",
-                styles=styles)
+                styles=styles, legend_loc="center left")
