@@ -438,3 +438,11 @@ def test_warmup_as_a_duration_on_a_request_trace(capsys, req):
     one_line_error(err, code, 1, "nothing to answer from")
     code, _, err = run(capsys, "curve", req, "--warmup", "3s", "--format", "jsonl")
     assert code in (1, 2) and "Traceback" not in err
+
+
+def test_a_trace_without_reuse_reports_no_capacity_as_reaching_a_fraction_of_its_ceiling(capsys, tmp_path):
+    path = tmp_path / "u.csv"
+    path.write_text("a\nb\nc\n")
+    code, out, _ = run(capsys, "curve", path, "--targets", "0.5")
+    result = json.loads(out)
+    assert code == 0 and result["min_capacity_for_fraction_of_ceiling"] == {"0.5": None} and "no_reuse" in result
