@@ -1,13 +1,13 @@
 """A request trace as engine pages (16-token KV blocks), the input of the engine models.
 
-``stackdist.reblock(trace, 16)`` splits each hash block into pages; page ``s`` of block ``b``
+``reblock(trace, 16)`` splits each hash block into pages; page ``s`` of block ``b``
 has an id derived from ``(b, s)`` only (SPEC.md, *Trace*), so equal page ids mean equal whole
 prefixes. The engines only ever hash or key *full* pages (vLLM's block hashes cover full blocks;
 SGLang's tree keys are page-aligned), so a page is usable as a cache key iff it holds 16
 tokens; only a request's last page may be partial.
 
->>> import numpy as np, stackdist
->>> t = stackdist.RequestTrace(np.array([5, 6, 5]), np.array([0, 2, 3]), np.array([32, 8, 32]),
+>>> import numpy as np
+>>> t = RequestTrace(np.array([5, 6, 5]), np.array([0, 2, 3]), np.array([32, 8, 32]),
 ...     np.zeros(2), np.array([40, 32]), np.array([2, 1]), block_size=32)
 >>> p = engine_pages(t)
 >>> p.key.tolist(), p.offsets.tolist(), p.full_pages.tolist()
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import stackdist
+from stackdist.engine.keys import dense_keys
+from stackdist.traces import RequestTrace, reblock
 
 __all__ = ["PAGE_TOKENS", "EnginePages", "engine_pages"]
 
@@ -64,21 +65,21 @@ class EnginePages:
         return np.maximum(self.input_tokens - 1, 0) // self.page_tokens
 
 
-def engine_pages(trace: stackdist.RequestTrace, page_tokens: int = PAGE_TOKENS) -> EnginePages:
+def engine_pages(trace: RequestTrace, page_tokens: int = PAGE_TOKENS) -> EnginePages:
     """Re-block ``trace`` into ``page_tokens``-token pages with dense ids.
 
     Requires the blocks to cover the whole prompt (sum of a request's block tokens equal to
     its ``input_length``) and at least one prompt token per request. Complexity: O(pages).
 
-    >>> import numpy as np, stackdist
-    >>> t = stackdist.RequestTrace(np.array([3]), np.array([0, 1]), np.array([20]), np.zeros(1),
+    >>> import numpy as np
+    >>> t = RequestTrace(np.array([3]), np.array([0, 1]), np.array([20]), np.zeros(1),
     ...     np.array([20]), np.array([1]), block_size=32)
     >>> engine_pages(t).hit_cap_pages.tolist(), engine_pages(t).full_pages.tolist()
     ([1], [1])
     """
     if trace.block_size % page_tokens:
         raise ValueError(f"the trace block size must be a multiple of {page_tokens}; got {trace.block_size}")
-    pages = trace if trace.block_size == page_tokens else stackdist.reblock(trace, page_tokens)
+    pages = trace if trace.block_size == page_tokens else reblock(trace, page_tokens)
     offsets = np.asarray(pages.offsets, dtype=np.int64)
     tokens = np.asarray(pages.block_tokens, dtype=np.int64)
     inp = np.asarray(trace.input_length, dtype=np.int64)
@@ -94,6 +95,6 @@ def engine_pages(trace: stackdist.RequestTrace, page_tokens: int = PAGE_TOKENS) 
     partial[last] = False
     if partial.any():
         raise ValueError(f"only a request's last page may hold fewer than {page_tokens} tokens")
-    dense = stackdist.dense_keys(pages.block_ids)
+    dense = dense_keys(pages.block_ids)
     out = np.asarray(trace.output_length, dtype=np.int64)
     return EnginePages(np.ascontiguousarray(dense.ids, dtype=np.int64), offsets, inp, out, int(dense.n_keys), page_tokens)

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import stackdist
+from stackdist.errors import TraceFormatError
+from stackdist.traces import RequestTrace
 
 __all__ = [
     "ARRIVAL",
@@ -110,7 +111,7 @@ class Schedule:
     @classmethod
     def from_service_model(
         cls,
-        trace: stackdist.RequestTrace,
+        trace: RequestTrace,
         prefill_tokens_per_s: float = 10000.0,
         decode_tokens_per_s: float = 50.0,
     ) -> Schedule:
@@ -119,8 +120,8 @@ class Schedule:
 
         Complexity: O(n), vectorised.
 
-        >>> import numpy as np, stackdist
-        >>> t = stackdist.RequestTrace(np.array([0, 1]), np.array([0, 1, 2]), np.array([16, 16]),
+        >>> import numpy as np
+        >>> t = RequestTrace(np.array([0, 1]), np.array([0, 1, 2]), np.array([16, 16]),
         ...     np.array([0.0, 2.0]), np.array([16, 16]), np.array([50, 100]), block_size=16)
         >>> Schedule.from_service_model(t, 16000, 50).finish_s.round(6).tolist()
         [1.001, 4.001]
@@ -157,11 +158,11 @@ class Schedule:
             reader = csv.reader(fh)
             header = next(reader, None)
             if header is None or [h.strip() for h in header] != _HEADER:
-                raise stackdist.TraceFormatError(path, 1, f"header must be {','.join(_HEADER)}; got {header}")
+                raise TraceFormatError(path, 1, f"header must be {','.join(_HEADER)}; got {header}")
             for line_no, row in enumerate(reader, start=2):
                 rows.append(_parse_row(path, line_no, row, len(rows)))
         if n_requests is not None and len(rows) != n_requests:
-            raise stackdist.TraceFormatError(path, None, f"schedule must have {n_requests} rows; got {len(rows)}")
+            raise TraceFormatError(path, None, f"schedule must have {n_requests} rows; got {len(rows)}")
         arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
         return cls(arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy())
 
@@ -186,18 +187,18 @@ class Schedule:
 def _parse_row(path: str | os.PathLike[str], line_no: int, row: list[str], expected: int) -> tuple[float, float, float]:
     """One CSV row as three floats; raises TraceFormatError stating the constraint."""
     if len(row) != 4:
-        raise stackdist.TraceFormatError(path, line_no, f"a row must have 4 fields; got {len(row)}")
+        raise TraceFormatError(path, line_no, f"a row must have 4 fields; got {len(row)}")
     try:
         request = int(row[0])
         a, p, f = (float(x) for x in row[1:])
     except ValueError:
-        raise stackdist.TraceFormatError(path, line_no, f"fields must be an integer and three numbers; got {row}") from None
+        raise TraceFormatError(path, line_no, f"fields must be an integer and three numbers; got {row}") from None
     if request != expected:
-        raise stackdist.TraceFormatError(path, line_no, f"request must be {expected} (rows in order); got {request}")
+        raise TraceFormatError(path, line_no, f"request must be {expected} (rows in order); got {request}")
     if not all(np.isfinite(x) for x in (a, p, f)):
-        raise stackdist.TraceFormatError(path, line_no, f"times must be finite; got {row[1:]}")
+        raise TraceFormatError(path, line_no, f"times must be finite; got {row[1:]}")
     if not a <= p <= f:
-        raise stackdist.TraceFormatError(path, line_no, f"times must satisfy arrival_s <= prefill_end_s <= finish_s; got {row[1:]}")
+        raise TraceFormatError(path, line_no, f"times must satisfy arrival_s <= prefill_end_s <= finish_s; got {row[1:]}")
     return a, p, f
 
 

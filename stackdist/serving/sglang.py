@@ -48,16 +48,16 @@ hits none and request 4 hits 32. Whole leaves are evicted (a run of pages at onc
 conservative estimate over-asks by a page), so what survives depends on how the leaves were cut,
 not on recency alone:
 
->>> import numpy as np, stackdist
+>>> import numpy as np
 >>> ids = [0, 1, 2, 3, 4, 5, 6, 4, 5, 6, 0, 1, 7, 8, 4, 9]
 >>> tok = [32, 32, 32, 23, 32, 32, 29, 32, 32, 29, 32, 32, 32, 8, 32, 31]
->>> cx = stackdist.RequestTrace(np.array(ids), np.array([0, 4, 7, 10, 14, 16]), np.array(tok),
+>>> cx = RequestTrace(np.array(ids), np.array([0, 4, 7, 10, 14, 16]), np.array(tok),
 ...     np.zeros(5), np.array([119, 93, 93, 104, 63]), np.ones(5, np.int64), block_size=32)
 >>> simulate_sglang(cx, [13, 14], "serial").hit_tokens.tolist()
 [[0, 0, 80, 0, 32], [0, 0, 80, 64, 0]]
 
->>> import numpy as np, stackdist
->>> t = stackdist.RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
+>>> import numpy as np
+>>> t = RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
 ...     np.zeros(2), np.array([24, 24]), np.array([1, 1]), block_size=16)
 >>> res = simulate_sglang(t, [1, 2, None], "serial", decode=False)
 >>> res.hit_tokens.tolist(), res.failed_request.tolist()
@@ -71,12 +71,12 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
-import stackdist
+from stackdist.traces import RequestTrace
 
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
-from .vllm import _schedule
+from .vllm import resolve_schedule
 
 __all__ = ["sglang_pool_run", "simulate_sglang"]
 
@@ -375,8 +375,8 @@ def sglang_pool_run(pages: EnginePages, schedule: Schedule, decode: bool, num_pa
 
     Returns ``(hit_tokens per request, first failing request or -1)``. Complexity: see the kernel.
 
-    >>> import numpy as np, stackdist
-    >>> t = stackdist.RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 16, 16, 16]),
+    >>> import numpy as np
+    >>> t = RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 16, 16, 16]),
     ...     np.zeros(2), np.array([32, 32]), np.array([1, 1]), block_size=16)
     >>> sglang_pool_run(engine_pages(t), Schedule.serial(2), False, 2)[0].tolist()
     [0, 16]
@@ -412,7 +412,7 @@ def _serial_min_pages(pages: EnginePages, decode: bool, B: int) -> int:
 
 
 def simulate_sglang(
-    trace: stackdist.RequestTrace | EnginePages,
+    trace: RequestTrace | EnginePages,
     pool_pages: Sequence[int | None],
     schedule: Schedule | str = "serial",
     decode: bool = False,
@@ -428,15 +428,15 @@ def simulate_sglang(
     minimal for serial schedules).
     Complexity: per size O(pages + events + path nodes walked, x log nodes for the heap).
 
-    >>> import numpy as np, stackdist
-    >>> t = stackdist.RequestTrace(np.array([1, 1]), np.array([0, 1, 2]), np.array([16, 16]),
+    >>> import numpy as np
+    >>> t = RequestTrace(np.array([1, 1]), np.array([0, 1, 2]), np.array([16, 16]),
     ...     np.zeros(2), np.array([16, 16]), np.array([1, 1]), block_size=16)
     >>> simulate_sglang(t, [1, None]).hit_tokens.tolist()
     [[0, 0], [0, 0]]
     """
     pages = trace if isinstance(trace, EnginePages) else engine_pages(trace, page_size)
     pools = check_pools(pool_pages, 1)
-    sched = _schedule(schedule, trace, pages)
+    sched = resolve_schedule(schedule, trace, pages)
     B = page_size
     prep = _prepare(pages, sched, decode, B)
     runs = run_pools(lambda n: _run(pages, prep, n, B), pools, threads)

@@ -68,8 +68,8 @@ depends on what they share, hence on the hits) and free them out of arrival orde
 per-size simulation is used. Whether hits stay monotone in N there (or with duplicates) is not
 proved; a search over 3,000 random timed traces at 60 pool sizes each found no counterexample.
 
->>> import numpy as np, stackdist
->>> t = stackdist.RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
+>>> import numpy as np
+>>> t = RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
 ...     np.zeros(2), np.array([24, 24]), np.array([1, 1]), block_size=16)
 >>> res = simulate_vllm(t, [2, 3, None], Schedule.serial(2), decode=False)
 >>> res.hit_tokens.tolist(), res.failed_request.tolist(), res.method
@@ -83,7 +83,7 @@ from collections.abc import Sequence
 import numpy as np
 from numba import njit
 
-import stackdist
+from stackdist.traces import RequestTrace
 
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
@@ -284,8 +284,8 @@ def vllm_pool_run(pages: EnginePages, schedule: Schedule, decode: bool, num_gpu_
     Returns ``(hit_tokens per request, first failing request or -1)``. Complexity: O(pages +
     events) time, O(N + keys + pages) memory.
 
-    >>> import numpy as np, stackdist
-    >>> t = stackdist.RequestTrace(np.array([1, 1]), np.array([0, 1, 2]), np.array([16, 16]),
+    >>> import numpy as np
+    >>> t = RequestTrace(np.array([1, 1]), np.array([0, 1, 2]), np.array([16, 16]),
     ...     np.zeros(2), np.array([16, 16]), np.array([1, 1]), block_size=16)
     >>> hits, failed = vllm_pool_run(engine_pages(t), Schedule.serial(2), False, 2)
     >>> hits.tolist(), failed
@@ -336,8 +336,8 @@ def vllm_one_replay(pages: EnginePages, pools: Sequence[int | None], decode: boo
     ``(len(pools), n_requests)``. Complexity: one stack-depth pass, O(blocks log blocks), plus
     O(pages) per pool, vectorised.
 
-    >>> import numpy as np, stackdist
-    >>> t = stackdist.RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
+    >>> import numpy as np
+    >>> t = RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
     ...     np.zeros(2), np.array([24, 24]), np.array([1, 1]), block_size=16)
     >>> vllm_one_replay(engine_pages(t), [3, None]).tolist()
     [[0, 16], [0, 16]]
@@ -419,7 +419,7 @@ def _serial_min_pool(pages: EnginePages, decode: bool, B: int) -> int:
 
 
 def simulate_vllm(
-    trace: stackdist.RequestTrace | EnginePages,
+    trace: RequestTrace | EnginePages,
     pool_blocks: Sequence[int | None],
     schedule: Schedule | str = "serial",
     decode: bool = False,
@@ -437,8 +437,8 @@ def simulate_vllm(
     O(pages log pages) in all. When a pool is infeasible and ``find_min_pool``,
     ``min_feasible_pool`` is computed (proved minimal for serial schedules, see *Feasibility*).
 
-    >>> import numpy as np, stackdist
-    >>> t = stackdist.RequestTrace(np.array([1, 1]), np.array([0, 1, 2]), np.array([16, 16]),
+    >>> import numpy as np
+    >>> t = RequestTrace(np.array([1, 1]), np.array([0, 1, 2]), np.array([16, 16]),
     ...     np.zeros(2), np.array([16, 16]), np.array([1, 1]), block_size=16)
     >>> simulate_vllm(t, [2, None], "serial", decode=False, method="per-size").hit_tokens.tolist()
     [[0, 0], [0, 0]]
@@ -447,7 +447,7 @@ def simulate_vllm(
         raise ValueError(f"method must be 'auto', 'per-size' or 'one-replay'; got {method!r}")
     pages = trace if isinstance(trace, EnginePages) else engine_pages(trace, block_size)
     pools = check_pools(pool_blocks, 1)
-    sched = _schedule(schedule, trace, pages)
+    sched = resolve_schedule(schedule, trace, pages)
     B = block_size
     reuse = pages.continued_by is not None and bool((pages.continued_by >= 0).any())
     one = sched.is_serial and not reuse and _no_duplicates(pages, B)
@@ -481,8 +481,9 @@ def simulate_vllm(
     return ServingResult("vllm", pools, hits, failed, min_pool, "one-replay" if one else "per-size", proved)
 
 
-def _schedule(schedule: Schedule | str, trace: object, pages: EnginePages) -> Schedule:
-    """Resolve ``"serial"`` / ``"model"`` / a Schedule, checking its length."""
+def resolve_schedule(schedule: Schedule | str, trace: object, pages: EnginePages) -> Schedule:
+    """Resolve ``"serial"`` / ``"model"`` / a Schedule, checking its length (package-internal:
+    shared with :mod:`.sglang`)."""
     if isinstance(schedule, Schedule):
         if schedule.n_requests != pages.n_requests:
             raise ValueError(f"schedule must have one row per request ({pages.n_requests}); got {schedule.n_requests}")
@@ -490,7 +491,7 @@ def _schedule(schedule: Schedule | str, trace: object, pages: EnginePages) -> Sc
     if schedule == "serial":
         return Schedule.serial(pages.n_requests)
     if schedule == "model":
-        if not isinstance(trace, stackdist.RequestTrace):
+        if not isinstance(trace, RequestTrace):
             raise ValueError("schedule='model' needs the RequestTrace (for its timestamps); got pages")
         return Schedule.from_service_model(trace)
     raise ValueError(f"schedule must be a Schedule, 'serial' or 'model'; got {schedule!r}")

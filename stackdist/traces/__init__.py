@@ -3,8 +3,8 @@
 - :mod:`.access`: :class:`AccessTrace` (``key[,size]`` accesses) from CSV/TSV, JSONL, ``.npy``.
 - :mod:`.requests`: :class:`RequestTrace`, the one request-trace type (prompt KV blocks per
   request, prefix-chained).
-- :mod:`.hashed` (Mooncake, Qwen-Bailian), :mod:`.tokens` (token ids), :mod:`.dynamo` (Dynamo's
-  request trace, with workers, sessions, schedule and engine-reported hits), :mod:`.lmcache`
+- :mod:`.hashed` (Mooncake, Qwen-Bailian), :mod:`.tokens` (token ids), :mod:`.logs.dynamo` (Dynamo's
+  request trace, with workers, sessions, schedule and engine-reported hits), :mod:`.logs.lmcache`
   (LMCache's lookup-hash logs): request readers;
   :mod:`.formats` dispatches by format name.
 - :mod:`.blocks`: prefix-chained block hashing, re-blocking into finer pages, dense ids.
@@ -15,7 +15,6 @@ This ``__init__`` only re-exports.
 
 from .access import ACCESS_FORMATS, AccessTrace, read_access_trace
 from .blocks import ROOT_HASH, chain_hashes, dense_ids, reblock
-from .dynamo import read_dynamo
 from .formats import (
     DEFAULT_BLOCK_SIZE,
     REQUEST_FORMATS,
@@ -23,7 +22,7 @@ from .formats import (
     read_requests,
 )
 from .hashed import read_mooncake, read_qwen
-from .lmcache import read_lmcache
+from .logs import read_dynamo, read_lmcache
 from .requests import RequestTrace
 from .tokens import read_token_ids
 

@@ -10,9 +10,8 @@ from stackdist.engine.keys import dense_keys
 from stackdist.errors import UsageError
 
 from .access import AccessTrace
-from .dynamo import read_dynamo
 from .hashed import read_mooncake, read_qwen
-from .lmcache import read_lmcache
+from .logs import read_dynamo, read_lmcache
 from .requests import RequestTrace, check_block_size
 from .tokens import read_token_ids
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from stackdist.errors import TraceFormatError
 
-from .lines import UINT64_MAX, LineError, count_field, data_lines, field, int_array, json_object, shown
-from .requests import RequestTrace
+from ..lines import UINT64_MAX, LineError, count_field, data_lines, field, int_array, json_object, shown
+from ..requests import RequestTrace
 
 __all__ = ["read_dynamo"]
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from stackdist.errors import TraceFormatError
 
-from .lines import LineError, count_field, data_lines, field, json_object, shown
-from .requests import RequestTrace
+from ..lines import LineError, count_field, data_lines, field, json_object, shown
+from ..requests import RequestTrace
 
 __all__ = ["read_lmcache"]
 
