@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from naive import random_requests, request_trace
+from naive import random_requests, request_trace, run_stackdist
 
 from kvlab.kvsim import EnginePrefixCache
 from stackdist.planning.engine_plan import ROUTERS, EngineOptions, assign_workers
+from stackdist.planning.routing import (
+    ONE_CACHE,
+    ROUTING_ROUTERS,
+    RoutingOptions,
+    routing_section,
+    run_routing,
+)
 from stackdist.serving.cluster import simulate_cluster
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.semantics import replay_requests, request_hits
@@ -121,3 +128,74 @@ def test_bad_arguments():
         simulate_cluster(trace, 0, "kv-aware", [1])
     empty = simulate_cluster(request_trace([], 4), 2, "kv-aware", [1, None], [0, 3])
     assert empty.worker.shape == (4, 0)
+
+
+# ---- planning/routing.py and the CLI ------------------------------------------------------------
+
+
+def test_routing_section_adds_up_and_compares_every_router():
+    _, requests, tokens, trace = _case(3)
+    opts = RoutingOptions(workers=3, router="kv-aware", gpu_blocks=(2, None), shared_blocks=(0, 5))
+    results = run_routing(trace, opts)
+    assert set(results) == {*ROUTING_ROUTERS, ONE_CACHE} and next(iter(results)) == "kv-aware"
+    counted = np.arange(trace.n_requests) >= 2  # warm-up: the first two requests
+    section = routing_section(results, trace, opts, counted, 10)
+    assert [(p["gpu_blocks"], p["shared_blocks"]) for p in section["pools"]] == [(2, 0), (2, 5), ("inf", 0), ("inf", 5)]
+    for i, row in enumerate(section["pools"]):
+        assert row["hit_tokens"] == sum(w["hit_tokens"] for w in row["per_worker"]) == row["gpu_hit_tokens"] + row["shared_hit_tokens"]
+        assert sum(w["requests"] for w in row["per_worker"]) == section["requests"] == trace.n_requests - 2
+        c, s = results["kv-aware"].pools[i]
+        want = reference_cluster(requests, tokens, 3, "kv-aware", c, s)[2:]
+        assert row["hit_tokens"] == sum(g + x for _, g, x in want)
+    for row in section["routing_worth"]:
+        one = results[ONE_CACHE]
+        i = one.pools.index((None if row["one_cache_blocks"] == "inf" else row["one_cache_blocks"],
+                             None if row["shared_blocks"] == "inf" else row["shared_blocks"]))
+        assert row["one_cache_prefix_token_hit_rate"] == one.hit_tokens[i][counted].sum() / trace.input_length[counted].sum()
+        assert row["best_router"] in ROUTING_ROUTERS and set(row["routers"]) == set(ROUTING_ROUTERS)
+
+
+def test_recorded_workers_use_the_trace_labels():
+    trace = dataclass_replace(request_trace([[1, 2], [1, 2], [1, 3]], 4), workers=np.array([7, 9, 7]))
+    results = run_routing(trace, RoutingOptions(workers="recorded", gpu_blocks=(4,), compare=False))
+    assert list(results) == ["recorded"] and results["recorded"].worker[0].tolist() == [0, 1, 0]
+    section = routing_section(results, trace, RoutingOptions(workers="recorded"), None, 1)
+    assert section["worker_labels"] == [7, 9] and section["routing_worth"] is None
+    assert [w["hit_tokens"] for w in section["pools"][0]["per_worker"]] == [4, 0]
+
+
+def dataclass_replace(trace, **fields):
+    import dataclasses
+
+    return dataclasses.replace(trace, **fields)
+
+
+def test_cli_cluster_json_and_table(capsys, tmp_path):
+    import json
+
+    path = tmp_path / "t.jsonl"
+    rows = [{"timestamp": i * 100, "input_length": 512 * (2 + i % 3), "output_length": 1,
+             "hash_ids": [0, 1 + i % 2, *range(10 + i, 10 + i + i % 3)]} for i in range(12)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = run_stackdist(capsys, "plan", path, "--semantics", "engine", "--workers", "2", "--router", "kv-aware",
+                                   "--gpu-blocks", "2,4", "--shared-blocks", "0,3", "--json", "-")
+    assert code == 0, err
+    plan = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
+    cluster = plan["cluster"]
+    assert cluster["workers"] == 2 and cluster["router"] == "kv-aware" and len(cluster["pools"]) == 4
+    assert len(cluster["routing_worth"]) == 4
+    code, out, err = run_stackdist(capsys, "plan", path, "--semantics", "engine", "--workers", "2", "--gpu-blocks", "3")
+    assert code == 0, err
+    assert "what routing is worth" in out and "per worker: 0:" in out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--shared-blocks", "x"], "--shared-blocks must be"),
+    (["--shared-blocks", "2", "--semantics", "per-access"], "--shared-blocks"),
+    (["--router", "kv-aware", "--semantics", "engine,vllm", "--workers", "2"], "--router kv-aware"),
+    (["--router", "kv-aware", "--semantics", "engine"], "--router kv-aware"),
+    (["--router", "nearest", "--workers", "2"], "invalid choice"),
+])
+def test_cli_bad_arguments_exit_2(capsys, extra, message):
+    code, out, err = run_stackdist(capsys, "plan", "tests/data/mooncake_small.jsonl", *extra)
+    assert code == 2 and out == "" and message in err, err

@@ -20,6 +20,7 @@ from stackdist.planning.engine_plan import (
 )
 from stackdist.planning.plan import PlanOptions, build_plan, parse_duration
 from stackdist.planning.prices import parse_prices
+from stackdist.planning.routing import ROUTING_ROUTERS, RoutingOptions, parse_sizes
 from stackdist.serving.schedule import Schedule
 
 from .args import bounded_int, fraction_list, parse_int
@@ -71,7 +72,9 @@ def add_plan_parser(sub: Any) -> None:
     eng = p.add_argument_group("engine models (--semantics vllm / sglang)")
     eng.add_argument("--gpu-blocks", metavar="N1,N2,...",
                      help="pool sizes in the engine's own count: vLLM's num_gpu_blocks (as in its start-up log), "
-                     "SGLang's KV pages; 'inf' for no eviction (default: 8 sizes spread up to no eviction, and inf)")
+                     "SGLang's KV pages; 'inf' for no eviction (default: 8 sizes spread up to no eviction, and inf). "
+                     "With --semantics engine and --workers or --shared-blocks: each worker's GPU cache, in blocks "
+                     "of the trace's block size (after --reblock) (default: 4 sizes up to the distinct blocks / K)")
     eng.add_argument("--engine-block-size", type=int, default=16, metavar="TOKENS",
                      help="the engine's KV block (page) size in tokens (default 16)")
     eng.add_argument("--decode", action=argparse.BooleanOptionalAction, default=None,
@@ -83,9 +86,14 @@ def add_plan_parser(sub: Any) -> None:
                      "request,arrival_s,prefill_end_s,finish_s (default: recorded when the trace has it, else model)")
     eng.add_argument("--workers", default="one", metavar="recorded|K",
                      help="recorded: each request on the worker the trace names; K: K workers chosen by --router; "
-                     "each worker has its own pool of --gpu-blocks (default: one worker)")
-    eng.add_argument("--router", default="round-robin", choices=list(ROUTERS),
-                     help="how requests are spread over K workers (default round-robin)")
+                     "each worker has its own pool of --gpu-blocks (default: one worker); engine semantics: per worker, "
+                     "in total, and every router at K workers of C blocks against one cache of K x C")
+    eng.add_argument("--router", default="round-robin", choices=list(ROUTING_ROUTERS),
+                     help="how requests are spread over K workers (default round-robin); kv-aware (engine semantics): "
+                     "the worker caching the longest prefix, ties to the fewest routed so far, then the lowest index")
+    eng.add_argument("--shared-blocks", metavar="S1,S2,...",
+                     help="engine semantics: a second tier of S blocks shared by all workers (one LRU, written through; "
+                     "a hit continues the GPU prefix in it); reports hits by tier at every --gpu-blocks x S (0: none)")
     eng.add_argument("--decode-reuse", action="store_true",
                      help="a later request of the same session that extends an earlier prompt and its answer reuses "
                      "the KV the earlier request wrote while decoding (vllm model)")
@@ -205,6 +213,7 @@ def run_plan(args: argparse.Namespace) -> int:
     trace = _load(args)
     options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
+    options = dataclasses.replace(options, routing=_routing_options(args, options))
     results = run_engine_models(trace, options.engine, _stage) if options.engine.models else {}
     report = sampled_plan(args, trace, lambda t: build_plan(t, options, progress_factory=Progress, engine_results=results))
     if args.per_request:
@@ -294,6 +303,24 @@ def _engine_options(args: argparse.Namespace, trace: Any) -> EngineOptions:
     return EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
                          args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
                          router=args.router, decode_reuse=args.decode_reuse)
+
+
+def _routing_options(args: argparse.Namespace, options: PlanOptions) -> RoutingOptions | None:
+    """K workers of the engine semantics (planning/routing.py), or None when nothing asks for it."""
+    engine = options.engine
+    if args.router == "kv-aware" and (engine.models or engine.workers == "recorded"):
+        raise UsageError("--router kv-aware is simulated for --semantics engine on K workers only (not with vllm or "
+                         f"sglang, nor --workers recorded); the other routers: {', '.join(ROUTERS)}.")
+    if "engine" not in options.semantics or (engine.workers == "one" and args.shared_blocks is None):
+        if args.shared_blocks is not None or args.router == "kv-aware":
+            raise UsageError("--shared-blocks and --router kv-aware need --semantics engine (and --workers K for kv-aware).")
+        return None
+    try:
+        gpus = parse_sizes(args.gpu_blocks, "--gpu-blocks") if args.gpu_blocks else ()
+        shared = parse_sizes(args.shared_blocks, "--shared-blocks") if args.shared_blocks else (0,)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return RoutingOptions(1 if engine.workers == "one" else engine.workers, args.router, gpus, shared, engine=engine)
 
 
 def _stage(label: str) -> None:

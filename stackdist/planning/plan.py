@@ -26,6 +26,7 @@ from .geometry import DEFAULT_MODEL, ModelGeometry
 from .optimal import optimal_bound, optimal_working_set
 from .prefix_curve import PrefixCurve
 from .prices import PRICES_USD_PER_GB
+from .routing import RoutingOptions, routing_section, run_routing
 from .schema import SCHEMA_VERSION, Plan
 from .tier_plan import tier_plan
 
@@ -52,6 +53,7 @@ class PlanOptions:
     engine: EngineOptions = field(default_factory=EngineOptions)
     budgets: BudgetOptions | None = None
     optimal: bool = False
+    routing: RoutingOptions | None = None
 
 
 def parse_duration(text: str, name: str) -> float:
@@ -236,6 +238,9 @@ def build_plan(
             model: engine_section(results[model], trace, options.engine, options.geometry.kv_bytes_per_token, counted)
             for model in options.engine.models
         }
+    if options.routing is not None:  # the engine semantics on K workers, shared tier: planning/routing.py
+        report["cluster"] = routing_section(run_routing(trace, options.routing), trace, options.routing, counted,
+                                            units.bytes_per_block)
     if options.budgets is not None:  # the sizes the user named (--capacity, --gpu): planning/budgets.py
         report["budgets"] = budget_report(trace, replays, counted, options.geometry, options.budgets, results, options.targets)
     return report  # type: ignore[return-value]

@@ -10,7 +10,8 @@ from typing import Any, TypedDict
 
 __all__ = ["SCHEMA_VERSION", "Capacity", "WorkingSetRow", "Coverage", "TierRow", "TierPlan", "CurveTable",
            "WindowRow", "SemanticsPlan", "Comparison", "PoolRow", "EngineModelPlan", "TraceInfo", "ModelInfo", "Plan",
-           "TTFTSummary", "BudgetSemanticsRow", "BudgetEngineRow", "BudgetRow", "ReplicaPool", "Budgets"]
+           "TTFTSummary", "BudgetSemanticsRow", "BudgetEngineRow", "BudgetRow", "ReplicaPool", "Budgets",
+           "ClusterWorkerRow", "ClusterPoolRow", "RoutingWorthRow", "ClusterPlan"]
 
 SCHEMA_VERSION = 1
 
@@ -197,6 +198,56 @@ class Budgets(TypedDict, total=False):
     rows: list[BudgetRow]
 
 
+class ClusterWorkerRow(TypedDict):
+    worker: int
+    requests: int
+    input_tokens: int
+    hit_tokens: int
+    gpu_hit_tokens: int
+    shared_hit_tokens: int
+    prefix_token_hit_rate: float
+
+
+class ClusterPoolRow(TypedDict):
+    gpu_blocks: int | str
+    shared_blocks: int | str
+    gpu_gib_per_worker: float | None
+    shared_gib: float | None
+    hit_tokens: int
+    gpu_hit_tokens: int
+    shared_hit_tokens: int
+    prefix_token_hit_rate: float
+    gpu_token_hit_rate: float
+    shared_token_hit_rate: float
+    requests_with_hits: int
+    per_worker: list[ClusterWorkerRow]
+
+
+class RoutingWorthRow(TypedDict):
+    gpu_blocks: int | str
+    shared_blocks: int | str
+    one_cache_blocks: int | str
+    one_cache_prefix_token_hit_rate: float
+    routers: dict[str, float]
+    best_router: str
+    best_minus_one_cache_percentage_points: float
+
+
+class ClusterPlan(TypedDict):
+    semantics: str
+    workers: int
+    router: str
+    worker_labels: list[Any]
+    order: str
+    pool_unit: str
+    shared_tier: str
+    kv_aware: str
+    requests: int
+    input_tokens: int
+    pools: list[ClusterPoolRow]
+    routing_worth: list[RoutingWorthRow] | None
+
+
 class Plan(TypedDict, total=False):
     schema_version: int
     tool: dict[str, str]
@@ -209,3 +260,4 @@ class Plan(TypedDict, total=False):
     engine_models: dict[str, EngineModelPlan]
     budgets: Budgets
     optimal_bound: dict[str, Any]
+    cluster: ClusterPlan

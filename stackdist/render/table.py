@@ -7,6 +7,7 @@ from typing import Any
 from stackdist.planning.schema import Capacity, EngineModelPlan, Plan
 
 from .budgets import budget_lines
+from .cluster import cluster_lines
 
 __all__ = ["render_plan_table"]
 
@@ -69,6 +70,8 @@ def render_plan_table(report: Plan) -> str:
                          f"hit rate; {lru}")
     for section in report.get("engine_models", {}).values():
         lines += ["", *_engine_lines(section)]
+    if "cluster" in report:
+        lines += ["", *cluster_lines(report["cluster"])]
     if "budgets" in report:
         lines += ["", *budget_lines(report["budgets"])]
     return "\n".join(lines) + "\n"

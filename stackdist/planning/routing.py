@@ -1,0 +1,211 @@
+"""Workers, routing and shared pools in the plan: the ``engine`` semantics on K workers.
+
+``stackdist plan --semantics engine --workers K --router R --gpu-blocks C1,C2 [--shared-blocks S1]``
+serves the trace on K workers, each with its own engine-semantics GPU cache of C blocks (of the
+trace's block size: ``--gpu-blocks`` is per worker), plus an optional shared tier of S blocks
+(the rules: :mod:`stackdist.serving.cluster`). Per (C, S) pair the plan reports the prefix hit
+tokens per worker and in total, split into GPU and shared-tier hits; and **what routing is
+worth**: every router (round-robin, random, session, prefix-hash, least-loaded, kv-aware) at K
+workers of C against one cache of K x C (the same shared tier beside it), on the same trace.
+Static routers are :func:`~.engine_plan.assign_workers` (``least-loaded`` under the plan's
+schedule); ``kv-aware`` is simulated with the caches. Counted requests only (warm-up excluded).
+
+>>> from stackdist.traces import RequestTrace
+>>> t = RequestTrace.from_blocks([[1, 2], [1, 2], [1, 3], [1, 3]], block_size=4)
+>>> opts = RoutingOptions(workers=2, router="round-robin", gpu_blocks=(2,), shared_blocks=(0, 4))
+>>> section = routing_section(run_routing(t, opts), t, opts, None, 1)
+>>> [(p["shared_blocks"], p["gpu_hit_tokens"], p["shared_hit_tokens"]) for p in section["pools"]]
+[(0, 8, 0), (4, 8, 12)]
+>>> section["routing_worth"][0]["one_cache_prefix_token_hit_rate"], section["routing_worth"][0]["routers"]["kv-aware"]
+(0.625, 0.625)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stackdist.engine.keys import unique_sorted
+from stackdist.serving.cluster import KV_AWARE, ClusterResult, simulate_cluster
+from stackdist.traces import RequestTrace
+
+from .engine_plan import ROUTERS, EngineOptions, assign_workers, schedule_for
+from .schema import ClusterPlan, ClusterPoolRow, ClusterWorkerRow, RoutingWorthRow
+
+__all__ = [
+    "ONE_CACHE",
+    "ROUTING_ROUTERS",
+    "RoutingOptions",
+    "default_gpu_blocks",
+    "parse_sizes",
+    "routing_section",
+    "run_routing",
+]
+
+ROUTING_ROUTERS = (*ROUTERS, KV_AWARE)
+ONE_CACHE = "one-cache"
+"""The routing-worth baseline's key in :func:`run_routing`'s results: one worker of K x C."""
+
+
+@dataclass(frozen=True)
+class RoutingOptions:
+    """K workers (or ``"recorded"``: the trace's own), the router, per-worker GPU sizes (empty:
+    :func:`default_gpu_blocks`), shared-tier sizes (0: none), whether to compare every router,
+    and the engine options whose schedule and seed the static routers use."""
+
+    workers: int | str = 1
+    router: str = "round-robin"
+    gpu_blocks: Sequence[int | None] = ()
+    shared_blocks: Sequence[int | None] = (0,)
+    compare: bool = True
+    engine: EngineOptions = field(default_factory=EngineOptions)
+
+
+def parse_sizes(text: str, flag: str) -> tuple[int | None, ...]:
+    """``"0,4000,inf"`` as sizes in blocks (``inf`` is None); ValueError naming ``flag`` otherwise.
+
+    >>> parse_sizes("0, 4000, inf", "--shared-blocks")
+    (0, 4000, None)
+    """
+    sizes: list[int | None] = []
+    for part in (p.strip() for p in text.split(",")):
+        if part.lower() in ("inf", "infinite", "unlimited"):
+            sizes.append(None)
+        elif part.isdigit() and int(part) < 2**62:
+            sizes.append(int(part))
+        else:
+            raise ValueError(f"{flag} must be comma-separated sizes in blocks (non-negative integers, or inf); got {text!r}")
+    if len(sizes) > 64:
+        raise ValueError(f"{flag} takes at most 64 sizes; got {len(sizes)}")
+    return tuple(dict.fromkeys(sizes))
+
+
+def default_gpu_blocks(trace: RequestTrace, workers: int, points: int = 4) -> tuple[int, ...]:
+    """Per-worker sizes spread geometrically from the longest request to the distinct blocks
+    over ``workers`` (an even share of everything). O(blocks).
+
+    >>> default_gpu_blocks(RequestTrace.from_blocks([[1, 2], [3, 4], [5, 6], [7, 8]]), 1, 3)
+    (2, 4, 8)
+    """
+    low = max(int(np.diff(trace.offsets).max(initial=1)), 1)
+    high = max(low + 1, -(-int(unique_sorted(trace.block_ids).size) // max(workers, 1)))
+    return tuple(int(g) for g in np.unique(np.round(np.geomspace(low, high, points)).astype(np.int64)))
+
+
+def _workers(trace: RequestTrace, options: RoutingOptions) -> tuple[int, np.ndarray | None]:
+    """K and, for recorded workers, each request's worker as an index into the sorted labels."""
+    if options.workers != "recorded":
+        return int(options.workers), None
+    if trace.workers is None:
+        raise ValueError("--workers recorded needs a trace that records each request's worker (e.g. --format dynamo)")
+    labels = np.unique(trace.workers)
+    return max(labels.size, 1), np.searchsorted(labels, trace.workers)
+
+
+def _route(trace: RequestTrace, router: str, k: int, options: RoutingOptions) -> np.ndarray | str:
+    if router == KV_AWARE:
+        return KV_AWARE
+    engine = dataclasses.replace(options.engine, workers=k, router=router)
+    return assign_workers(trace, engine, schedule_for(trace, engine))
+
+
+def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, ClusterResult]:
+    """The chosen router's run, and with ``compare`` (K > 1) every router's and the one-cache
+    baseline (key :data:`ONE_CACHE`). O(blocks) per pool pair and static router, O(blocks x K)
+    for kv-aware; runs on two threads (the kernel releases the GIL)."""
+    if options.router not in ROUTING_ROUTERS:
+        raise ValueError(f"--router must be one of {', '.join(ROUTING_ROUTERS)}; got {options.router!r}")
+    k, recorded = _workers(trace, options)
+    gpus = tuple(options.gpu_blocks) or default_gpu_blocks(trace, k)
+    shared = tuple(options.shared_blocks) or (0,)
+    chosen = "recorded" if recorded is not None else options.router
+    jobs: dict[str, tuple[int, Any, tuple[int | None, ...]]] = {
+        chosen: (k, recorded if recorded is not None else _route(trace, chosen, k, options), gpus)}
+    if options.compare and k > 1:
+        for name in ROUTING_ROUTERS:
+            if name not in jobs:
+                jobs[name] = (k, _route(trace, name, k, options), gpus)
+        jobs[ONE_CACHE] = (1, np.zeros(trace.n_requests, np.int64), tuple(None if g is None else g * k for g in gpus))
+
+    def run(name: str) -> ClusterResult:
+        workers, route, sizes = jobs[name]
+        return simulate_cluster(trace, workers, route, sizes, shared)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(jobs, pool.map(run, list(jobs))))
+
+
+def _label(blocks: int | None) -> int | str:
+    return "inf" if blocks is None else int(blocks)
+
+
+def _gib(blocks: int | None, bytes_per_block: int) -> float | None:
+    return None if blocks is None else blocks * bytes_per_block / 2**30
+
+
+def _pool_row(result: ClusterResult, i: int, mask: np.ndarray, inputs: np.ndarray, bytes_per_block: int,
+              labels: list[Any]) -> ClusterPoolRow:
+    gpu, shared = result.gpu_hit_tokens[i], result.shared_hit_tokens[i]
+    total = int(inputs[mask].sum())
+    workers = []
+    for w in range(result.workers):
+        on = mask & (result.worker[i] == w)
+        tokens = int(inputs[on].sum())
+        hits = int(gpu[on].sum() + shared[on].sum())
+        workers.append(ClusterWorkerRow(worker=labels[w], requests=int(on.sum()), input_tokens=tokens, hit_tokens=hits,
+                                        gpu_hit_tokens=int(gpu[on].sum()), shared_hit_tokens=int(shared[on].sum()),
+                                        prefix_token_hit_rate=hits / tokens if tokens else 0.0))
+    g_hits, s_hits = int(gpu[mask].sum()), int(shared[mask].sum())
+    c, s = result.pools[i]
+    return ClusterPoolRow(
+        gpu_blocks=_label(c), shared_blocks=_label(s), gpu_gib_per_worker=_gib(c, bytes_per_block),
+        shared_gib=_gib(s, bytes_per_block), hit_tokens=g_hits + s_hits, gpu_hit_tokens=g_hits, shared_hit_tokens=s_hits,
+        prefix_token_hit_rate=(g_hits + s_hits) / total if total else 0.0,
+        gpu_token_hit_rate=g_hits / total if total else 0.0, shared_token_hit_rate=s_hits / total if total else 0.0,
+        requests_with_hits=int(np.count_nonzero((gpu + shared)[mask])), per_worker=workers)
+
+
+def _worth(results: dict[str, ClusterResult], mask: np.ndarray, total: int, k: int) -> list[RoutingWorthRow]:
+    """Per pool pair: every router's prefix token hit rate at K x C against one cache of K x C."""
+    one = results[ONE_CACHE]
+    rows = []
+    for i, (c, s) in enumerate(one.pools):
+        rate = {name: int(r.hit_tokens[i][mask].sum()) / total if total else 0.0
+                for name, r in results.items() if name != ONE_CACHE}
+        best = max(rate, key=lambda name: rate[name])
+        baseline = int(one.hit_tokens[i][mask].sum()) / total if total else 0.0
+        gpu = results[best].pools[i][0]
+        rows.append(RoutingWorthRow(
+            gpu_blocks=_label(gpu), shared_blocks=_label(s), one_cache_blocks=_label(c),
+            one_cache_prefix_token_hit_rate=baseline, routers=rate, best_router=best,
+            best_minus_one_cache_percentage_points=100.0 * (rate[best] - baseline)))
+    return rows
+
+
+def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, options: RoutingOptions,
+                    counted: np.ndarray | None, bytes_per_block: int) -> ClusterPlan:
+    """The plan's ``cluster`` section: per pool pair, per worker and in total, GPU and shared
+    hits of the chosen router; the routing-worth table when every router ran. O(pairs x
+    (requests + K))."""
+    mask = np.ones(trace.n_requests, bool) if counted is None else counted
+    name = next(iter(results))
+    main = results[name]
+    labels: list[Any] = list(range(main.workers))
+    if name == "recorded" and trace.workers is not None:
+        labels = [int(x) for x in np.unique(trace.workers)]
+    rows = [_pool_row(main, i, mask, trace.input_length, bytes_per_block, labels) for i in range(len(main.pools))]
+    total = int(trace.input_length[mask].sum())
+    return ClusterPlan(
+        semantics="engine", workers=main.workers, router=name, worker_labels=labels,
+        order="serial: one request at a time in trace order, as the engine semantics",
+        pool_unit=f"blocks of {trace.block_size} tokens (the trace's block size); gpu_blocks per worker",
+        shared_tier=("one LRU for all workers; a request's hit is its GPU prefix continued in the shared tier; "
+                     "every block received or computed is written through, tail first; neither inclusive nor exclusive"),
+        kv_aware="longest cached GPU prefix, ties to the fewest requests routed so far, then the lowest index",
+        requests=int(mask.sum()), input_tokens=total, pools=rows,
+        routing_worth=_worth(results, mask, total, main.workers) if ONE_CACHE in results else None)
