@@ -86,13 +86,7 @@ _ROOT = 0
 
 @njit(cache=True, nogil=True)
 def _heap_push(ht, hn, size, t, node):  # type: ignore[no-untyped-def]
-    """Push (t, node) on the min-heap held in ``ht``/``hn``; returns the (maybe grown) arrays."""
-    if size == len(ht):
-        ht2 = np.empty(2 * len(ht), np.int64)
-        hn2 = np.empty(2 * len(hn), np.int64)
-        ht2[:size] = ht[:size]
-        hn2[:size] = hn[:size]
-        ht, hn = ht2, hn2
+    """Push (t, node) on the min-heap of ``size`` entries held in ``ht``/``hn`` (room assumed)."""
     i = size
     while i > 0:
         par = (i - 1) // 2
@@ -103,7 +97,6 @@ def _heap_push(ht, hn, size, t, node):  # type: ignore[no-untyped-def]
         i = par
     ht[i] = t
     hn[i] = node
-    return ht, hn
 
 
 @njit(cache=True, nogil=True)
@@ -147,20 +140,26 @@ def _maybe_push(nd, c, ht, hn, hs):  # type: ignore[no-untyped-def]
     """Keep the heap invariant: an evictable leaf has one entry with its current time."""
     if not _evictable(nd, c) or nd[c, _HTIME] == nd[c, _TIME]:
         return
-    if hs[_HSIZE] == len(ht):  # compact: rebuild from the evictable leaves only
-        hs[_HSIZE] = 0
-        for x in range(1, hs[_NNODES]):
-            if _evictable(nd, x):
-                _heap_push(ht, hn, hs[_HSIZE], nd[x, _TIME], x)
-                hs[_HSIZE] += 1
-                nd[x, _HTIME] = nd[x, _TIME]
-            else:
-                nd[x, _HTIME] = -1
+    if hs[_HSIZE] == len(ht):
+        _compact(nd, ht, hn, hs)
         if nd[c, _HTIME] == nd[c, _TIME]:
             return
     _heap_push(ht, hn, hs[_HSIZE], nd[c, _TIME], c)
     hs[_HSIZE] += 1
     nd[c, _HTIME] = nd[c, _TIME]
+
+
+@njit(cache=True, nogil=True)
+def _compact(nd, ht, hn, hs):  # type: ignore[no-untyped-def]
+    """Rebuild a full heap from the evictable leaves only (drops stale entries)."""
+    hs[_HSIZE] = 0
+    for x in range(1, hs[_NNODES]):
+        if _evictable(nd, x):
+            _heap_push(ht, hn, hs[_HSIZE], nd[x, _TIME], x)
+            hs[_HSIZE] += 1
+            nd[x, _HTIME] = nd[x, _TIME]
+        else:
+            nd[x, _HTIME] = -1
 
 
 @njit(cache=True, nogil=True)
@@ -286,11 +285,11 @@ def _evict_to_free(nd, num_tokens, B, first_node, ht, hn, hs):  # type: ignore[n
 
 
 @njit(cache=True, nogil=True)
-def _sglang_kernel(key, off, P, n_written, ev_kind, ev_req, n_keys, N, B, hits):  # type: ignore[no-untyped-def]
+def _sglang_kernel(key, off, P, n_written, ev_kind, ev_req, n_keys, N, B, hits, heap_cap):  # type: ignore[no-untyped-def]
     """Replay the events with ``N`` pages; fill ``hits``; return the failing request or -1.
 
     Complexity: O(pages matched + nodes on the paths walked + events) time (log factor for the
-    heap), O(requests + keys) memory.
+    heap), O(requests + keys) memory. ``heap_cap`` sizes the lazy heap (at least nodes + 1).
     """
     n_req = len(P)
     M = 8 * n_req + 8
@@ -299,8 +298,9 @@ def _sglang_kernel(key, off, P, n_written, ev_kind, ev_req, n_keys, N, B, hits):
     nd[_ROOT, _ALIVE] = 1
     nd[_ROOT, _GEN] = -1
     first_node = np.full(n_keys + n_req, -1, np.int64)
-    ht = np.empty(2 * M + 16, np.int64)
-    hn = np.empty(2 * M + 16, np.int64)
+    cap = max(heap_cap, M + 1)  # compaction leaves at most M entries: room for one push
+    ht = np.empty(cap, np.int64)
+    hn = np.empty(cap, np.int64)
     hs = np.zeros(4, np.int64)
     hs[_NNODES] = 1
     hs[_FREE] = N
@@ -392,13 +392,14 @@ def _prepare(pages: EnginePages, schedule: Schedule, decode: bool, B: int) -> tu
     return written, ev.kind.astype(np.int64), ev
 
 
-def _run(pages: EnginePages, prep: tuple[np.ndarray, np.ndarray, Events], num_pages: int | None, B: int) -> tuple[np.ndarray, int]:
-    """The kernel on prepared inputs."""
+def _run(pages: EnginePages, prep: tuple[np.ndarray, np.ndarray, Events], num_pages: int | None, B: int,
+         heap_cap: int | None = None) -> tuple[np.ndarray, int]:
+    """The kernel on prepared inputs (``heap_cap`` only to test the heap's compaction)."""
     written, kind, ev = prep
     N = int(((written + B - 1) // B).sum()) + 1 if num_pages is None else int(num_pages)
     hits = np.zeros(pages.n_requests, np.int64)
     failed = _sglang_kernel(pages.key, pages.offsets, pages.input_tokens, written, kind, ev.request,
-                            max(pages.n_keys, 1), N, B, hits)
+                            max(pages.n_keys, 1), N, B, hits, 2 * (8 * pages.n_requests + 8) + 16 if heap_cap is None else heap_cap)
     if failed >= 0:
         hits[:] = -1
     return hits, int(failed)

@@ -11,7 +11,13 @@ import stackdist
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import bisect_feasible
 from stackdist.serving.schedule import Schedule
-from stackdist.serving.sglang import _serial_min_pages, sglang_pool_run, simulate_sglang
+from stackdist.serving.sglang import (
+    _prepare,
+    _run,
+    _serial_min_pages,
+    sglang_pool_run,
+    simulate_sglang,
+)
 
 
 @pytest.mark.parametrize("timed", [False, True])
@@ -36,6 +42,19 @@ def test_kernel_equals_reference(timed: bool, decode: bool) -> None:
             checked += 1
     assert evicting > 10 and checked > 200
     assert infeasible > 0
+
+
+def test_heap_compaction() -> None:
+    """A lazy heap kept at its minimum size (compacting all the time) evicts the same leaves."""
+    for seed in range(15):
+        tr = random_trace(seed + 2000, n_requests=25)
+        pg = engine_pages(tr)
+        for decode in (False, True):
+            sched = Schedule.from_service_model(tr, 3000, 30)
+            prep = _prepare(pg, sched, decode, 16)
+            lo = _serial_min_pages(pg, decode, 16)
+            for n in (lo + 2, lo + 8, 2 * lo):
+                assert _run(pg, prep, n, 16, heap_cap=0)[0].tolist() == _run(pg, prep, n, 16)[0].tolist()
 
 
 def test_serial_feasibility_bound() -> None:
