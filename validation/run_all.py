@@ -98,15 +98,17 @@ def bisect_job(work: str, trace_name: str, block: int, engine: str, schedule: st
 
 
 def choose_pools(minima: dict, lower: int, top: int) -> list[str]:
+    """One size infeasible for every run, each run's smallest feasible pool, and a geometric
+    ladder of 10 sizes from just above the smallest minimum up to about the footprint (so the
+    serial runs' eviction region is covered as well as the timed runs')."""
     lo_all = min(minima.values())
     hi_min = max(minima.values())
     sizes = {max(lower, lo_all - 1)} | set(minima.values())
     top = max(top, hi_min + 8)
-    # geometric ladder from just above the largest minimum to the footprint
-    n = 7
-    ratio = (top / (hi_min + 1)) ** (1 / (n - 1))
+    n = 10
+    ratio = (top / (lo_all + 1)) ** (1 / (n - 1))
     for i in range(n):
-        sizes.add(int(round((hi_min + 1) * ratio**i)))
+        sizes.add(int(round((lo_all + 1) * ratio**i)))
     out = sorted(s for s in sizes if s >= 1)
     return [str(s) for s in out] + ["inf"]
 
@@ -162,9 +164,94 @@ def compare_csv(a: str, b: str) -> dict:
     return {"same_columns": cols == colsb, "differing_cells": diff, "first_difference": first}
 
 
+def build_manifest(work: str, traces: dict) -> None:
+    """manifest.json from the traces, the bisections and the run summaries found in ``work``."""
+    manifest: dict = {"spec": "validation/SPEC.md", "readme": "validation/README.md",
+                      "engine_block_size": common.ENGINE_BLOCK}
+    vers = engine_versions()
+    manifest["engines"] = {
+        "vllm": {"version": vers["vllm"], "driver": "validation/drive_vllm.py",
+                 "pool_unit": "num_gpu_blocks as vLLM reports it; block 0 is the null block, N - 1 usable"},
+        "sglang": {"version": vers["sglang"], "driver": "validation/drive_sglang.py", "tree": "RadixCache",
+                   "pool_unit": "pages of the KV pool (allocator size N * 16 tokens); all N usable, "
+                                "the padding page 0 is extra"},
+    }
+    manifest["service_model"] = {"prefill_tokens_per_s": common.PREFILL_TOKENS_PER_S,
+                                 "decode_tokens_per_s": common.DECODE_TOKENS_PER_S}
+    mt: dict = {}
+    runs: list = []
+    for name, tmeta in traces.items():
+        trace = common.read_trace(os.path.join(DATA, f"{name}.jsonl"))
+        block = tmeta["hash_block_size"]
+        entry = {
+            "file": f"{name}.jsonl", "schedule_csv": f"{name}.schedule.csv", "hash_block_size": block,
+            "requests": tmeta["requests"], "how": tmeta["how"], "pool_sizes": {},
+            "inf_pool_size": {"decode": common.inf_pool_size(trace, True),
+                              "nodecode": common.inf_pool_size(trace, False)},
+        }
+        for engine in ENGINES:
+            bis = {}
+            for schedule, decode in RUNS:
+                tag = f"{name}.{engine}.{schedule}.{dname(decode)}"
+                bpath = os.path.join(work, f"bisect.{tag}.json")
+                if os.path.exists(bpath):
+                    with open(bpath) as fh:
+                        bis[(schedule, decode)] = json.load(fh)["bisect"]
+            if len(bis) == len(RUNS):
+                entry["pool_sizes"][engine] = choose_pools(
+                    {k: v["smallest_feasible"] for k, v in bis.items()},
+                    min_pool_lower_bound(trace, engine) - 1, footprint(trace, block, engine))
+            for schedule, decode in RUNS:
+                tag = f"{name}.{engine}.{schedule}.{dname(decode)}"
+                spath = os.path.join(work, f"run.{tag}.json")
+                csv_rel = os.path.join("results", f"{tag}.csv")
+                if not (os.path.exists(spath) and os.path.exists(os.path.join(DATA, csv_rel))):
+                    continue
+                with open(spath) as fh:
+                    s = json.load(fh)
+                b = bis.get((schedule, decode), {})
+                run = {
+                    "trace": name, "engine": engine, "schedule": schedule, "decode": dname(decode), "file": csv_rel,
+                    "pools": [x["pool"] for x in s["runs"]],
+                    "feasible_pools": [x["pool"] for x in s["runs"] if x["feasible"]],
+                    "infeasible": [{"pool": int(x["pool"]), **x["failure"]} for x in s["runs"] if not x["feasible"]],
+                    "smallest_feasible_pool": b.get("smallest_feasible"),
+                    "failure_below_smallest_feasible": b.get("failure_below"),
+                }
+                if engine == "sglang":
+                    upath = os.path.join(work, f"run.{tag}.unified.json")
+                    ucsv = os.path.join(work, f"{tag}.unified.csv")
+                    if os.path.exists(upath) and os.path.exists(ucsv):
+                        with open(upath) as fh:
+                            u = json.load(fh)
+                        run["unified_radix_cache_check"] = {
+                            **compare_csv(os.path.join(DATA, csv_rel), ucsv),
+                            "infeasible": [{"pool": int(x["pool"]), **x["failure"]} for x in u["runs"]
+                                           if not x["feasible"]],
+                        }
+                runs.append(run)
+        mt[name] = entry
+    manifest["traces"] = mt
+    manifest["runs"] = runs
+    files = {}
+    for root, _dirs, fnames in os.walk(DATA):
+        for f in sorted(fnames):
+            p = os.path.join(root, f)
+            rel = os.path.relpath(p, DATA)
+            if rel != "manifest.json":
+                files[rel] = sha256(p)
+    manifest["files"] = dict(sorted(files.items()))
+    path = os.path.join(DATA, "manifest.json")
+    with open(path + ".tmp", "w") as fh:
+        json.dump(manifest, fh, indent=1)
+        fh.write("\n")
+    os.replace(path + ".tmp", path)
+    log(f"wrote {path}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--phase", choices=["all", "serial", "timed", "unified"], default="all")
+    ap.add_argument("--phase", choices=["all", "serial", "timed", "unified", "manifest"], default="all")
     ap.add_argument("--work", default=os.environ.get("VALIDATION_WORK", "/work/engines/validation_work"))
     ap.add_argument("--only", help="comma-separated trace names")
     ap.add_argument("--regen-traces", action="store_true", help="rewrite the traces (make_traces.py) first")
@@ -177,12 +264,6 @@ def main(argv=None) -> int:
     with open(os.path.join(DATA, "traces.json")) as fh:
         traces = json.load(fh)
     names = [n for n in traces if not args.only or n in args.only.split(",")]
-
-    manifest_path = os.path.join(DATA, "manifest.json")
-    manifest = {}
-    if os.path.exists(manifest_path):
-        with open(manifest_path) as fh:
-            manifest = json.load(fh)
 
     pool = cf.ThreadPoolExecutor(max_workers=args.jobs)
     # 1. bisection (cached in --work), per trace x engine x run
@@ -207,7 +288,8 @@ def main(argv=None) -> int:
                                                  footprint(trace, block, engine))
 
     # 3. runs
-    phases = {"serial": ["serial"], "timed": ["timed"], "all": ["serial", "timed"], "unified": []}[args.phase]
+    phases = {"serial": ["serial"], "timed": ["timed"], "all": ["serial", "timed"], "unified": [],
+              "manifest": []}[args.phase]
     futs = {}
     for name in names:
         for engine in ENGINES:
@@ -222,72 +304,11 @@ def main(argv=None) -> int:
                 futs[(name, "sglang-unified", schedule, decode)] = pool.submit(
                     run_job, args.work, name, traces[name]["hash_block_size"], "sglang", schedule, decode,
                     pools[(name, "sglang")], "unified")
-    done = {k: f.result() for k, f in futs.items()}
+    for f in futs.values():
+        f.result()
 
-    # 4. manifest (merged with what earlier phases wrote)
-    manifest.setdefault("spec", "validation/SPEC.md")
-    manifest["engine_block_size"] = common.ENGINE_BLOCK
-    vers = engine_versions()
-    manifest["engines"] = {
-        "vllm": {"version": vers["vllm"], "driver": "validation/drive_vllm.py",
-                 "pool_unit": "num_gpu_blocks as vLLM reports it; block 0 is the null block, N - 1 usable"},
-        "sglang": {"version": vers["sglang"], "driver": "validation/drive_sglang.py", "tree": "RadixCache",
-                   "pool_unit": "pages of the KV pool (allocator size N * 16 tokens); all N usable, "
-                                "the padding page 0 is extra"},
-    }
-    manifest["service_model"] = {"prefill_tokens_per_s": common.PREFILL_TOKENS_PER_S,
-                                 "decode_tokens_per_s": common.DECODE_TOKENS_PER_S}
-    mt = manifest.setdefault("traces", {})
-    for name in names:
-        trace = common.read_trace(os.path.join(DATA, f"{name}.jsonl"))
-        mt[name] = {
-            "file": f"{name}.jsonl", "schedule_csv": f"{name}.schedule.csv",
-            "hash_block_size": traces[name]["hash_block_size"], "requests": traces[name]["requests"],
-            "how": traces[name]["how"],
-            "pool_sizes": {e: pools[(name, e)] for e in ENGINES},
-            "inf_pool_size": {"vllm": common.inf_pool_size(trace, True), "sglang": common.inf_pool_size(trace, True),
-                              "vllm_nodecode": common.inf_pool_size(trace, False),
-                              "sglang_nodecode": common.inf_pool_size(trace, False)},
-        }
-    runs = {(r["trace"], r["engine"], r["schedule"], r["decode"]): r for r in manifest.get("runs", [])}
-    for (name, engine, schedule, decode), s in done.items():
-        if engine == "sglang-unified":
-            continue
-        b = bis[(name, engine, schedule, decode)]
-        rel = os.path.relpath(s["csv"], DATA)
-        runs[(name, engine, schedule, dname(decode))] = {
-            "trace": name, "engine": engine, "schedule": schedule, "decode": dname(decode), "file": rel,
-            "pools": [x["pool"] for x in s["runs"]],
-            "feasible_pools": [x["pool"] for x in s["runs"] if x["feasible"]],
-            "infeasible": [{"pool": int(x["pool"]), **x["failure"]} for x in s["runs"] if not x["feasible"]],
-            "smallest_feasible_pool": b["smallest_feasible"],
-            "failure_below_smallest_feasible": b["failure_below"],
-        }
-    for (name, engine, schedule, decode), s in done.items():
-        if engine != "sglang-unified":
-            continue
-        key = (name, "sglang", schedule, dname(decode))
-        if key in runs:
-            radix_csv = os.path.join(DATA, runs[key]["file"])
-            runs[key]["unified_radix_cache_check"] = {
-                **compare_csv(radix_csv, s["csv"]),
-                "infeasible": [{"pool": int(x["pool"]), **x["failure"]} for x in s["runs"] if not x["feasible"]],
-            }
-    order = {n: i for i, n in enumerate(traces)}
-    manifest["runs"] = sorted(runs.values(), key=lambda r: (order.get(r["trace"], 99), r["engine"], r["schedule"],
-                                                            r["decode"]))
-    files = {}
-    for root, _dirs, fnames in os.walk(DATA):
-        for f in sorted(fnames):
-            p = os.path.join(root, f)
-            rel = os.path.relpath(p, DATA)
-            if rel != "manifest.json":
-                files[rel] = sha256(p)
-    manifest["files"] = dict(sorted(files.items()))
-    with open(manifest_path, "w") as fh:
-        json.dump(manifest, fh, indent=1)
-        fh.write("\n")
-    log(f"wrote {manifest_path}")
+    # 4. manifest, rebuilt from everything in --work (so separate runs/phases merge)
+    build_manifest(args.work, traces)
     return 0
 
 
