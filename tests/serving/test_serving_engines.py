@@ -4,7 +4,7 @@ The validation drivers (validation/drive_vllm.py, drive_sglang.py) fed these tra
 KVCacheManager and SGLang's RadixCache under validation/SPEC.md and wrote each request's hit
 tokens per pool size; manifest.json lists the runs, the infeasible pools with the first failing
 request, and the smallest feasible pool the drivers found by bisection. Skipped only when the
-data folder does not exist.
+data folder does not exist; a folder without a manifest fails.
 """
 
 from __future__ import annotations
@@ -32,8 +32,7 @@ def _manifest() -> dict[str, Any]:
     if not DATA.is_dir():
         pytest.skip("tests/data/engines/ does not exist (no committed engine runs)")
     path = DATA / "manifest.json"
-    if not path.exists():
-        pytest.skip("tests/data/engines/manifest.json not written yet")
+    assert path.exists(), "tests/data/engines/ exists but has no manifest.json (validation/run_all.py writes it)"
     return json.loads(path.read_text())
 
 
