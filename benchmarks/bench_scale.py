@@ -96,12 +96,16 @@ def _tree_rss(proc: Any) -> int:
 
 def run_cli(argv: list[str]) -> dict[str, Any]:
     """One ``stackdist curve`` process: its JSON, wall seconds and peak resident memory (MiB) of
-    it and its children, sampled every 50 ms (``ru_maxrss`` would report the forking parent's)."""
+    it and its children, sampled every 50 ms (``ru_maxrss`` would report the forking parent's),
+    and CPU seconds (user + system, the process and the children it waited for: the Dask workers)."""
     import psutil
 
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
         out = tmp.name
+    import resource
+
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "stackdist", "curve", *argv, "-o", out], env=env,
                             stderr=subprocess.PIPE)
@@ -110,12 +114,14 @@ def run_cli(argv: list[str]) -> dict[str, Any]:
         peak = max(peak, _tree_rss(watched))
         time.sleep(0.05)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     err = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode != 0:
         raise RuntimeError(f"stackdist curve {' '.join(argv)} failed: {err}")
     report = json.loads(Path(out).read_text())
     os.unlink(out)
-    return {"report": report, "wall_s": wall, "peak_rss_mib": peak / 2**20}
+    return {"report": report, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak / 2**20}
 
 
 def acceptance_csv(npy: Path) -> dict[str, Any]:
@@ -134,6 +140,7 @@ def acceptance_csv(npy: Path) -> dict[str, Any]:
     path.unlink()
     mae = float(np.abs(np.array(sampled["report"]["curve"]["hit_rate"]) - np.array(exact["report"]["curve"]["hit_rate"])).mean())
     return {"exact_wall_s": exact["wall_s"], "sampled_wall_s": sampled["wall_s"], "speedup": exact["wall_s"] / sampled["wall_s"],
+            "exact_cpu_s": exact["cpu_s"], "sampled_cpu_s": sampled["cpu_s"], "cpu_speedup": exact["cpu_s"] / sampled["cpu_s"],
             "mae": mae, "dask_wall_s": dask["wall_s"], "dask_equal_hits": dask["report"]["curve"]["hits"] == exact["report"]["curve"]["hits"]}
 
 
@@ -150,7 +157,7 @@ def bench_size(n: int, quick: bool, csv: bool = False) -> dict[str, Any]:
     caps = exact["report"]["curve"]["capacity"]
     exact_rate = np.array(exact["report"]["curve"]["hit_rate"])
     rows: dict[str, Any] = {"accesses": n, "distinct_keys": n_keys, "generate_s": gen_s,
-                            "exact": {"wall_s": exact["wall_s"], "peak_rss_mib": exact["peak_rss_mib"],
+                            "exact": {"wall_s": exact["wall_s"], "cpu_s": exact["cpu_s"], "peak_rss_mib": exact["peak_rss_mib"],
                                       "ceiling_hit_rate": exact["report"]["summary"]["ceiling_hit_rate"]}}
     cap_arg = ",".join(map(str, caps))
     for label, flags in (("rate 0.01", ["--sample-rate", "0.01"]), ("rate 0.01 1 seed", ["--sample-rate", "0.01", "--sample-seeds", "1"]),
@@ -158,8 +165,9 @@ def bench_size(n: int, quick: bool, csv: bool = False) -> dict[str, Any]:
         got = run_cli([str(path), "--capacities", cap_arg, *flags])
         rate = np.array(got["report"]["curve"]["hit_rate"])
         lo, hi = np.array(got["report"]["curve"]["hit_rate_min"]), np.array(got["report"]["curve"]["hit_rate_max"])
-        rows[label] = {"wall_s": got["wall_s"], "peak_rss_mib": got["peak_rss_mib"],
-                       "speedup": exact["wall_s"] / got["wall_s"], "mae": float(np.abs(rate - exact_rate).mean()),
+        rows[label] = {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"], "peak_rss_mib": got["peak_rss_mib"],
+                       "speedup": exact["wall_s"] / got["wall_s"], "cpu_speedup": exact["cpu_s"] / got["cpu_s"],
+                       "mae": float(np.abs(rate - exact_rate).mean()),
                        "max_abs_error": float(np.abs(rate - exact_rate).max()),
                        "mean_error_bar_width": float((hi - lo).mean()),
                        "final_rate": got["report"]["sample_rate"]}
@@ -167,8 +175,8 @@ def bench_size(n: int, quick: bool, csv: bool = False) -> dict[str, Any]:
         rows["csv"] = acceptance_csv(path)
     if not quick:
         got = run_cli([str(path), "--capacities", cap_arg, "--dask", "local:2"])
-        rows["dask local:2"] = {"wall_s": got["wall_s"], "peak_rss_mib": got["peak_rss_mib"],
-                                "speedup": exact["wall_s"] / got["wall_s"],
+        rows["dask local:2"] = {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"], "peak_rss_mib": got["peak_rss_mib"],
+                                "speedup": exact["wall_s"] / got["wall_s"], "cpu_speedup": exact["cpu_s"] / got["cpu_s"],
                                 "equal_hits": got["report"]["curve"]["hits"] == exact["report"]["curve"]["hits"],
                                 "merge_share": got["report"]["dask"]["merge_share"]}
     path.unlink()
@@ -192,13 +200,49 @@ def shared_trace_errors(rates: tuple[float, ...] = (0.1, 0.01, 0.001)) -> list[d
     return rows
 
 
+def shared_prefix_errors(rates: tuple[float, ...] = (0.1, 0.01, 0.001)) -> list[dict[str, Any]]:
+    """Plan-level error on the shared traces: the prefix token hit rate of each semantics at 40
+    capacities, from the block sample (traces/sampled.py) against the exact replay."""
+    from stackdist.planning.prefix_curve import PrefixCurve
+    from stackdist.serving.semantics import replay_requests
+    from stackdist.traces.sampled import is_chained, sample_request_trace
+
+    rows = []
+    for path in sorted((ROOT / "data" / "traces").glob("mooncake_*.jsonl")):
+        trace = reblock(read_mooncake(path), 16)
+        for semantics in ("engine", "per-access"):
+            exact = PrefixCurve(replay_requests(trace, semantics))
+            caps = np.unique(np.geomspace(1, max(exact.saturation_blocks, 2), 40).astype(np.int64))
+            truth = np.asarray(exact.prefix_token_hit_rate_at(caps))
+            for rate in rates:
+                errors = []
+                for seed in (0, 1, 2):
+                    sub, r = sample_request_trace(trace, rate=rate, seed=seed)
+                    est = PrefixCurve(replay_requests(sub, semantics))
+                    got = np.asarray(est.prefix_token_hit_rate_at(np.round(caps * r).astype(np.int64)))
+                    errors.append(float(np.abs(got - truth).mean()))
+                rows.append({"trace": path.name, "semantics": semantics, "chained": is_chained(trace), "rate": rate,
+                             "mae_seed0": errors[0], "mae_max_over_seeds": max(errors)})
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="3e7,1e8", help="comma-separated access counts (default 3e7,1e8)")
     parser.add_argument("--quick", action="store_true", help="no Dask run")
     parser.add_argument("--output", default=str(RESULTS))
+    parser.add_argument("--shared-prefix-only", action="store_true",
+                        help="only the plan-level (prefix token hit rate) errors on the shared traces, added to --output")
     args = parser.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
+    if args.shared_prefix_only:
+        rows = shared_prefix_errors()
+        for row in rows:
+            print(f"{row['trace']:36s} {row['semantics']:10s} rate {row['rate']:<6g} prefix-token MAE {row['mae_seed0']:.4f} "
+                  f"(max over 3 seeds {row['mae_max_over_seeds']:.4f})")
+        old = json.loads(Path(args.output).read_text()) if Path(args.output).exists() else {}
+        write_json(args.output, {**old, "shared_traces_prefix": rows})
+        return 0
     result: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "sizes": [], "shared_traces": shared_trace_errors()}
     for row in result["shared_traces"]:
         print(f"{row['trace']:40s} rate {row['rate']:<6g} MAE {row['mae_seed0']:.4f} (max over 3 seeds {row['mae_max_over_seeds']:.4f})")
@@ -206,19 +250,21 @@ def main() -> int:
         rows = bench_size(n, args.quick, csv=n == 3 * 10**7 and not args.quick)
         result["sizes"].append(rows)
         print(f"\n{n:,} accesses ({rows['distinct_keys'] or '?'} distinct), generated in {rows['generate_s']:.1f} s")
-        print(f"{'run':16s} {'wall s':>8s} {'peak MiB':>9s} {'speedup':>8s}  error / equality")
+        print(f"{'run':16s} {'wall s':>8s} {'cpu s':>7s} {'peak MiB':>9s} {'speedup':>8s} {'cpu x':>6s}  error / equality")
         e = rows["exact"]
-        print(f"{'exact':16s} {e['wall_s']:8.1f} {e['peak_rss_mib']:9.0f} {1:8.1f}  ceiling {e['ceiling_hit_rate']:.4f}")
+        print(f"{'exact':16s} {e['wall_s']:8.1f} {e['cpu_s']:7.1f} {e['peak_rss_mib']:9.0f} {1:8.1f} {1:6.1f}  ceiling {e['ceiling_hit_rate']:.4f}")
         for label in ("rate 0.01", "rate 0.01 1 seed", "rate 0.001", "size 32768", "dask local:2"):
             if label in rows:
                 r = rows[label]
                 tail = (f"MAE {r['mae']:.4f} (max {r['max_abs_error']:.4f}, bar {r['mean_error_bar_width']:.4f})"
                         if "mae" in r else f"equal hits: {r['equal_hits']}, merge share {r['merge_share']:.2f}")
-                print(f"{label:16s} {r['wall_s']:8.1f} {r['peak_rss_mib']:9.0f} {r['speedup']:8.1f}  {tail}")
+                print(f"{label:16s} {r['wall_s']:8.1f} {r['cpu_s']:7.1f} {r['peak_rss_mib']:9.0f} {r['speedup']:8.1f} "
+                      f"{r['cpu_speedup']:6.1f}  {tail}")
         if "csv" in rows:
             c = rows["csv"]
-            print(f"CSV acceptance: exact {c['exact_wall_s']:.1f} s, --sample-rate 0.01 {c['sampled_wall_s']:.1f} s "
-                  f"({c['speedup']:.1f}x, MAE {c['mae']:.4f}), --dask local:2 {c['dask_wall_s']:.1f} s, equal hits {c['dask_equal_hits']}")
+            print(f"CSV acceptance: exact {c['exact_wall_s']:.1f} s ({c['exact_cpu_s']:.1f} s cpu), --sample-rate 0.01 "
+                  f"{c['sampled_wall_s']:.1f} s ({c['sampled_cpu_s']:.1f} s cpu; {c['speedup']:.1f}x wall, {c['cpu_speedup']:.1f}x cpu, "
+                  f"MAE {c['mae']:.4f}), --dask local:2 {c['dask_wall_s']:.1f} s, equal hits {c['dask_equal_hits']}")
     write_json(args.output, result)
     return 0
 

@@ -139,3 +139,20 @@ def test_parse_int_lines_accepts_only_the_common_form():
     assert run(b"7\n8\n") == ([7, 8], [0, 0], 1, True)
     for bad in (b"1,0\n", b"1,2\n3\n", b" 1\n", b"key\n", b"1,2,3\n", b"#c\n", b"12345678901234567890\n"):
         assert run(bad)[3] is False
+
+
+def test_the_fast_mooncake_path_equals_the_exact_reader(tmp_path):
+    from naive import real_trace_paths
+
+    for path in real_trace_paths()[:2]:
+        chunks = list(iter_request_chunks(str(path)))
+        whole = read_mooncake(path)
+        for name in ("block_ids", "offsets", "block_tokens", "timestamps_s", "input_length", "output_length"):
+            got = np.concatenate([getattr(c, name) for c in chunks]) if name != "offsets" else chunks[0].offsets
+            assert got.tolist() == getattr(whole, name).tolist(), name
+    odd = tmp_path / "m.jsonl"
+    odd.write_text('{"timestamp": 1.5, "input_length": 9, "hash_ids": [1]}\n{"timestamp": 0, "input_length": 9}\n')
+    with pytest.raises(TraceFormatError, match=r"m.jsonl:2: missing field 'hash_ids'"):
+        list(iter_request_chunks(str(odd), block_size=16))
+    odd.write_text('{"timestamp": 1.5, "input_length": 9, "hash_ids": [1], "x": "y"}\n')
+    assert list(iter_request_chunks(str(odd), block_size=16))[0].timestamps_s.tolist() == [0.0015]

@@ -142,7 +142,7 @@ def test_curve_scale_flags(tmp_path, capsys):
         with pytest.raises(SystemExit) as info:
             main(["curve", str(trace), *argv])
         assert info.value.code == 2 and flag in capsys.readouterr().err
-    for argv in (["--dask", "local:0"], ["--dask", "local:2", "--sample-rate", "0.5"]):
+    for argv in (["--dask", "local:0"], ["--dask", "local:2", "--sample-size", "5"]):
         assert main(["curve", str(trace), *argv]) == 2
         assert "--dask" in capsys.readouterr().err
 
@@ -161,3 +161,21 @@ def test_tiers_sampled_at_rate_one_equals_the_exact_grid(tmp_path):
     for kind in ("inclusive", "exclusive"):
         assert s[kind]["gpu_hits"] == e[kind]["gpu_hits"] and s[kind]["cpu_hits"] == e[kind]["cpu_hits"]
     assert main([*common, "--dask", "local:2"]) == 2
+
+
+def test_sampling_on_workers_equals_one_process(tmp_path):
+    from stackdist.cli.scale import sampled_from_files
+    from stackdist.engine.scale.distributed import sequential_map
+    from stackdist.engine.scale.sampling import ShardsSampler, sampled_curve
+
+    rng = np.random.default_rng(9)
+    keys = rng.zipf(1.2, 6000) % 700
+    files = []
+    for i, part in enumerate(np.array_split(keys, 3)):
+        files.append(str(tmp_path / f"p{i}.csv"))
+        Path(files[-1]).write_text("".join(f"{k}\n" for k in part))
+    curves = sampled_from_files(files, None, [ShardsSampler(rate=0.3, seed=s) for s in (4, 5)], sequential_map)
+    for curve, seed in zip(curves, (4, 5)):
+        alone = sampled_curve(keys, rate=0.3, seed=seed)
+        caps = np.arange(0, 700, 23)
+        assert curve.n_accesses == 6000 and np.array_equal(curve.hits_at(caps), alone.hits_at(caps))

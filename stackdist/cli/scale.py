@@ -28,7 +28,7 @@ from .args import (
 )
 
 __all__ = ["SCALED_KEYS", "SCALE_COMMANDS", "add_scale_arguments", "is_sampled", "rescale_report", "sampled_plan",
-           "scaled_runner", "seeds_of"]
+           "sample_file", "sampled_from_files", "scaled_runner", "seeds_of"]
 
 SCALE_COMMANDS = ("curve", "tiers", "plan")
 _REQUEST_FORMATS = ("mooncake", "qwen", "tokens")
@@ -116,6 +116,8 @@ def _sampled_curves(args: argparse.Namespace) -> list[Any]:
     from stackdist.engine.scale.sampling import ShardsSampler
 
     samplers = [ShardsSampler(args.sample_rate, args.sample_size, s) for s in seeds_of(args)]
+    if args.dask:
+        return _sampled_on_workers(args, samplers)
     if _needs_length(args):
         keys, sizes = _read_keys(args.trace, args.format)
         chunks: Any = [(keys, sizes)]
@@ -135,15 +137,51 @@ def _sampled_curves(args: argparse.Namespace) -> list[Any]:
     return [s.curve() for s in samplers]
 
 
+def sample_file(path: str, fmt: str | None, rate: float, seeds: list[int]) -> tuple[list[Any], int, int]:
+    """A worker's job for one input file: read it, keep each seed's sampled accesses. Returns
+    ([(keys, sizes) per seed], accesses, total size)."""
+    from stackdist.engine.scale.sampling import sample_mask
+
+    keys, sizes = _read_keys(path, fmt)
+    out = []
+    for seed in seeds:
+        mask = sample_mask(keys, rate, seed)
+        out.append((keys[mask], None if sizes is None else sizes[mask]))
+    return out, int(keys.shape[0]), int(keys.shape[0] if sizes is None else sizes.sum())
+
+
+def sampled_from_files(files: list[str], fmt: str | None, samplers: list[Any], mapper: Any) -> list[Any]:
+    """Fixed-rate samples of several files: the workers read and filter (``mapper``), the
+    samplers here replay the sampled accesses in file order. Equal to one process's samples."""
+    seeds = [s.seed for s in samplers]
+    results = mapper(functools.partial(sample_file, fmt=fmt, rate=samplers[0].rate, seeds=seeds), files)
+    for per_seed, n, total in results:
+        for sampler, (keys, sizes) in zip(samplers, per_seed):
+            sampler.feed(keys, sizes, distances=False)
+            kept = int(keys.shape[0])
+            sampler.add_unsampled(n - kept, total - (kept if sizes is None else int(sizes.sum())))
+    return [s.curve() for s in samplers]
+
+
+def _sampled_on_workers(args: argparse.Namespace, samplers: list[Any]) -> list[Any]:
+    from stackdist.engine.scale.distributed import close, connect, dask_map
+    from stackdist.traces.stream_input import expand_inputs
+
+    if args.sample_size is not None or args.window or getattr(args, "warmup", None):
+        raise UsageError("--dask with sampling takes --sample-rate only (no --sample-size, --window or --warmup).")
+    client = connect(args.dask)
+    try:
+        curves = sampled_from_files(expand_inputs(args.trace), args.format, samplers, dask_map(client))
+    finally:
+        close(client)
+    require_data(curves[0].n_accesses, args.trace, "the trace has no accesses")
+    return curves
+
+
 def _dask_curve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The exact curve from time chunks replayed on the cluster of ``--dask``."""
     from stackdist.engine import HitCurve, dense_keys
-    from stackdist.engine.scale.distributed import (
-        connect,
-        dask_map,
-        merge_chunks,
-        split_even,
-    )
+    from stackdist.engine.scale.distributed import close, connect, dask_map, merge_chunks, split_even
     from stackdist.traces.stream_input import expand_inputs
 
     client = connect(args.dask)
@@ -164,7 +202,7 @@ def _dask_curve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
             summaries = dask_map(client)(chunk_summary, parts)
         distances = merge_chunks(summaries)
     finally:
-        client.close()
+        close(client)
     require_data(int(keys.shape[0]), args.trace, "the trace has no accesses")
     start, stop = _counted_range(args, keys.shape[0])
     merged = int(sum(s.keys.shape[0] for s in summaries))
@@ -231,8 +269,6 @@ def run_scaled_curve(args: argparse.Namespace) -> int:
     from stackdist.engine import HitCurve
 
     targets = fraction_list(args.targets, "--targets")
-    if is_sampled(args) and args.dask:
-        raise UsageError("--dask replays exactly; give it without --sample-rate / --sample-size.")
     if getattr(args, "csv", False):
         raise UsageError("--csv is not available with --sample-*, --dask or streamed input; use the JSON output.")
     if is_sampled(args):

@@ -52,6 +52,7 @@ from ..keys import check_sizes, dense_keys
 __all__ = [
     "ChunkSummary",
     "chunk_summary",
+    "close",
     "connect",
     "dask_map",
     "distributed_distances",
@@ -209,6 +210,19 @@ def connect(spec: str) -> Any:
     if workers is None:
         return Client(spec)
     return Client(LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None))
+
+
+def close(client: Any) -> None:
+    """Close a client of :func:`connect` and the local cluster it started (if any). O(1).
+
+    >>> close(None)
+    """
+    if client is None:
+        return
+    cluster = getattr(client, "cluster", None)
+    client.close()
+    if cluster is not None and type(cluster).__name__ == "LocalCluster":
+        cluster.close()
 
 
 def split_even(n: int, parts: int) -> list[tuple[int, int]]:

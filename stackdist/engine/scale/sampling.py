@@ -111,7 +111,7 @@ def _key_values(keys: Any) -> np.ndarray:
     its text (computed once per distinct key)."""
     arr = keys if isinstance(keys, np.ndarray) else np.asarray(list(keys), dtype=object)
     if arr.dtype.kind in "iu":
-        return arr.astype(np.int64, copy=False).view(np.uint64) if arr.dtype.kind == "i" else arr.astype(np.uint64)
+        return arr.astype(np.int64, copy=False).view(np.uint64) if arr.dtype.kind == "i" else arr.astype(np.uint64, copy=False)
     if arr.dtype.kind == "b":
         return arr.astype(np.uint64)
     if arr.size and all(type(k) is int for k in arr.tolist()):
@@ -212,6 +212,8 @@ class ShardsSampler:
         self._values = np.zeros(0, np.int64)
         self._w = np.zeros(0, np.float64)
         self._ws = np.zeros(0, np.float64)
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # not yet collapsed
+        self._pending_n = 0
         self.sampled_weight = 0.0
         self.sampled_size_weight = 0.0
         self.cold_weight = 0.0
@@ -270,6 +272,12 @@ class ShardsSampler:
         out[idx] = d
         return out
 
+    def add_unsampled(self, n: int, total_size: int) -> None:
+        """Count ``n`` accesses (of ``total_size``) that a worker already filtered out: the same
+        curve as feeding them, since unsampled keys never touch the sample. O(1)."""
+        self.n_accesses += int(n)
+        self.total_size += int(total_size)
+
     def _account(self, d: np.ndarray, t: np.ndarray, sizes: np.ndarray | None) -> None:
         r = rate_of_threshold(t)
         w = 1.0 / r
@@ -284,10 +292,18 @@ class ShardsSampler:
         caps = np.ceil(d[finite] / r[finite] - 1e-9).astype(np.int64)
         if self.max_keys is not None:
             caps = _quantize_up(caps)
-        values = np.concatenate([self._values, caps])
-        wf = np.concatenate([self._w, w[finite]])
-        wsf = np.concatenate([self._ws, (w * s)[finite]])
-        self._values, self._w, self._ws = _collapse(values, wf, wsf)
+        self._pending.append((caps, w[finite], (w * s)[finite]))
+        self._pending_n += caps.size
+        if self._pending_n > max(1 << 20, self._values.size):  # collapse in batches: amortized O(log) per access
+            self._collapse_pending()
+
+    def _collapse_pending(self) -> None:
+        if self._pending:
+            values = np.concatenate([self._values, *(p[0] for p in self._pending)])
+            wf = np.concatenate([self._w, *(p[1] for p in self._pending)])
+            wsf = np.concatenate([self._ws, *(p[2] for p in self._pending)])
+            self._values, self._w, self._ws = _collapse(values, wf, wsf)
+            self._pending, self._pending_n = [], 0
 
     def curve(self) -> SampledCurve:
         """The estimated curve so far (SHARDS_adj). O(histogram).
@@ -295,6 +311,7 @@ class ShardsSampler:
         >>> s = ShardsSampler(rate=1.0); _ = s.feed([1, 2, 1]); s.curve().hits_at(2)
         1.0
         """
+        self._collapse_pending()
         return SampledCurve(self._values, np.cumsum(self._w), np.cumsum(self._ws), self.n_accesses, self.total_size,
                             self.sampled_weight, self.sampled_size_weight, self.cold_weight, self.cold_size_weight,
                             self.rate, self.max_keys, self.seed, self.n_sampled_accesses, self.n_sampled_keys,
