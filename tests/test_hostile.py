@@ -446,3 +446,12 @@ def test_a_trace_without_reuse_reports_no_capacity_as_reaching_a_fraction_of_its
     code, out, _ = run(capsys, "curve", path, "--targets", "0.5")
     result = json.loads(out)
     assert code == 0 and result["min_capacity_for_fraction_of_ceiling"] == {"0.5": None} and "no_reuse" in result
+
+
+def test_plan_with_no_prompt_blocks_is_exit_1(capsys, tmp_path):
+    path = tmp_path / "nob.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": i, "input_length": 0, "output_length": 5, "hash_ids": []}) + "\n"
+                            for i in range(3)))
+    code, out, err = run(capsys, "plan", path)
+    one_line_error(err, code, 1, "nothing to answer from", "no prompt blocks")
+    assert out == ""

@@ -252,6 +252,9 @@ def _checked(args: argparse.Namespace, options: PlanOptions, trace: Any) -> Plan
         options = dataclasses.replace(options, warmup_requests=math.ceil(pct * n / 100))
     counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds)
     require_data(int(counted.sum()), args.trace, f"--warmup {args.warmup} covers all {n:,} requests")
+    counted_blocks = int((trace.offsets[1:] - trace.offsets[:-1])[counted].sum())
+    require_data(counted_blocks, args.trace, f"the {int(counted.sum()):,} counted requests have no prompt blocks "
+                 "(empty hash_ids or prompts shorter than a block)")
     if options.window_seconds is not None and n:
         span = float(trace.timestamps_s.max() - trace.timestamps_s.min())
         windows = math.floor(span / options.window_seconds) + 1
