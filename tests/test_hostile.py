@@ -455,3 +455,11 @@ def test_plan_with_no_prompt_blocks_is_exit_1(capsys, tmp_path):
     code, out, err = run(capsys, "plan", path)
     one_line_error(err, code, 1, "nothing to answer from", "no prompt blocks")
     assert out == ""
+
+
+def test_plan_table_without_reuse_does_not_claim_zero_capacity_meets_a_fraction_of_the_ceiling(capsys, tmp_path):
+    path = tmp_path / "u.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": i, "input_length": 1024, "output_length": 5,
+                                        "hash_ids": [2 * i, 2 * i + 1]}) + "\n" for i in range(3)))
+    code, out, _ = run(capsys, "plan", path, "--semantics", "engine")
+    assert code == 0 and "no block is ever reused" in out

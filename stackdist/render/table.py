@@ -39,6 +39,9 @@ def render_plan_table(report: Plan) -> str:
         above = f"above the {s['ceiling_token_hit_rate']:.2%} ceiling: first uses of a block always miss"
         for w in sem["working_set"]:
             lines.append(f"  {w['target']:>6.1%} absolute          {_fmt_cap(w['token_hit_rate'], above)}")
+            if s["ceiling_token_hit_rate"] == 0:  # no reuse: "x of a zero ceiling" says nothing about capacity
+                lines.append(f"  {w['target']:>6.1%} of the ceiling    meaningless: no block is ever reused (ceiling 0)")
+                continue
             lines.append(f"  {w['target']:>6.1%} of the ceiling    {_fmt_cap(w['fraction_of_ceiling'])}")
         cov = sem["coverage"]
         lines.append(f"request coverage (first ceil(H x {cov['target']:g}) reusable blocks hit), "
