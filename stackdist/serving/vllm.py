@@ -4,8 +4,8 @@ The compiled kernel follows the engine's code, call for call:
 
 - **Pool** (``block_pool.BlockPool``): ``num_gpu_blocks = N`` blocks; block 0 is popped at start
   as the null block, so N - 1 are usable. The free queue (``FreeKVCacheBlockQueue``) is an
-  intrusive doubly linked list over block ids (arrays ``nxt``/``prv`` with a fake head and
-  tail), initially blocks 1..N-1 in id order. ``ref`` counts holders; a block is *cached* when it
+  intrusive doubly linked list over block ids (links in one int32 row per block, with a fake
+  head and tail), initially blocks 1..N-1 in id order. ``ref`` counts holders; a block is *cached* when it
   has a block hash. The hash map (``BlockHashToBlockMap``) maps a page key to its cached blocks
   in insertion order (a key can hold several blocks: vLLM does not de-duplicate), kept as a
   per-key linked list; ``get_one_block`` returns the first.
