@@ -187,6 +187,20 @@ def test_cli_cluster_json_and_table(capsys, tmp_path):
     code, out, err = run_stackdist(capsys, "plan", path, "--semantics", "engine", "--workers", "2", "--gpu-blocks", "3")
     assert code == 0, err
     assert "what routing is worth" in out and "per worker: 0:" in out
+    code, out, err = run_stackdist(capsys, "plan", path, "--workers", "2", "--json", "-")  # default sizes
+    assert code == 0, err
+    assert len(json.loads(out)["cluster"]["pools"]) >= 2
+
+
+def test_kv_aware_left_out_of_a_huge_comparison(monkeypatch):
+    from stackdist.planning import routing
+
+    monkeypatch.setattr(routing, "KV_AWARE_MAX_ENTRIES", 3)
+    _, _, _, trace = _case(4)
+    opts = RoutingOptions(workers=2, gpu_blocks=(3,))
+    results = run_routing(trace, opts)
+    assert "kv-aware" not in results and "round-robin" in results
+    assert "kv-aware left out" in routing_section(results, trace, opts, None, 1)["notes"][0]
 
 
 @pytest.mark.parametrize("extra, message", [

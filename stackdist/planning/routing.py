@@ -50,6 +50,9 @@ __all__ = [
 ROUTING_ROUTERS = (*ROUTERS, KV_AWARE)
 ONE_CACHE = "one-cache"
 """The routing-worth baseline's key in :func:`run_routing`'s results: one worker of K x C."""
+KV_AWARE_MAX_ENTRIES = 2**28
+"""The comparison runs kv-aware (state: 8 bytes per distinct block and worker) only up to this
+many entries; asked for with ``--router kv-aware`` it always runs."""
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,9 @@ def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, Clust
     jobs: dict[str, tuple[int, Any, tuple[int | None, ...]]] = {
         chosen: (k, recorded if recorded is not None else _route(trace, chosen, k, options), gpus)}
     if options.compare and k > 1:
+        too_big = int(unique_sorted(trace.block_ids).size) * k > KV_AWARE_MAX_ENTRIES
         for name in ROUTING_ROUTERS:
-            if name not in jobs:
+            if name not in jobs and not (name == KV_AWARE and too_big):
                 jobs[name] = (k, _route(trace, name, k, options), gpus)
         jobs[ONE_CACHE] = (1, np.zeros(trace.n_requests, np.int64), tuple(None if g is None else g * k for g in gpus))
 
@@ -200,6 +204,10 @@ def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, opti
         labels = [int(x) for x in np.unique(trace.workers)]
     rows = [_pool_row(main, i, mask, trace.input_length, bytes_per_block, labels) for i in range(len(main.pools))]
     total = int(trace.input_length[mask].sum())
+    worth = _worth(results, mask, total, main.workers) if ONE_CACHE in results else None
+    notes = [] if worth is None or KV_AWARE in results else [
+        (f"kv-aware left out of the comparison: distinct blocks x {main.workers} workers is over "
+         f"{KV_AWARE_MAX_ENTRIES:,} entries of state (ask for it with --router kv-aware)")]
     return ClusterPlan(
         semantics="engine", workers=main.workers, router=name, worker_labels=labels,
         order="serial: one request at a time in trace order, as the engine semantics",
@@ -208,4 +216,4 @@ def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, opti
                      "every block received or computed is written through, tail first; neither inclusive nor exclusive"),
         kv_aware="longest cached GPU prefix, ties to the fewest requests routed so far, then the lowest index",
         requests=int(mask.sum()), input_tokens=total, pools=rows,
-        routing_worth=_worth(results, mask, total, main.workers) if ONE_CACHE in results else None)
+        routing_worth=worth, notes=notes)

@@ -246,6 +246,7 @@ class ClusterPlan(TypedDict):
     input_tokens: int
     pools: list[ClusterPoolRow]
     routing_worth: list[RoutingWorthRow] | None
+    notes: list[str]
 
 
 class Plan(TypedDict, total=False):

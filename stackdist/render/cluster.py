@@ -48,4 +48,5 @@ def cluster_lines(section: ClusterPlan) -> list[str]:
             lines.append(f"  {w['gpu_blocks']!s:>11} {w['shared_blocks']!s:>10} {w['one_cache_prefix_token_hit_rate']:>10.2%} "
                          + " ".join(f"{w['routers'][r]:>12.2%}" for r in routers)
                          + f" {w['best_minus_one_cache_percentage_points']:>+14.2f} pp")
+    lines += [f"  note: {note}" for note in section.get("notes", [])]
     return lines
