@@ -144,7 +144,7 @@ def test_parse_int_lines_accepts_only_the_common_form():
 def test_the_fast_mooncake_path_equals_the_exact_reader(tmp_path):
     from naive import real_trace_paths
 
-    for path in real_trace_paths()[:2]:
+    for path in real_trace_paths()[1:]:  # the smaller one (the fast path is the same code for both)
         chunks = list(iter_request_chunks(str(path)))
         whole = read_mooncake(path)
         for name in ("block_ids", "offsets", "block_tokens", "timestamps_s", "input_length", "output_length"):

@@ -35,7 +35,11 @@ _REQUEST_FORMATS = ("mooncake", "qwen", "tokens")
 
 
 def add_scale_arguments(p: argparse.ArgumentParser) -> None:
-    """The sampling and distributed-replay flags on one subcommand."""
+    """The sampling and distributed-replay flags on one subcommand. O(1).
+
+    >>> p = argparse.ArgumentParser(); add_scale_arguments(p); p.parse_args(["--sample-rate", "0.1"]).sample_seeds
+    3
+    """
     g = p.add_argument_group("scale: sampling (approximate, with error bars) and distributed replay (exact)")
     g.add_argument("--sample-rate", type=finite_float("--sample-rate", 0, 1, lo_open=True), metavar="R",
                    help="SHARDS: keep the keys whose hash falls under R (0 < R <= 1), scale distances by 1/R")
@@ -49,17 +53,28 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def is_sampled(args: argparse.Namespace) -> bool:
-    """True when ``--sample-rate`` or ``--sample-size`` is given."""
+    """True when ``--sample-rate`` or ``--sample-size`` is given. O(1).
+
+    >>> is_sampled(argparse.Namespace(sample_rate=None, sample_size=5)), is_sampled(argparse.Namespace())
+    (True, False)
+    """
     return getattr(args, "sample_rate", None) is not None or getattr(args, "sample_size", None) is not None
 
 
 def seeds_of(args: argparse.Namespace) -> list[int]:
-    """The hash seeds of a sampled run: ``--seed`` and the next ``--sample-seeds - 1``."""
+    """The hash seeds of a sampled run: ``--seed`` and the next ``--sample-seeds - 1``. O(K).
+
+    >>> seeds_of(argparse.Namespace(seed=4, sample_seeds=3))
+    [4, 5, 6]
+    """
     return [args.seed + i for i in range(args.sample_seeds)]
 
 
 def scaled_runner(args: argparse.Namespace) -> Callable[[argparse.Namespace], int] | None:
-    """The runner for ``args`` when a scale flag or a streamed input asks for one, else None."""
+    """The runner for ``args`` when a scale flag or a streamed input asks for one, else None. O(1).
+
+    >>> scaled_runner(argparse.Namespace(command="curve", trace="t.csv", sample_rate=None, sample_size=None, dask=None))
+    """
     from stackdist.traces.stream_input import is_streamed
 
     if args.command not in ("curve", "tiers"):

@@ -178,7 +178,9 @@ def dask_map(client: Any) -> Mapper:
     True
     """
     def run(fn: Callable[[Any], Any], items: Sequence[Any]) -> list:
-        return client.gather(client.map(fn, list(items), pure=False))
+        # Scatter the items first: large arrays go to the workers once, not inside the task graph.
+        futures = client.scatter(list(items)) if items else []
+        return client.gather(client.map(fn, futures, pure=False))
 
     return run
 
