@@ -156,3 +156,23 @@ def test_the_fast_mooncake_path_equals_the_exact_reader(tmp_path):
         list(iter_request_chunks(str(odd), block_size=16))
     odd.write_text('{"timestamp": 1.5, "input_length": 9, "hash_ids": [1], "x": "y"}\n')
     assert list(iter_request_chunks(str(odd), block_size=16))[0].timestamps_s.tolist() == [0.0015]
+
+
+def test_plan_and_tiers_read_streamed_inputs_as_the_plain_file(tmp_path):
+    from stackdist.cli.main import main
+
+    rows = [{"timestamp": i, "input_length": 32, "hash_ids": [i % 3, 10 + i % 3]} for i in range(30)]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    plain, packed = tmp_path / "m.jsonl", tmp_path / "m.jsonl.gz"
+    plain.write_text(text)
+    packed.write_bytes(gzip.compress(text.encode()))
+    out = {}
+    for name, path in (("plain", plain), ("gz", packed)):
+        assert main(["plan", str(path), "--block-size", "16", "--json", str(tmp_path / f"{name}.json")]) == 0
+        out[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert out["plain"]["semantics"] == out["gz"]["semantics"]
+    keys = tmp_path / "k.csv.gz"
+    keys.write_bytes(gzip.compress(b"".join(f"{k}\n".encode() for k in [1, 2, 1, 3, 2, 1, 4, 1])))
+    assert main(["tiers", str(keys), "--gpu", "1", "--cpu", "0,2", "-o", str(tmp_path / "t.json")]) == 0
+    grid = json.loads((tmp_path / "t.json").read_text())
+    assert grid["sampled"] is False and grid["inclusive"]["cpu_hits"] == [[0.0, 2.0]]

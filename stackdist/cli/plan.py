@@ -32,7 +32,7 @@ from .budget_args import (
     with_budget_pools,
 )
 from .common import add_version, record_line
-from .scale import sampled_plan
+from .scale import read_request_trace, sampled_plan
 
 MAX_WINDOWS = 10_000
 """The most time windows ``--window`` may cut a trace into."""
@@ -181,7 +181,6 @@ def _load(args: argparse.Namespace) -> Any:
     from stackdist.traces import (
         access_as_requests,
         read_access_trace,
-        read_requests,
         reblock,
     )
 
@@ -195,7 +194,7 @@ def _load(args: argparse.Namespace) -> Any:
                                    "a key's size must be fixed")
         trace = access_as_requests(access, args.block_size)
     else:
-        trace = read_requests(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block)
+        trace = read_request_trace(args)  # streamed inputs (globs, -, .gz/.zst) too
     if args.reblock is not None:
         if trace.block_size % args.reblock:
             raise UsageError(f"--reblock must divide the trace's block size ({trace.block_size} tokens); got {args.reblock}.")

@@ -27,8 +27,19 @@ from .args import (
     warmup_accesses,
 )
 
-__all__ = ["SCALED_KEYS", "SCALE_COMMANDS", "add_scale_arguments", "is_sampled", "rescale_report", "sampled_plan",
-           "sample_file", "sampled_from_files", "scaled_runner", "seeds_of"]
+__all__ = [
+    "SCALED_KEYS",
+    "SCALE_COMMANDS",
+    "add_scale_arguments",
+    "is_sampled",
+    "read_request_trace",
+    "rescale_report",
+    "sample_file",
+    "sampled_from_files",
+    "sampled_plan",
+    "scaled_runner",
+    "seeds_of",
+]
 
 SCALE_COMMANDS = ("curve", "tiers", "plan")
 _REQUEST_FORMATS = ("mooncake", "qwen", "tokens")
@@ -84,7 +95,7 @@ def scaled_runner(args: argparse.Namespace) -> Callable[[argparse.Namespace], in
     if args.command == "tiers":
         if getattr(args, "dask", None):
             raise UsageError("tiers: --dask is not supported yet (curve --dask gives the exact distributed curve).")
-        return run_scaled_tiers if is_sampled(args) else None
+        return run_scaled_tiers if is_sampled(args) or is_streamed(args.trace) else None
     return run_scaled_curve
 
 
@@ -196,7 +207,13 @@ def _sampled_on_workers(args: argparse.Namespace, samplers: list[Any]) -> list[A
 def _dask_curve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The exact curve from time chunks replayed on the cluster of ``--dask``."""
     from stackdist.engine import HitCurve, dense_keys
-    from stackdist.engine.scale.distributed import close, connect, dask_map, merge_chunks, split_even
+    from stackdist.engine.scale.distributed import (
+        close,
+        connect,
+        dask_map,
+        merge_chunks,
+        split_even,
+    )
     from stackdist.traces.stream_input import expand_inputs
 
     client = connect(args.dask)
@@ -355,7 +372,8 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
     grids: list[dict[str, Any]] = []
     cpu_caps: np.ndarray | None = None if args.cpu is None else np.array(int_list(args.cpu, "--cpu"), np.int64)
     rate = 1.0
-    for seed in seeds_of(args):
+    seeds = seeds_of(args) if is_sampled(args) else [0]  # a streamed input, not sampled: rate 1, exact
+    for seed in seeds:
         mask, rate = sample_keys(keys, args.sample_rate, args.sample_size, seed)
         counted = np.zeros(keys.shape[0], bool)
         counted[start:stop] = True
@@ -375,8 +393,8 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
                              "cpu_hits": g["cpu_hits"] / rate} for kind, g in grid.items()})
     assert cpu_caps is not None
     n = stop - start
-    result: dict[str, Any] = {"kind": "tiers", "trace": args.trace, "sampled": True, "sample_rate": rate,
-                              "sample_size": args.sample_size, "seeds": seeds_of(args), "accesses": n}
+    result: dict[str, Any] = {"kind": "tiers", "trace": args.trace, "sampled": is_sampled(args), "sample_rate": rate,
+                              "sample_size": args.sample_size, "seeds": seeds, "accesses": n}
     for kind in grids[0]:
         gpu = np.array([g[kind]["gpu_hits"] for g in grids])
         cpu = np.array([g[kind]["cpu_hits"] for g in grids])
@@ -386,6 +404,30 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
                         "hit_rate_max": ((gpu + cpu).max(0) / max(n, 1)).tolist()}
     write_json(args.output, result)
     return 0
+
+
+def read_request_trace(args: argparse.Namespace) -> Any:
+    """``plan``'s request trace: the plain reader, or (globs, ``-``, ``.gz``/``.zst``) the streamed
+    chunks joined in order. O(trace).
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "m.jsonl.gz"); import gzip
+    >>> _ = gzip.open(p, "wt").write('{"timestamp": 0, "input_length": 9, "hash_ids": [1]}\\n')
+    >>> ns = argparse.Namespace(trace=p, format="mooncake", block_size=16, skip_bad=False, partial_last_block=False)
+    >>> read_request_trace(ns).block_ids.tolist()
+    [1]
+    """
+    from stackdist.traces import read_requests
+    from stackdist.traces.stream_input import (
+        concat_requests,
+        is_streamed,
+        iter_request_chunks,
+    )
+
+    if not is_streamed(args.trace):
+        return read_requests(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block)
+    chunks = list(iter_request_chunks(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block))
+    return concat_requests(chunks, args.trace)
 
 
 def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[[Any], Any]) -> Any:

@@ -364,6 +364,36 @@ def iter_request_chunks(spec: str | Sequence[str], format: str = "mooncake", blo
             yield parse_request_lines(path, chunk, format, block_size, skip_bad, partial_last_block)
 
 
+def concat_requests(traces: Sequence[RequestTrace], source: str = "") -> RequestTrace:
+    """One request trace from chunks in order (all of one block size). O(total size).
+
+    >>> a = RequestTrace.from_blocks([[1, 2]], block_size=4); b = RequestTrace.from_blocks([[1]], block_size=4)
+    >>> t = concat_requests([a, b], "x"); t.offsets.tolist(), t.block_ids.tolist(), t.source
+    ([0, 2, 3], [1, 2, 1], 'x')
+    """
+    if not traces:
+        raise TraceFormatError(source or "-", None, "no requests in the input")
+    sizes = {t.block_size for t in traces}
+    if len(sizes) != 1:
+        raise UsageError(f"the input files have different block sizes: {sorted(sizes)}")
+    big = any(t.block_ids.dtype == np.uint64 for t in traces)
+    starts = np.cumsum([0] + [t.n_blocks for t in traces[:-1]])
+    offsets = np.concatenate([np.zeros(1, np.int64)] + [t.offsets[1:] + b for t, b in zip(traces, starts)])
+
+    def joined(name: str) -> np.ndarray | None:
+        parts = [getattr(t, name) for t in traces]
+        return None if any(p is None for p in parts) else np.concatenate(parts)
+
+    def required(name: str) -> np.ndarray:
+        return np.concatenate([getattr(t, name) for t in traces])
+
+    ids = np.concatenate([t.block_ids.astype(np.uint64) if big else t.block_ids for t in traces])
+    return RequestTrace(ids, offsets, required("block_tokens"), required("timestamps_s"), required("input_length"),
+                        required("output_length"), block_size=traces[0].block_size, source=source or traces[0].source,
+                        session_ids=joined("session_ids"), skipped=sum(t.skipped for t in traces),
+                        request_ids=joined("request_ids"))
+
+
 def _fast_mooncake_chunks(path: str, block_size: int, skip_bad: bool) -> Iterator[RequestTrace]:
     """A Mooncake trace in 32 MB blocks: :func:`~.fast_json.scan_mooncake` when every line of a
     block has the plain shape, else the exact reader for that block (same trace, same errors)."""
