@@ -473,4 +473,8 @@ def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[[Any], An
                         "note": "capacities, costs and block counts are estimates scaled by 1/R; coverage is biased low"}
     print(f"stackdist plan: sampled at rate {rates[0]:.6g} ({len(rates)} seeds): capacities are estimates; "
           "the JSON's 'sampling' section has the error bars", file=sys.stderr)
+    if not main["sampling"]["chained"]:
+        print("stackdist plan: warning: the block ids are not prefix-chained (a block id with two parents), so the "
+              "block sample's prefix metrics carry an error beyond SHARDS' (see stackdist/traces/sampled.py)",
+              file=sys.stderr)
     return main
