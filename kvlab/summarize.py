@@ -48,6 +48,7 @@ import contextlib
 import json
 import math
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -75,6 +76,8 @@ def _parse_line(text: str, where: str) -> tuple[str, str, float]:
         record = json.loads(text)
     except json.JSONDecodeError as error:
         raise SummaryError(f"{where}: invalid JSON: {error.msg} (column {error.colno})") from None
+    except ValueError:  # an integer of more than 4300 digits
+        raise SummaryError(f"{where}: invalid JSON: a number has more digits than can be read (4300)") from None
     if not isinstance(record, dict):
         kind = _JSON_TYPE_NAMES.get(type(record), "null")
         raise SummaryError(f"{where}: each line must be a JSON object, got a JSON {kind}")
@@ -88,10 +91,15 @@ def _parse_line(text: str, where: str) -> tuple[str, str, float]:
         raise SummaryError(f"{where}: config must be one of {', '.join(CONFIGS)}, got {json.dumps(config)}")
     if not isinstance(pass_name, str) or not pass_name:
         raise SummaryError(f"{where}: pass must be a non-empty string, got {json.dumps(pass_name)}")
-    if isinstance(ttft, bool) or not isinstance(ttft, (int, float)) or not math.isfinite(ttft) or ttft < 0:
+    try:
+        value = float(ttft) if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) else math.nan
+    except OverflowError:  # an integer beyond the float range
+        value = math.inf
+    if not math.isfinite(value) or value < 0:
         shown = ttft if isinstance(ttft, float) else json.dumps(ttft)
+        shown = shown if len(str(shown)) <= 40 else f"{str(shown)[:20]}... ({len(str(shown))} characters)"
         raise SummaryError(f"{where}: ttft_ms must be a finite number >= 0, got {shown}")
-    return config, pass_name, float(ttft)
+    return config, pass_name, value
 
 
 def _read_samples(lines: Iterable[str | bytes], name: str) -> tuple[list[str], dict[str, dict[str, list[float]]]]:
@@ -119,12 +127,18 @@ def _median(values: Sequence[float]) -> float:
     middle = len(ordered) // 2
     if len(ordered) % 2:
         return ordered[middle]
-    return (ordered[middle - 1] + ordered[middle]) / 2
+    return ordered[middle - 1] / 2 + ordered[middle] / 2  # never overflows near the float maximum
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
     """``numerator / denominator`` rounded to 2 decimals, or None when the denominator is 0."""
-    return None if denominator == 0 else round(numerator / denominator, 2)
+    if denominator == 0:
+        return None
+    try:
+        ratio = numerator / denominator
+    except OverflowError:
+        return None
+    return round(ratio, 2) if math.isfinite(ratio) else None
 
 
 def summarize(source: str | os.PathLike[str] | Iterable[str | bytes], *, name: str | None = None) -> Summary:
@@ -147,7 +161,7 @@ def summarize(source: str | os.PathLike[str] | Iterable[str | bytes], *, name: s
 
     exact: dict[str, dict[str, tuple[int, float, float]]] = {
         config: {
-            pass_name: (len(values), _median(values), math.fsum(values) / len(values))
+            pass_name: (len(values), _median(values), math.fsum(v / len(values) for v in values))
             for pass_name in pass_order
             if (values := samples[config].get(pass_name))
         }
@@ -172,6 +186,14 @@ def summarize(source: str | os.PathLike[str] | Iterable[str | bytes], *, name: s
     return summary
 
 
+def _same_file(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` name one existing file (through symlinks and hard links)."""
+    try:
+        return os.path.samefile(a, b) or os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
 def _current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -179,15 +201,35 @@ def _current_umask() -> int:
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then os.replace."""
-    target = Path(path)
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then os.replace.
+
+    The same rules as ``stackdist.output.write_atomic``: ``-``, ``/dev/stdout``, character devices
+    and FIFOs are written directly; a symlink is written through to its target; an existing file
+    keeps its permission bits, a new one gets ``0666 & ~umask``.
+    """
+    shown = os.fspath(path)
+    if shown in ("-", "/dev/stdout"):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        st = os.stat(shown)
+    except OSError:
+        st = None
+    if st is not None and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        with open(shown, "wb") as handle:
+            handle.write(data)
+        return
+    target = Path(os.path.realpath(shown))
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_current_umask()
     descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temporary, 0o666 & ~_current_umask())  # mkstemp creates 0600
+        os.chmod(temporary, mode)  # mkstemp creates 0600
         os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -197,7 +239,7 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 
 def write_json_atomic(path: str | os.PathLike[str], value: object) -> None:
     """Write ``value`` as JSON (indent 2, trailing newline) to ``path`` atomically."""
-    write_bytes_atomic(path, (json.dumps(value, indent=2) + "\n").encode("utf-8"))
+    write_bytes_atomic(path, (json.dumps(value, indent=2, allow_nan=False) + "\n").encode("utf-8"))
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -218,6 +260,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Run the command line; return 0, or 1 for a data error (2 for usage errors, via argparse)."""
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    if _same_file(args.input, args.output):
+        print(f"{parser.prog}: error: OUTPUT.json {args.output} is the input {args.input}; refusing to overwrite "
+              "the input (choose another output file)", file=sys.stderr)
+        return 2
     try:
         summary = summarize(args.input)
     except SummaryError as error:
