@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, title="commands")
     run_lab = commands.add_parser(
         "run-lab",
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write cyclic.json, baseline.json, cliff.json, offload.json, cpu_cliff.json, "
         "measured.json and ttft.jsonl into DIR (created if needed; each file written atomically).",
     )
+    run_lab.add_argument("--version", action="version", version=_version())
     run_lab.add_argument("--out", required=True, type=_directory_argument, metavar="DIR",
                          help="output folder (created if it does not exist)")
     run_lab.add_argument("--measured", type=Path, default=lab.DEFAULT_MEASURED, metavar="FILE",
@@ -72,15 +74,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from stackdist.version import __version__
+
+    return f"kvlab (stackdist) {__version__}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch to a subcommand; return its exit code (2 for usage errors, via argparse)."""
-    arguments = list(sys.argv[1:] if argv is None else argv)
-    if arguments and arguments[0] in DELEGATED:
-        return DELEGATED[arguments[0]](arguments[1:], prog=f"kvlab {arguments[0]}")
-    args = build_parser().parse_args(arguments)
-    if args.command == "run-lab":
-        return lab.run_lab_command(args.out, args.measured)
-    raise AssertionError(f"unhandled command {args.command!r}")  # argparse only accepts the commands above
+    """Dispatch to a subcommand; return its exit code (0 ok, 1 data, 2 usage, 130 Ctrl-C, 141
+    broken pipe: the convention of :mod:`stackdist.errors`, through one wrapper,
+    :func:`stackdist.cli.common.run_guarded`)."""
+    from stackdist.cli.common import run_guarded
+
+    try:
+        arguments = list(sys.argv[1:] if argv is None else argv)
+        if arguments and arguments[0] in DELEGATED:
+            name = arguments[0]
+            if "--version" in arguments[1:arguments.index("--") if "--" in arguments else None]:
+                print(_version())
+                return 0
+            return run_guarded(f"kvlab {name}", lambda: DELEGATED[name](arguments[1:], prog=f"kvlab {name}"))
+        args = build_parser().parse_args(arguments)
+        if args.command == "run-lab":
+            return run_guarded("kvlab run-lab", lambda: lab.run_lab_command(args.out, args.measured),
+                               [("--out", None)], [args.measured])
+        raise AssertionError(f"unhandled command {args.command!r}")  # argparse only accepts the commands above
+    except KeyboardInterrupt:
+        print("kvlab: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -147,17 +147,24 @@ def run_scenario(
     return {"passes": results}
 
 
-def int_argument(minimum: int) -> Callable[[str], int]:
-    """Return an argparse ``type`` callable accepting integers >= ``minimum``."""
+INT64_MAX = 2**63 - 1
+
+
+def int_argument(minimum: int, maximum: int = INT64_MAX) -> Callable[[str], int]:
+    """Return an argparse ``type`` callable accepting integers in [``minimum``, ``maximum``]
+    (at most 2^63-1: every count and capacity is a 64-bit integer)."""
     kind = "a non-negative integer" if minimum == 0 else "a positive integer"
+    top = "2^63-1" if maximum == INT64_MAX else f"{maximum:,}"
 
     def parse(text: str) -> int:
         try:
-            value = int(text)
+            value = int(text) if len(text) <= 40 else None
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {kind}, got {text!r}")
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {kind}, got {text[:40]!r}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {top}, got {text[:40]!r}")
         return value
 
     parse.__name__ = kind.replace(" ", "_")
