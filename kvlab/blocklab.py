@@ -39,7 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from stackdist.output import write_atomic
+from stackdist.cli.common import tool_header
+from stackdist.errors import UsageError
+from stackdist.output import check_outputs, write_atomic
 from stackdist.serving import replay_requests, request_hits
 from stackdist.serving.lab_bridge import cached_blocks, resident_at_arrival
 from stackdist.traces import RequestTrace, chain_hashes
@@ -319,6 +321,7 @@ def run_block_lab(
     verify_hits(derived, direct_hits(requests.trace, capacity), labels)
     whole = run_scenario(gpu=gpu, cpu=0, docs=docs, tokens=tokens, passes=order)["passes"]
     return {
+        **tool_header("block-lab"),
         "config": {
             "gpu_tokens": gpu, "block_size": block_size, "capacity_blocks": capacity, "docs": docs,
             "tokens": tokens, "question_tokens": question_tokens, "passes": list(order), "seed": seed,
@@ -418,6 +421,11 @@ def _output_argument(text: str) -> str:
     return text
 
 
+MAX_DOCS = 100_000
+MAX_TOKENS = 10_000_000
+"""Bounds of --docs and --tokens (the lab holds every token id in memory)."""
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """Return the command-line parser."""
     parser = argparse.ArgumentParser(
@@ -432,11 +440,11 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         help=f"GPU capacity in tokens, >= 0; blocks = GPU // block size (default {DEFAULT_GPU})")
     parser.add_argument("--block-size", type=int_argument(1), default=DEFAULT_BLOCK_SIZE,
                         help=f"tokens per block, >= 1 (default {DEFAULT_BLOCK_SIZE})")
-    parser.add_argument("--docs", type=int_argument(1), default=DEFAULT_DOCS,
-                        help=f"number of documents, >= 1 (default {DEFAULT_DOCS})")
-    parser.add_argument("--tokens", type=int_argument(1), default=DEFAULT_TOKENS,
-                        help=f"tokens per document, >= 1 (default {DEFAULT_TOKENS})")
-    parser.add_argument("--question-tokens", type=int_argument(0), default=DEFAULT_QUESTION_TOKENS,
+    parser.add_argument("--docs", type=int_argument(1, MAX_DOCS), default=DEFAULT_DOCS,
+                        help=f"number of documents, 1 to {MAX_DOCS:,} (default {DEFAULT_DOCS})")
+    parser.add_argument("--tokens", type=int_argument(1, MAX_TOKENS), default=DEFAULT_TOKENS,
+                        help=f"tokens per document, 1 to {MAX_TOKENS:,} (default {DEFAULT_TOKENS})")
+    parser.add_argument("--question-tokens", type=int_argument(0, MAX_TOKENS), default=DEFAULT_QUESTION_TOKENS,
                         help=f"tokens of each request's fresh question, >= 0 (default {DEFAULT_QUESTION_TOKENS})")
     parser.add_argument("--passes", type=passes_argument, default=DEFAULT_PASSES,
                         help="comma-separated pass orders, each fwd or rev (default fwd,fwd,rev)")
@@ -455,6 +463,17 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     name = parser.prog
+    try:
+        check_outputs([("--json", args.json)], [args.fixture])  # never over the fixture
+        if args.docs * (args.tokens + args.question_tokens) > 50_000_000:
+            raise UsageError(f"--docs x (--tokens + --question-tokens) must be at most 50,000,000 tokens; got "
+                             f"{args.docs * (args.tokens + args.question_tokens):,}.")
+    except UsageError as error:
+        print(f"{name}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"{name}: error: cannot write {args.json}: {error.strerror or error}", file=sys.stderr)
+        return 1
     try:
         result = run_block_lab(args.gpu, args.block_size, args.docs, args.tokens, args.question_tokens,
                                args.passes, args.seed, args.fixture)
