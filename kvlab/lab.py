@@ -63,9 +63,9 @@ CPU_CLIFF_CAPACITIES: tuple[int, ...] = (0, 20000, 30000, 40000, 50109, 50110, 5
 OFFLOAD_CPU = 56000
 CYCLIC_PASSES: tuple[str, ...] = ("fwd", "fwd")
 BASELINE_PASSES: tuple[str, ...] = ("fwd", "fwd", "rev")
-#: The bundled H200 measurements (the repository's copy; from an installed package, ./data).
-_REPO_MEASURED = Path(__file__).resolve().parent.parent / "data" / "ttft.jsonl"
-DEFAULT_MEASURED = _REPO_MEASURED if _REPO_MEASURED.exists() else Path("data") / "ttft.jsonl"
+#: The bundled H200 measurements (package data: ``kvlab/data`` links to the checkout's ``data/``).
+DATA = Path(__file__).resolve().parent / "data"
+DEFAULT_MEASURED = DATA / "ttft.jsonl"
 #: The files run-lab writes, in this order.
 LAB_FILES: tuple[str, ...] = (
     "cyclic.json", "baseline.json", "cliff.json", "offload.json", "cpu_cliff.json", "measured.json", "ttft.jsonl",
@@ -215,18 +215,14 @@ def build_lab(measured: Path = DEFAULT_MEASURED) -> dict[str, bytes]:
 
 
 def write_lab(out_dir: Path, files: dict[str, bytes]) -> list[Path]:
-    """Create ``out_dir`` (and parents) and write each file atomically; return the written paths."""
-    from stackdist.output import write_atomic  # on use: the other kvlab commands do not load stackdist
+    """Write every file into ``out_dir`` (created if needed) as one unit; return the written paths.
 
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise NotADirectoryError(20, "it exists and is not a directory", str(out_dir))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, content in files.items():
-        write_atomic(out_dir / name, content)
-        written.append(out_dir / name)
-    return written
+    A failure (a full disk, Ctrl-C) leaves ``out_dir`` with its old results, never a mix of new
+    and old files (:func:`stackdist.output.write_files_atomic`).
+    """
+    from stackdist.output import write_files_atomic  # on use: the other kvlab commands do not load stackdist
+
+    return write_files_atomic(out_dir, files)
 
 
 def run_lab(out_dir: Path, measured: Path = DEFAULT_MEASURED) -> list[Path]:

@@ -18,8 +18,8 @@ import numpy as np
 
 __all__ = ["DEFAULT_FIXTURE", "FIXTURE_COLUMN", "FixtureError", "PartialPrefixTTFT", "load_partial_prefix"]
 
-_REPO_FIXTURE = Path(__file__).resolve().parent.parent / "data" / "fixtures" / "partial_prefix_h200.json"
-DEFAULT_FIXTURE = _REPO_FIXTURE if _REPO_FIXTURE.exists() else Path("data") / "fixtures" / "partial_prefix_h200.json"
+#: Package data (``kvlab/data`` links to the checkout's ``data/``), so it is found from any folder.
+DEFAULT_FIXTURE = Path(__file__).resolve().parent / "data" / "fixtures" / "partial_prefix_h200.json"
 #: The fixture column used: the scenario is GPU-only, so the prefix KV is already on the GPU.
 FIXTURE_COLUMN = "gpu_prefix"
 

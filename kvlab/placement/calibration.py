@@ -54,7 +54,7 @@ __all__ = [
 #: ``tier_latency_h200.json kv_bytes_per_token`` (2 x 28 layers x 2 KV heads x 128 x 2 bytes).
 FIXTURE_KV_BYTES_PER_TOKEN = 28672
 #: Where the measurements live in a checkout.
-DEFAULT_FIXTURES = Path(__file__).resolve().parents[2] / "data" / "fixtures"
+DEFAULT_FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"  # package data (kvlab/data)
 
 LINKS = ("h2d", "d2h", "nvme_read", "nvme_write")
 

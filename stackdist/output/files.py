@@ -23,7 +23,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
         raise
 
 
-def write_files_atomic(folder: str | os.PathLike[str], files: dict[str, str | bytes]) -> list[Path]:
+def write_files_atomic(folder: str | os.PathLike[str], files: Mapping[str, str | bytes]) -> list[Path]:
     """Write several files into ``folder`` (created if needed) as one unit; return their paths.
 
     Every file is first written whole into a hidden staging folder inside ``folder``; only when
