@@ -463,3 +463,165 @@ def test_plan_table_without_reuse_does_not_claim_zero_capacity_meets_a_fraction_
                                         "hash_ids": [2 * i, 2 * i + 1]}) + "\n" for i in range(3)))
     code, out, _ = run(capsys, "plan", path, "--semantics", "engine")
     assert code == 0 and "no block is ever reused" in out
+# ------------------------------------------------------------------ kvlab
+from kvlab.__main__ import main as kvlab_main  # noqa: E402
+
+TTFT_LINES = "".join(
+    json.dumps({"config": c, "pass": "p1", "doc": 0, "doc_tokens": 8, "ttft_ms": ms, "total_ms": 90}) + "\n"
+    for c, ms in (("baseline", 30), ("lmcache", 20))
+)
+SMALL_BLOCK_LAB = ["--gpu", "128", "--docs", "3", "--tokens", "64", "--question-tokens", "16"]
+
+
+def kv(capsys, *argv):
+    try:
+        code = kvlab_main([str(a) for a in argv])
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_kvlab_summarize_never_overwrites_its_input(capsys, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(TTFT_LINES)
+    (tmp_path / "link.json").symlink_to(src)
+    for out in (src, tmp_path / "link.json"):
+        code, _, err = kv(capsys, "summarize", src, out)
+        one_line_error(err, code, 2, "is the input")
+    assert src.read_text() == TTFT_LINES
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 400, "1" + "0" * 5000])
+def test_kvlab_summarize_huge_numbers_are_one_line_errors(capsys, tmp_path, value):
+    src = tmp_path / "in.jsonl"
+    src.write_text(TTFT_LINES.replace("30", value, 1))
+    code, _, err = kv(capsys, "summarize", src, tmp_path / "out.json")
+    one_line_error(err, code, 1, f"{src}:1:")
+    assert not (tmp_path / "out.json").exists() and len(err) < 400
+
+
+def test_kvlab_summarize_near_the_float_maximum_writes_strict_json(capsys, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(TTFT_LINES.replace("30", "1.7e308", 1).replace('"p1", "doc": 0, "doc_tokens": 8, "ttft_ms": 20',
+                                                                    '"p1", "doc": 0, "doc_tokens": 8, "ttft_ms": 1e-300'))
+    with open(src, "a") as f:
+        f.write(json.dumps({"config": "baseline", "pass": "p1", "doc": 1, "doc_tokens": 8, "ttft_ms": 1.7e308, "total_ms": 1}) + "\n")
+    code, _, err = kv(capsys, "summarize", src, tmp_path / "out.json")
+    assert code == 0, err
+    text = (tmp_path / "out.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+def test_kvlab_block_lab_guards_and_bounds(capsys, tmp_path):
+    from kvlab.partial_prefix import DEFAULT_FIXTURE
+
+    fixture = tmp_path / "f.json"
+    fixture.write_bytes(Path(DEFAULT_FIXTURE).read_bytes())
+    before = fixture.read_bytes()
+    code, _, err = kv(capsys, "block-lab", *SMALL_BLOCK_LAB, "--fixture", fixture, "--json", fixture)
+    one_line_error(err, code, 2, "is the input")
+    assert fixture.read_bytes() == before
+    for argv, flag in ((["--gpu", str(2**63)], "--gpu"), (["--gpu", "1e30"], "--gpu"), (["--tokens", str(10**12)], "--tokens"),
+                       (["--docs", "100000", "--tokens", "10000"], "--docs")):
+        code, _, err = kv(capsys, "block-lab", *argv)
+        assert code == 2 and flag in err and "Traceback" not in err, err
+    code, out, err = kv(capsys, "block-lab", *SMALL_BLOCK_LAB, "--json", "-")
+    assert code == 0 and json.loads(out)["schema_version"] >= 1 and json.loads(out)["tool"]["name"] == "stackdist"
+
+
+def test_kvlab_run_lab_folder_is_one_unit(tmp_path, monkeypatch):
+    from kvlab import lab
+
+    out = tmp_path / "lab"
+    lab.run_lab(out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    calls = []
+
+    def full_on_fourth(fd):
+        calls.append(fd)
+        if len(calls) == 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_on_fourth)
+    files = dict(lab.build_lab())
+    files = {name: content + b" " if name.endswith(".json") else content for name, content in files.items()}
+    with pytest.raises(OSError):
+        lab.write_lab(out, files)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["experiments", "--quick", "--out", "{file}"], "--out"),
+    (["experiments", "--quick", "--out", "{file}/under"], "--out"),
+    (["experiments", "--quick", "--out", ""], "--out"),
+    (["experiments", "--quick", "--out", "{dir}/x", "--gpu-sessions", "inf"], "--gpu-sessions"),
+    (["experiments", "--quick", "--out", "{dir}/x", "--slo-ms", "-5"], "--slo-ms"),
+    (["calibration", "--fixtures", "{file}"], "--fixtures"),
+    (["simulate", "--capacities", str(2**64)], "--capacities"),
+])
+def test_placement_arguments(capsys, tmp_path, argv, flag):
+    from kvlab.placement.__main__ import main as placement_main
+
+    (tmp_path / "f").write_text("x")
+    argv = [a.replace("{file}", str(tmp_path / "f")).replace("{dir}", str(tmp_path)) for a in argv]
+    try:
+        code = placement_main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2 and flag in err and "Traceback" not in err, err
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["run-lab", "--version"], ["scenario", "--version"],
+                                  ["summarize", "--version"], ["block-lab", "--version"]])
+def test_kvlab_version_everywhere(capsys, argv):
+    code, out, _ = kv(capsys, *argv)
+    assert code == 0 and "kvlab" in out and out.strip().split()[-1][0].isdigit()
+
+
+@pytest.mark.parametrize("argv", [
+    ["-m", "kvlab", "scenario", "--docs", "2", "--tokens", "64", "--gpu", "64"],
+    ["-m", "kvlab", "block-lab", *SMALL_BLOCK_LAB],
+    ["-m", "kvlab.placement", "calibration"],
+    ["-m", "kvlab", "run-lab", "--out", "{out}"],
+])
+def test_kvlab_closed_stdout_is_exit_1_without_traceback(tmp_path, argv):
+    argv = [a.replace("{out}", str(tmp_path / "lab")) for a in argv]
+    proc = subprocess.run([sys.executable, *argv], cwd=tmp_path, check=False, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1),
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "stdout is closed" in proc.stderr, proc.stderr
+    if "run-lab" in argv:
+        assert len(list((tmp_path / "lab").iterdir())) == 7  # the files are written before stdout
+
+
+def test_kvlab_ctrl_c_is_one_line_and_exit_130(tmp_path):
+    fifo = tmp_path / "never.jsonl"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "kvlab", "summarize", str(fifo), str(tmp_path / "o.json")],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    os.close(writer)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("argv,flag", [(["--gpu", str(2**63)], "--gpu"), (["--docs", "1e30"], "--docs"),
+                                       (["--cpu", "9" * 50], "--cpu")])
+def test_kvlab_scenario_integers_are_bounded(capsys, argv, flag):
+    code, out, err = kv(capsys, "scenario", *argv)
+    assert code == 2 and flag in err and "Traceback" not in err and out == "", err

@@ -19,7 +19,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from stackdist.errors import EXIT_DATA, EXIT_OK, EXIT_USAGE, UsageError
+from stackdist.errors import EXIT_OK, UsageError
+
+from ..scenario import int_argument
 
 if TYPE_CHECKING:
     from .workloads import Workload
@@ -45,7 +47,7 @@ def _capacities(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"--capacities must be 1 to 3 comma-separated non-negative ints (HBM,DRAM,SSD blocks), got {text!r}."
         ) from None
-    if not 1 <= len(caps) <= 3 or any(c < 0 for c in caps):
+    if not 1 <= len(caps) <= 3 or any(not 0 <= c <= 2**63 - 1 for c in caps):
         raise argparse.ArgumentTypeError(
             f"--capacities must be 1 to 3 comma-separated non-negative ints (HBM,DRAM,SSD blocks), got {text!r}."
         )
@@ -65,25 +67,28 @@ def _param(text: str) -> tuple[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (also used by the tests)."""
+    from stackdist.version import __version__
+
     parser = argparse.ArgumentParser(
         prog="python -m kvlab.placement",
         description="Three-tier (HBM/DRAM/SSD) KV-cache placement simulator.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"kvlab.placement (stackdist) {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     exp = sub.add_parser("experiments", help="rerun the paper's grid; write results.json and PNG figures",
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    exp.add_argument("--out", required=True, help="output directory (created if missing)")
+    exp.add_argument("--out", required=True, type=_out_folder, help="output directory (created if missing)")
     exp.add_argument("--quick", action="store_true", help="tiny workloads (seconds; used by the tests)")
     exp.add_argument("--mooncake", action="append", default=[], metavar="PATH", help="also replay this Mooncake trace")
-    exp.add_argument("--gpu-sessions", type=float, default=1.0,
+    exp.add_argument("--gpu-sessions", type=_finite(-float("inf")), default=1.0,
                      help="HBM capacity in mean session footprints (default 1.0); DRAM 8x, SSD 64x")
-    exp.add_argument("--slo-ms", type=float, default=40.0, help="TTFT p99 SLO for the SLO sweeps (default 40)")
-    exp.add_argument("--sweep-steps", type=int, default=None, help="composition sweep grid steps (default 8, quick 3)")
-    exp.add_argument("--sweep-fraction", type=float, default=0.5,
+    exp.add_argument("--slo-ms", type=_finite(0.0), default=40.0, help="TTFT p99 SLO for the SLO sweeps (default 40)")
+    exp.add_argument("--sweep-steps", type=int_argument(1, 1000), default=None, help="composition sweep grid steps (default 8, quick 3)")
+    exp.add_argument("--sweep-fraction", type=_finite(0.0), default=0.5,
                      help="composition sweep budget as a fraction of the chat workload's distinct blocks (default 0.5)")
-    exp.add_argument("--seed", type=int, default=0)
+    exp.add_argument("--seed", type=int_argument(0), default=0)
     exp.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
     _add_simulate_parser(sub)
     gen = sub.add_parser("generate", help="write a generated workload as a Mooncake JSONL trace (for stackdist plan)",
@@ -92,9 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", required=True, metavar="TRACE.jsonl", help="trace file to write (atomically)")
     gen.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
                      help="generator parameter, e.g. n_sessions=12 (repeatable)")
-    gen.add_argument("--seed", type=int, default=0, help="the generator's seed (default 0)")
+    gen.add_argument("--seed", type=int_argument(0), default=0, help="the generator's seed (default 0)")
     cal = sub.add_parser("calibration", help="print the latency defaults next to the values derived from the fixtures")
-    cal.add_argument("--fixtures", default=None, help="fixture directory (default data/fixtures of this checkout)")
+    cal.add_argument("--fixtures", default=None, metavar="DIR", help="fixture folder (default: the fixtures shipped with kvlab)")
     return parser
 
 
@@ -113,9 +118,9 @@ def _add_simulate_parser(sub: Any) -> None:
     sim.add_argument("--organisation", choices=["exclusive", "inclusive"], default="exclusive")
     sim.add_argument("--mode", choices=MODES, default="prefix")
     sim.add_argument("--prefetch", choices=PREFETCHERS, default="none")
-    sim.add_argument("--lookahead", type=int, default=2)
-    sim.add_argument("--block-size", type=int, default=512, help="Mooncake block size (default 512)")
-    sim.add_argument("--reblock", type=int, default=None, help="re-block a Mooncake trace to this many tokens")
+    sim.add_argument("--lookahead", type=int_argument(0, 1_000_000), default=2)
+    sim.add_argument("--block-size", type=int_argument(1, 2**31), default=512, help="Mooncake block size (default 512)")
+    sim.add_argument("--reblock", type=int_argument(1, 2**31), default=None, help="re-block a Mooncake trace to this many tokens")
     sim.add_argument("--hf-eager", action="store_true", help="add HF-eager host overhead to the latency model")
 
 
@@ -159,7 +164,9 @@ def _simulate(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(f"simulating {workload.name}: {workload.n_requests} requests, {workload.n_accesses} block accesses",
           file=sys.stderr)
-    summary = simulate(workload, config).to_dict()
+    from stackdist.cli.common import tool_header
+
+    summary = {**tool_header("placement-simulate"), **simulate(workload, config).to_dict()}
     summary["workload_summary"] = workload.summary()
     json.dump(summary, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
@@ -183,7 +190,13 @@ def _generate(args: argparse.Namespace) -> int:
 def _calibration(args: argparse.Namespace) -> int:
     from .calibration import DEFAULT_FIXTURES, LatencyModel, derive_from_fixtures
 
-    derived = derive_from_fixtures(args.fixtures or DEFAULT_FIXTURES)
+    from pathlib import Path
+
+    folder = Path(args.fixtures or DEFAULT_FIXTURES)
+    if not folder.is_dir():
+        raise UsageError(f"--fixtures must be the folder holding gpu_busy_h200.json and tier_latency_h200.json; "
+                         f"{folder} is {'a file' if folder.exists() else 'missing'}.")
+    derived = derive_from_fixtures(folder)
     hardware, hf = LatencyModel(), LatencyModel.hf_eager()
     rows = []
     for name, value in derived.items():
@@ -213,18 +226,46 @@ _COMMANDS = {"experiments": _experiments, "simulate": _simulate, "generate": _ge
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (:mod:`stackdist.errors`)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Entry point; returns the exit status (:mod:`stackdist.errors`: 0, 1 data, 2 usage, 130
+    Ctrl-C, 141 broken pipe), through the one wrapper :func:`stackdist.cli.common.run_guarded`."""
+    from stackdist.cli.common import run_guarded
+
     try:
-        return _COMMANDS[args.command](args)
-    except UsageError as exc:
-        parser.print_usage(sys.stderr)
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (OSError, ValueError) as exc:  # missing or malformed data (TraceFormatError is a ValueError)
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_DATA
+        args = build_parser().parse_args(argv)
+        return run_guarded(f"kvlab.placement {args.command}", lambda: _COMMANDS[args.command](args))
+    except KeyboardInterrupt:
+        print("kvlab.placement: interrupted", file=sys.stderr)
+        return 130
+
+
+def _out_folder(text: str) -> str:
+    """argparse ``type`` for --out (a folder): non-empty, not an existing file, not under a file."""
+    from pathlib import Path
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a folder path, got an empty string")
+    path = Path(text)
+    for parent in (path, *path.parents):
+        if parent.exists() and not parent.is_dir():
+            what = "is a file" if parent == path else f"is under the file {parent}"
+            raise argparse.ArgumentTypeError(f"must be a folder; {text!r} {what}")
+    return text
+
+
+def _finite(lo: float, lo_open: bool = True) -> Any:
+    """argparse ``type`` for a finite number above ``lo`` (at least ``lo`` when not ``lo_open``)."""
+
+    def convert(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if value != value or value in (float("inf"), float("-inf")) or (value <= lo if lo_open else value < lo):
+            raise argparse.ArgumentTypeError(f"must be a finite number {'>' if lo_open else '>='} {lo:g}, got {text!r}")
+        return value
+
+    convert.__name__ = "number"
+    return convert
 
 
 if __name__ == "__main__":

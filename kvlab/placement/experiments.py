@@ -229,7 +229,10 @@ def run_experiments(
     hbm_grid = sorted({max(1, round(caps[0] * f)) for f in (0.125, 0.25, 0.5, 1, 2, 4)})
     _log("SLO capacity as the SSD deepens")
     slo = slo_capacity(chat_w, slo_ms, hbm_grid, [0, 8, 16, 32, 64], SimConfig(latency=latency))
+    from stackdist.cli.common import tool_header
+
     results = {
+        **tool_header("placement-experiments"),
         "description": "kvlab.placement experiments: the paper's grid on our generators",
         "quick": quick,
         "seed": seed,

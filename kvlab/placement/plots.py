@@ -66,21 +66,39 @@ def _hit_split(plt: Any, results: dict[str, Any]) -> Any:
 
 def _frontier(plt: Any, results: dict[str, Any]) -> Any:
     sweep = results["composition_sweep"]
-    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.8), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), layout="constrained")
     for ax, key, front in ((axes[0], "ttft_mean_ms", sweep["frontier_mean"]), (axes[1], "ttft_p99_ms", sweep["frontier"])):
         ax.scatter([p["cost_usd"] for p in sweep["points"]], [p[key] for p in sweep["points"]], s=14,
                    color="#8888aa", label="every split")
         ax.plot([p["cost_usd"] for p in front], [p[key] for p in front], "-o", color="#c44e52", ms=4, label="frontier")
-        for p in front:
-            ax.annotate("/".join(str(c) for c in p["capacities"]), (p["cost_usd"], p[key]), fontsize=6,
-                        textcoords="offset points", xytext=(3, 3))
-        ax.set_xscale("log")
+        # number the frontier points (alternately above and below the line) and list the splits in a
+        # box, so labels never collide with each other or with the axis ticks
+        for i, p in enumerate(front):
+            ax.annotate(str(i + 1), (p["cost_usd"], p[key]), fontsize=7, color="#c44e52", ha="center",
+                        textcoords="offset points", xytext=(0, 5 if i % 2 == 0 else -11))
+        ax.text(1.02, 1.0, "frontier (HBM/DRAM/SSD blocks):\n" + "\n".join(
+            f"{i + 1}: " + "/".join(f"{c:,}" for c in p["capacities"]) for i, p in enumerate(front)),
+            transform=ax.transAxes, fontsize=6, va="top", ha="left", family="monospace")
+        _cost_axis(ax, [p["cost_usd"] for p in sweep["points"]])
         ax.set_xlabel("tier cost, USD (assumed prices)")
         ax.set_ylabel(key.replace("_ms", "").replace("ttft_", "TTFT ") + ", ms")
         ax.legend(fontsize=8)
-    fig.suptitle(f"{sweep['workload']}: every HBM/DRAM/SSD split of {sweep['budget_blocks']} blocks "
-                 "(labels: HBM/DRAM/SSD blocks)", fontsize=9)
+    fig.suptitle(f"{sweep['workload']}: every HBM/DRAM/SSD split of {sweep['budget_blocks']:,} blocks "
+                 "(numbered: the cost/TTFT frontier, splits listed beside each panel)", fontsize=9)
     return fig
+
+
+def _cost_axis(ax: Any, costs: list[float]) -> None:
+    """Log scale over more than a decade (major labels only: the minor ones overlapped), else linear."""
+    from matplotlib.ticker import MaxNLocator, NullFormatter
+
+    positive = [c for c in costs if c > 0]
+    if positive and max(positive) / min(positive) > 10:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.tick_params(axis="x", labelsize=7)
 
 
 def _slo_capacity(plt: Any, results: dict[str, Any]) -> Any:
