@@ -118,8 +118,8 @@ def _route(trace: RequestTrace, router: str, k: int, options: RoutingOptions) ->
 
 
 def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, ClusterResult]:
-    """The chosen router's run, and with ``compare`` (K > 1) every router's and the one-cache
-    baseline (key :data:`ONE_CACHE`). O(blocks) per pool pair and static router, O(blocks x K)
+    """The chosen router's run (the first key), and with ``compare`` (K > 1) every router's and
+    the one-cache baseline (key :data:`ONE_CACHE`). O(blocks) per pool pair and static router, O(blocks x K)
     for kv-aware; runs on two threads (the kernel releases the GIL)."""
     if options.router not in ROUTING_ROUTERS:
         raise ValueError(f"--router must be one of {', '.join(ROUTING_ROUTERS)}; got {options.router!r}")
