@@ -203,9 +203,19 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Parse ``argv``, run the scenario and print the result JSON; return the exit code."""
-    args = build_parser(prog).parse_args(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
     result = run_scenario(args.gpu, args.cpu, args.docs, args.tokens, args.passes)
-    print(json.dumps(result))
+    if sys.stdout is None:  # started with stdout closed: say so (exit 1) rather than print into nothing
+        print(f"{parser.prog}: error: stdout is closed", file=sys.stderr)
+        return 1
+    try:
+        print(json.dumps(result), flush=True)
+    except BrokenPipeError:
+        return 141
+    except OSError as error:
+        print(f"{parser.prog}: error: cannot write to stdout: {error.strerror or error}", file=sys.stderr)
+        return 1
     return 0
 
 

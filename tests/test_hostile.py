@@ -625,3 +625,10 @@ def test_kvlab_ctrl_c_is_one_line_and_exit_130(tmp_path):
 def test_kvlab_scenario_integers_are_bounded(capsys, argv, flag):
     code, out, err = kv(capsys, "scenario", *argv)
     assert code == 2 and flag in err and "Traceback" not in err and out == "", err
+
+
+def test_standalone_scenario_with_closed_stdout(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "kvlab" / "scenario.py"), "--docs", "2", "--tokens", "64", "--gpu", "64"],
+                          cwd=tmp_path, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          timeout=60, preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 1 and "stdout is closed" in proc.stderr and "Traceback" not in proc.stderr
