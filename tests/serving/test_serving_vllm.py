@@ -28,7 +28,7 @@ def _pools(lo: int) -> list[int | None]:
 @pytest.mark.parametrize("decode", [False, True])
 def test_kernel_equals_reference(timed: bool, decode: bool) -> None:
     checked = evicting = infeasible = 0
-    for seed in range(40):
+    for seed in range(30):
         tr = random_trace(seed, n_requests=20, aligned=0.5 if seed % 3 else 0.0)
         pg = engine_pages(tr)
         sched = Schedule.from_service_model(tr, 3000, 30) if timed else Schedule.serial(pg.n_requests)
