@@ -256,6 +256,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="comma-separated trace names")
     ap.add_argument("--regen-traces", action="store_true", help="rewrite the traces (make_traces.py) first")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--runs", help="restrict step 3 to these runs, e.g. serial:decode,timed:nodecode")
     args = ap.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(os.path.join(DATA, "results"), exist_ok=True)
@@ -290,17 +291,20 @@ def main(argv=None) -> int:
     # 3. runs
     phases = {"serial": ["serial"], "timed": ["timed"], "all": ["serial", "timed"], "unified": [],
               "manifest": []}[args.phase]
+    wanted = RUNS
+    if args.runs:
+        wanted = [(x.split(":")[0], x.split(":")[1] == "decode") for x in args.runs.split(",")]
     futs = {}
     for name in names:
         for engine in ENGINES:
-            for schedule, decode in RUNS:
+            for schedule, decode in wanted:
                 if schedule in phases:
                     futs[(name, engine, schedule, decode)] = pool.submit(
                         run_job, args.work, name, traces[name]["hash_block_size"], engine, schedule, decode,
                         pools[(name, engine)])
     if args.phase in ("all", "unified"):
         for name in names:
-            for schedule, decode in RUNS:
+            for schedule, decode in wanted:
                 futs[(name, "sglang-unified", schedule, decode)] = pool.submit(
                     run_job, args.work, name, traces[name]["hash_block_size"], "sglang", schedule, decode,
                     pools[(name, "sglang")], "unified")
