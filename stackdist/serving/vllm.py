@@ -125,6 +125,21 @@ def _pop_head(bs, HEAD, ks):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
+def _cache_block(bs, ks, b, kk):  # type: ignore[no-untyped-def]
+    """cache_full_blocks for one block: hash ``b`` under page id ``kk``, appended to the id's list
+    of cached blocks (vLLM keeps every copy; a lookup takes the first)."""
+    bs[b, _KEY] = kk
+    t = ks[kk, 1]
+    bs[b, _MPREV] = t
+    bs[b, _MNEXT] = -1
+    if t >= 0:
+        bs[t, _MNEXT] = b
+    else:
+        ks[kk, 0] = b
+    ks[kk, 1] = b
+
+
+@njit(cache=True, nogil=True)
 def _arrive(r, key, off, P, tbl, tb, nblk, ncached, bs, ks, HEAD, nfree, B, hits):  # type: ignore[no-untyped-def]
     """get_computed_blocks + allocate_slots(prompt) for request ``r``; returns the new free
     count, or -1 when the allocation fails (allocate_slots returns None)."""
@@ -157,18 +172,8 @@ def _arrive(r, key, off, P, tbl, tb, nblk, ncached, bs, ks, HEAD, nfree, B, hits
     for j in range(need):
         tbl[tb + h + j] = _pop_head(bs, HEAD, ks)
     nblk[r] = h + need
-    for j in range(h, p // B):  # cache_full_blocks: append to the key's list
-        b = tbl[tb + j]
-        kk = key[base + j]
-        bs[b, _KEY] = kk
-        t = ks[kk, 1]
-        bs[b, _MPREV] = t
-        bs[b, _MNEXT] = -1
-        if t >= 0:
-            bs[t, _MNEXT] = b
-        else:
-            ks[kk, 0] = b
-        ks[kk, 1] = b
+    for j in range(h, p // B):  # cache_full_blocks
+        _cache_block(bs, ks, tbl[tb + j], key[base + j])
     ncached[r] = p // B
     return nfree - need
 
@@ -184,16 +189,7 @@ def _finish(r, tbl, tb, nblk, ncached, n_final, bs, ks, key, off, cont, HEAD, TA
         if q < 0 or j >= off[q + 1] - off[q]:
             bs[b, _KEY] = -2
             continue
-        kk = key[off[q] + j]  # cache_full_blocks: append to the key's list
-        bs[b, _KEY] = kk
-        t = ks[kk, 1]
-        bs[b, _MPREV] = t
-        bs[b, _MNEXT] = -1
-        if t >= 0:
-            bs[t, _MNEXT] = b
-        else:
-            ks[kk, 0] = b
-        ks[kk, 1] = b
+        _cache_block(bs, ks, b, key[off[q] + j])
     nf = 0
     freed = 0
     for j in range(nblk[r] - 1, -1, -1):
