@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["json_default", "dumps_json"]
+__all__ = ["dumps_json", "json_default"]
 
 
 def json_default(value: Any) -> Any:

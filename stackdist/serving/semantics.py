@@ -33,8 +33,8 @@ import numpy as np
 
 from stackdist.engine import kernels
 from stackdist.engine.distances import replay_arrival_depths, replay_distances
-from stackdist.engine.keys import dense_keys
 from stackdist.engine.kernels import COLD
+from stackdist.engine.keys import dense_keys
 from stackdist.traces import RequestTrace
 
 __all__ = ["SEMANTICS", "PrefixReplay", "replay_requests", "request_hits"]
