@@ -43,7 +43,7 @@ class ReplayState:
         self.slot_of: np.ndarray = np.full(n_keys, -1, _slot_dtype(cap))
         self.size_of = np.zeros(n_keys if self.track_sizes else 0, np.int64)
         self.words = np.zeros(cap >> kernels.WORD_SHIFT, np.uint64)
-        self.slot_size = np.zeros(cap if sized else 0, _size_dtype(max_size))
+        self.slot_size: np.ndarray = np.zeros(cap if sized else 0, _size_dtype(max_size))
         self.leaf_shift = int(kernels.sized_leaf_shift(self.slot_size)) if sized else kernels.WORD_SHIFT
         self.tree = np.zeros((cap >> self.leaf_shift) + 1, np.int64)
         self.scalars = np.zeros(2, np.int64)
