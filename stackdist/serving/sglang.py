@@ -78,7 +78,7 @@ from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
 from .vllm import resolve_schedule
 
-__all__ = ["sglang_pool_run", "simulate_sglang"]
+__all__ = ["sglang_pool_run", "simulate_sglang", "tree_event", "tree_init", "tree_match_length", "tree_rows"]
 
 _B = 16
 _ROOT = 0
@@ -285,6 +285,76 @@ def _evict_to_free(nd, num_tokens, B, first_node, ht, hn, hs):  # type: ignore[n
 
 
 @njit(cache=True, nogil=True)
+def _init_tree(nd, first_node, hs, N):  # type: ignore[no-untyped-def]
+    """A fresh tree (only the root, locked) and allocator of ``N`` free pages."""
+    nd[:, :] = 0
+    nd[_ROOT, _LOCK] = 1
+    nd[_ROOT, _ALIVE] = 1
+    nd[_ROOT, _GEN] = -1
+    first_node[:] = -1
+    hs[:] = 0
+    hs[_NNODES] = 1
+    hs[_FREE] = N
+
+
+@njit(cache=True, nogil=True)
+def _match_length(nd, key, base, L, plen, first_node):  # type: ignore[no-untyped-def]
+    """The pages ``match_prefix`` would match over ``L`` key pages, read only (no time stamp,
+    no split): what the engine would report as a hit at this moment."""
+    i = 0
+    while i < L:
+        c = first_node[key[base + i]]
+        if c < 0:
+            break
+        m = _common(nd, c, key, base, i, L, plen)
+        i += m
+        if m < nd[c, _LEN]:
+            break
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _event(kind, r, key, off, P, n_keys, B, nd, first_node, ht, hn, hs, lock_node, protected, seq, hits):  # type: ignore[no-untyped-def]
+    """One event of request ``r`` on one tree; returns False when its allocation fails."""
+    p = P[r]
+    base = off[r]
+    plen = p // B
+    gkey = n_keys + r
+    if kind == 3:  # arrival: match (P - 1 tokens, page aligned), lock, allocate the prompt
+        cap = (p - 1) // B
+        m = 0
+        node = _ROOT
+        if cap > 0:
+            m, node = _walk(nd, key, base, cap, plen, gkey, first_node, ht, hn, hs, False)
+        hits[r] = B * m
+        _lock(nd, node, 1, ht, hn, hs)
+        lock_node[r] = node
+        protected[r] = m
+        _evict_to_free(nd, p - B * m + B, B, first_node, ht, hn, hs)
+        need = (p + B - 1) // B - m
+        if need > hs[_FREE]:
+            return False
+        hs[_FREE] -= need
+        seq[r] = p
+    elif kind == 2:  # prefill_end: checkpoint(up_to=P)
+        _checkpoint(nd, key, base, plen, plen, gkey, first_node, ht, hn, hs, lock_node, protected, r)
+    elif kind == 1:  # decode step: evict to one free page, a page when the token starts one
+        seq[r] += 1
+        _evict_to_free(nd, B, B, first_node, ht, hn, hs)
+        if (seq[r] - 1) % B == 0:
+            if hs[_FREE] < 1:
+                return False
+            hs[_FREE] -= 1
+    elif kind == 0:  # finish: release_kv_cache(checkpoint=True)
+        L = seq[r] // B
+        _checkpoint(nd, key, base, L, plen, gkey, first_node, ht, hn, hs, lock_node, protected, r)
+        if seq[r] % B:
+            hs[_FREE] += 1
+        _lock(nd, lock_node[r], -1, ht, hn, hs)
+    return True
+
+
+@njit(cache=True, nogil=True)
 def _sglang_kernel(key, off, P, n_written, ev_kind, ev_req, n_keys, N, B, hits, heap_cap):  # type: ignore[no-untyped-def]
     """Replay the events with ``N`` pages; fill ``hits``; return the failing request or -1.
 
@@ -292,60 +362,28 @@ def _sglang_kernel(key, off, P, n_written, ev_kind, ev_req, n_keys, N, B, hits, 
     heap), O(requests + keys) memory. ``heap_cap`` sizes the lazy heap (at least nodes + 1).
     """
     n_req = len(P)
-    M = 8 * n_req + 8
-    nd = np.zeros((M, 10), np.int64)
-    nd[_ROOT, _LOCK] = 1
-    nd[_ROOT, _ALIVE] = 1
-    nd[_ROOT, _GEN] = -1
-    first_node = np.full(n_keys + n_req, -1, np.int64)
+    M = tree_rows(n_req)
+    nd = np.empty((M, 10), np.int64)
+    first_node = np.empty(n_keys + n_req, np.int64)
     cap = max(heap_cap, M + 1)  # compaction leaves at most M entries: room for one push
     ht = np.empty(cap, np.int64)
     hn = np.empty(cap, np.int64)
-    hs = np.zeros(4, np.int64)
-    hs[_NNODES] = 1
-    hs[_FREE] = N
+    hs = np.empty(4, np.int64)
+    _init_tree(nd, first_node, hs, N)
     lock_node = np.zeros(n_req, np.int64)
     protected = np.zeros(n_req, np.int64)
     seq = np.zeros(n_req, np.int64)
     for e in range(len(ev_kind)):
         r = ev_req[e]
-        kind = ev_kind[e]
-        p = P[r]
-        base = off[r]
-        plen = p // B
-        gkey = n_keys + r
-        if kind == 3:  # arrival: match (P - 1 tokens, page aligned), lock, allocate the prompt
-            cap = (p - 1) // B
-            m = 0
-            node = _ROOT
-            if cap > 0:
-                m, node = _walk(nd, key, base, cap, plen, gkey, first_node, ht, hn, hs, False)
-            hits[r] = B * m
-            _lock(nd, node, 1, ht, hn, hs)
-            lock_node[r] = node
-            protected[r] = m
-            _evict_to_free(nd, p - B * m + B, B, first_node, ht, hn, hs)
-            need = (p + B - 1) // B - m
-            if need > hs[_FREE]:
-                return r
-            hs[_FREE] -= need
-            seq[r] = p
-        elif kind == 2:  # prefill_end: checkpoint(up_to=P)
-            _checkpoint(nd, key, base, plen, plen, gkey, first_node, ht, hn, hs, lock_node, protected, r)
-        elif kind == 1:  # decode step: evict to one free page, a page when the token starts one
-            seq[r] += 1
-            _evict_to_free(nd, B, B, first_node, ht, hn, hs)
-            if (seq[r] - 1) % B == 0:
-                if hs[_FREE] < 1:
-                    return r
-                hs[_FREE] -= 1
-        elif kind == 0:  # finish: release_kv_cache(checkpoint=True)
-            L = seq[r] // B
-            _checkpoint(nd, key, base, L, plen, gkey, first_node, ht, hn, hs, lock_node, protected, r)
-            if seq[r] % B:
-                hs[_FREE] += 1
-            _lock(nd, lock_node[r], -1, ht, hn, hs)
+        if not _event(ev_kind[e], r, key, off, P, n_keys, B, nd, first_node, ht, hn, hs, lock_node, protected, seq, hits):
+            return r
     return -1
+
+
+@njit(cache=True, nogil=True)
+def tree_rows(n_req):  # type: ignore[no-untyped-def]
+    """Node rows a tree needs for ``n_req`` requests (package-internal, with routed.py)."""
+    return 8 * n_req + 8
 
 
 @njit(cache=True, nogil=True)
@@ -454,3 +492,8 @@ def simulate_sglang(
             hi = int(((P + np.maximum(O, 1) + B - 1) // B).sum()) + 1
             min_pool = bisect_feasible(lambda n: _run(pages, prep, n, B)[1] < 0, bound, hi)
     return ServingResult("sglang", pools, hits, failed, min_pool, "per-size", proved)
+
+
+# Package-internal: the kernel steps serving/routed.py drives on K trees at once (one tree per
+# worker; per-request arrays shared). Same code as the one-tree kernel above.
+tree_init, tree_match_length, tree_event = _init_tree, _match_length, _event

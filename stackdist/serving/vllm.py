@@ -89,7 +89,7 @@ from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
 
-__all__ = ["simulate_vllm", "vllm_one_replay", "vllm_pool_run"]
+__all__ = ["pool_arrive", "pool_decode", "pool_finish", "pool_init", "simulate_vllm", "vllm_one_replay", "vllm_pool_run"]
 
 _B = 16
 
@@ -218,6 +218,35 @@ def _finish(r, tbl, tb, nblk, ncached, n_final, bs, ks, key, off, cont, HEAD, TA
 
 
 @njit(cache=True, nogil=True)
+def _init_pool(bs):  # type: ignore[no-untyped-def]
+    """A fresh pool of ``N = len(bs) - 2`` blocks: nothing cached, ref 0, the free queue
+    1..N-1 in id order between the fake head (row N) and tail (row N + 1)."""
+    N = bs.shape[0] - 2
+    bs[:, :] = -1
+    bs[:, _REF] = 0
+    last = N
+    for b in range(1, N):  # block 0 is the null block, never queued
+        bs[last, _NXT] = b
+        bs[b, _PRV] = last
+        last = b
+    bs[last, _NXT] = N + 1
+    bs[N + 1, _PRV] = last
+
+
+@njit(cache=True, nogil=True)
+def _decode(r, k, P, tbl, tb, nblk, bs, ks, HEAD, nfree, B):  # type: ignore[no-untyped-def]
+    """Decode step ``k`` of request ``r`` (allocate_slots(request, 1)): a new block when the
+    token starts one; returns the new free count, or -1 when the free queue is empty."""
+    need = (P[r] + k + B - 1) // B - nblk[r]
+    if need > nfree:
+        return -1
+    for _j in range(need):
+        tbl[tb + nblk[r]] = _pop_head(bs, HEAD, ks)
+        nblk[r] += 1
+    return nfree - need
+
+
+@njit(cache=True, nogil=True)
 def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N, B, hits, cont):  # type: ignore[no-untyped-def]
     """Replay the events at ``num_gpu_blocks = N``; fill ``hits``; return the failing request or -1.
 
@@ -225,15 +254,8 @@ def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N
     """
     HEAD = N
     TAIL = N + 1
-    bs = np.full((N + 2, 6), -1, np.int32)
-    bs[:, _REF] = 0
-    last = HEAD
-    for b in range(1, N):  # block 0 is the null block, never queued
-        bs[last, _NXT] = b
-        bs[b, _PRV] = last
-        last = b
-    bs[last, _NXT] = TAIL
-    bs[TAIL, _PRV] = last
+    bs = np.empty((N + 2, 6), np.int32)
+    _init_pool(bs)
     nfree = N - 1
     ks = np.full((n_keys, 2), -1, np.int32)  # first and last cached block of each key
     n_req = len(P)
@@ -250,13 +272,9 @@ def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N
             if nfree < 0:
                 return r
         elif kind == 1:  # decode step k: allocate_slots(request, 1)
-            need = (P[r] + ev_k[e] + B - 1) // B - nblk[r]
-            if need > nfree:
+            nfree = _decode(r, ev_k[e], P, tbl, tb, nblk, bs, ks, HEAD, nfree, B)
+            if nfree < 0:
                 return r
-            for _j in range(need):
-                tbl[tb + nblk[r]] = _pop_head(bs, HEAD, ks)
-                nblk[r] += 1
-            nfree -= need
         elif kind == 0:  # finish
             nfree += _finish(r, tbl, tb, nblk, ncached, n_final, bs, ks, key, off, cont, HEAD, TAIL, first)
     return -1
@@ -491,3 +509,8 @@ def resolve_schedule(schedule: Schedule | str, trace: object, pages: EnginePages
             raise ValueError("schedule='model' needs the RequestTrace (for its timestamps); got pages")
         return Schedule.from_service_model(trace)
     raise ValueError(f"schedule must be a Schedule, 'serial' or 'model'; got {schedule!r}")
+
+
+# Package-internal: the kernel steps serving/routed.py drives on K pools at once (one ``bs``/``ks``
+# pair per worker; block-table arrays per request). Same code as the one-pool kernel above.
+pool_init, pool_arrive, pool_decode, pool_finish = _init_pool, _arrive, _decode, _finish
