@@ -10,8 +10,14 @@ Commands:
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+from stackdist.errors import install_interrupt_handler, started_as
+
+if started_as("kvlab", "__main__.py"):  # the command itself: Ctrl-C during the imports is one line, exit 130
+    install_interrupt_handler("kvlab", guarded=False)
+
+import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -84,6 +90,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to a subcommand; return its exit code (0 ok, 1 data, 2 usage, 130 Ctrl-C, 141
     broken pipe: the convention of :mod:`stackdist.errors`, through one wrapper,
     :func:`stackdist.cli.common.run_guarded`)."""
+    restore = install_interrupt_handler("kvlab")
+    try:
+        return _main(argv)
+    finally:
+        restore()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from stackdist.cli.common import run_guarded
 
     try:

@@ -632,3 +632,42 @@ def test_standalone_scenario_with_closed_stdout(tmp_path):
                           cwd=tmp_path, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                           timeout=60, preexec_fn=lambda: os.close(1))
     assert proc.returncode == 1 and "stdout is closed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ Ctrl-C during the imports
+_EARLY = """import os, sys
+sys.argv = [{prog!r}, *{argv!r}]
+import {first}  # installs the Ctrl-C handler (started as {prog!r}), before numpy and numba
+os.write(2, b"ready\\n")
+from {entry} import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("prog,first,entry,argv", [
+    ("stackdist", "stackdist", "stackdist.cli.main", ["curve", "{fifo}", "-o", "{out}"]),
+    ("stackdist", "stackdist", "stackdist.cli.main", ["plan", "{fifo}", "--json", "{out}"]),
+    ("kvlab", "kvlab.__main__", "kvlab.__main__", ["block-lab", "--fixture", "{fifo}", "--json", "{out}"]),
+])
+def test_ctrl_c_during_the_heavy_imports_is_one_line_and_exit_130(tmp_path, prog, first, entry, argv):
+    """SIGINT right after the entry point's first import (the numpy/numba imports follow) and
+    a little later: exit 130, one line, no traceback, no file; children run side by side."""
+    fifo = tmp_path / "never.jsonl"
+    os.mkfifo(fifo)  # the command never gets past reading it
+    procs = []
+    for delay in (0.0, 0.15, 0.4):
+        out = tmp_path / f"out{delay}.json"
+        code = _EARLY.format(prog=prog, first=first, entry=entry,
+                             argv=[a.replace("{fifo}", str(fifo)).replace("{out}", str(out)) for a in argv])
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+        procs.append((delay, out, proc))
+    for delay, out, proc in procs:
+        assert proc.stderr is not None and proc.stderr.readline() == "ready\n"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+    for delay, out, proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and "Traceback" not in err, (delay, err)
+        assert len(err.splitlines()) == 1 and "interrupted" in err, (delay, err)
+        assert not out.exists()

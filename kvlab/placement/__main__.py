@@ -13,13 +13,17 @@ trace, which ``stackdist plan trace.jsonl --block-size 16`` plans (see
 
 from __future__ import annotations
 
+import sys
+
+from stackdist.errors import EXIT_OK, UsageError, install_interrupt_handler, started_as
+
+if started_as("__main__.py"):  # python -m kvlab.placement: Ctrl-C during the imports is one line, exit 130
+    install_interrupt_handler("kvlab.placement", guarded=False)
+
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-
-from stackdist.errors import EXIT_OK, UsageError
 
 from ..scenario import int_argument
 
@@ -230,12 +234,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C, 141 broken pipe), through the one wrapper :func:`stackdist.cli.common.run_guarded`."""
     from stackdist.cli.common import run_guarded
 
+    restore = install_interrupt_handler("kvlab.placement")
     try:
         args = build_parser().parse_args(argv)
         return run_guarded(f"kvlab.placement {args.command}", lambda: _COMMANDS[args.command](args))
     except KeyboardInterrupt:
         print("kvlab.placement: interrupted", file=sys.stderr)
         return 130
+    finally:
+        restore()
 
 
 def _out_folder(text: str) -> str:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from stackdist.errors import EXIT_INTERRUPTED
+from stackdist.errors import EXIT_INTERRUPTED, install_interrupt_handler
 from stackdist.version import __version__
 
 from .common import Parser, run_command
@@ -78,7 +78,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Every output is checked (writable, not an input, not a folder) before any work.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    restore = install_interrupt_handler("stackdist")
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        restore()
+
+
+def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "--version"):
         top_level_parser().parse_args(argv)  # prints (or errors) and exits, as the full parser would
     try:

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from stackdist.errors import UsageError
+from stackdist.errors import UsageError, writing_files
 
 from .jsonfmt import dumps_json
 
@@ -119,7 +119,11 @@ def _write_stream(path: str, data: str | bytes) -> None:
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Write ``data`` to ``path`` under the rules of the module docstring (``-`` is stdout)."""
-    shown = os.fspath(path)
+    with writing_files():  # Ctrl-C now raises, so the temporary file is removed
+        _write_atomic(os.fspath(path), data)
+
+
+def _write_atomic(shown: str, data: str | bytes) -> None:
     if is_stream(shown):
         _write_stream(shown, data)
         return
@@ -157,6 +161,11 @@ def write_files_atomic(folder: str | os.PathLike[str], files: Mapping[str, str |
     all are there are they renamed into place, so a failure (a full disk, Ctrl-C) leaves the
     folder with its old files, never a mix of new and old. Existing files keep their modes.
     """
+    with writing_files():
+        return _write_files(folder, files)
+
+
+def _write_files(folder: str | os.PathLike[str], files: Mapping[str, str | bytes]) -> list[Path]:
     import shutil
 
     out = Path(folder)
