@@ -20,10 +20,19 @@ import numpy as np
 
 from stackdist.errors import TraceFormatError
 
-from ..lines import UINT64_MAX, LineError, count_field, data_lines, field, int_array, json_object, shown
+from ..lines import (
+    UINT64_MAX,
+    LineError,
+    count_field,
+    data_lines,
+    field,
+    int_array,
+    json_object,
+    shown,
+)
 from ..requests import RequestTrace
 
-__all__ = ["read_dynamo"]
+__all__ = ["read_dynamo", "strict_schedule"]
 
 _SCHEMA = "dynamo.request.trace.v1"
 
@@ -130,5 +139,28 @@ def read_dynamo(path: str | os.PathLike[str], skip_bad: bool = False) -> Request
         skipped=skipped, request_labels=np.array([r["id"] for r in rows], dtype=object),
         workers=np.array([r["worker"] for r in rows], np.int64),
         engine_cached_tokens=np.array([r["cached"] for r in rows], np.int64),
-        recorded_schedule_s=np.array([[(t - start) / 1000 for t in r["schedule_ms"]] for r in rows]).reshape(-1, 3),
+        recorded_schedule_s=strict_schedule(np.array([[(t - start) / 1000 for t in r["schedule_ms"]] for r in rows]).reshape(-1, 3),
+                                            np.array([r["output"] for r in rows], np.int64)),
     )
+
+
+def strict_schedule(times: np.ndarray, output: np.ndarray, gap_s: float = 1e-6) -> np.ndarray:
+    """The recorded (start, prefill end, finish) in seconds, made strictly increasing per request
+    so the events replay in order: a one-token answer has ``ttft_ms == total_time_ms`` (prefill end
+    = finish) and a request served at once can have ``ttft_ms == prefill_time_ms``. The prefill
+    end is moved inside ``(start, finish)`` (it changes no hit: vLLM caches a prompt's blocks when
+    it is scheduled), leaving ``gap_s`` per output token before the finish for the decode steps;
+    the finish moves (later, by microseconds) only when the whole request took less than that.
+    O(requests).
+
+    >>> strict_schedule(np.array([[0.0, 1.0, 1.0], [2.0, 2.0, 3.0]]), np.array([1, 4])).tolist()
+    [[0.0, 0.999999, 1.0], [2.0, 2.000001, 3.0]]
+    """
+    out = times.astype(np.float64, copy=True)
+    if out.size == 0:
+        return out
+    steps = np.maximum(output, 1).astype(np.float64)
+    start = out[:, 0]
+    out[:, 2] = np.maximum(out[:, 2], start + gap_s * (steps + 1))
+    out[:, 1] = np.minimum(np.maximum(out[:, 1], start + gap_s), out[:, 2] - gap_s * steps)
+    return out
