@@ -47,13 +47,15 @@ from stackdist.traces import read_mooncake, reblock
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_scale.json"
 
 
-def request_log(n_accesses: int, seed: int = 0, prompts: int = 300, chunk: int = 1 << 22) -> np.ndarray:
+def request_log(n_accesses: int, seed: int = 0, prompts: int = 300, chunk: int = 1 << 22, lengths: list[int] | None = None
+                ) -> np.ndarray:
     """A block stream like a prefix-cache request log, generated chunk by chunk (int64 ids).
 
     Each request is a shared system prompt (8-40 blocks; prompt p chosen by Zipf(1.1)) followed
     by its session's history and 2-30 new blocks; a session ends after 1-12 turns; about 3000
     sessions are open at a time, picked at random. Prompt blocks are ``p * 64 + j``; session
-    blocks are ``2**20 + session * 512 + j``, so ids are prefix-chained.
+    blocks are ``2**20 + session * 512 + j``, so ids are prefix-chained. ``lengths``, when
+    given, receives each request's block count (the last one cut at ``n_accesses``).
     """
     rng = np.random.default_rng(seed)
     prompt_len = rng.integers(8, 41, prompts)
@@ -75,6 +77,8 @@ def request_log(n_accesses: int, seed: int = 0, prompts: int = 300, chunk: int =
             hist = min(s[2] + new, 500)
             req = np.concatenate([s[1] * 64 + np.arange(prompt_len[s[1]]), (1 << 20) + s[0] * 512 + np.arange(hist)])
             parts.append(req)
+            if lengths is not None:
+                lengths.append(min(req.size, n_accesses - total - got))
             got += req.size
             s[2], s[3] = hist, s[3] - 1
             if s[3] <= 0:

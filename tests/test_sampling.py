@@ -95,6 +95,39 @@ def test_kernel_matches_the_plain_python_shards(seed, mode):
             assert curve.hits_at(capacity) == pytest.approx(expected, abs=1e-6)
 
 
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("mode", ["rate", "size", "both"])
+def test_one_pass_for_several_seeds_matches_the_plain_python_shards(seed, mode):
+    from stackdist.engine.scale.sampling import feed_all
+
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(1, 400))
+    keys = rng.zipf(1.3, n) % 60
+    sizes = rng.integers(1, 4, 60)[keys] if seed % 2 else None
+    rate = {"rate": 0.4, "size": 1.0, "both": 0.7}[mode]
+    max_keys = None if mode == "rate" else int(rng.integers(1, 12))
+    seeds = [seed, seed + 7, seed + 8]
+    samplers = [ShardsSampler(rate=rate, max_keys=max_keys, seed=s) for s in seeds]
+    lo_count, hi_count = n // 5, n - n // 7
+    for lo in range(0, n, 37):
+        hi = min(n, lo + 37)
+        counted = slice(min(max(lo_count - lo, 0), hi - lo), min(max(hi_count - lo, 0), hi - lo))
+        feed_all(samplers, keys[lo:hi], None if sizes is None else sizes[lo:hi], counted)
+    for s, sampler in zip(seeds, samplers):
+        ref = naive_shards(keys, sizes, rate, max_keys, s)
+        alone = ShardsSampler(rate=rate, max_keys=max_keys, seed=s)
+        alone.feed(keys, sizes, slice(lo_count, hi_count), distances=False)
+        got, want = sampler.curve(), alone.curve()
+        assert got.n_accesses == want.n_accesses == hi_count - lo_count
+        assert got.n_sampled_keys == want.n_sampled_keys <= (max_keys or n)
+        assert got.rate == want.rate
+        counted_ref = {i: v for i, v in ref.items() if lo_count <= i < hi_count}
+        for capacity in (0, 1, 3, 10, 40, 200, 10_000):
+            assert got.hits_at(capacity) == pytest.approx(want.hits_at(capacity), abs=1e-9)
+            if mode == "rate":
+                assert got.hits_at(capacity) == pytest.approx(estimate(counted_ref, hi_count - lo_count, capacity), abs=1e-6)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_rate_one_equals_the_exact_curve(seed):
     rng = np.random.default_rng(seed)

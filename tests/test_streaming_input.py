@@ -158,6 +158,61 @@ def test_the_fast_mooncake_path_equals_the_exact_reader(tmp_path):
     assert list(iter_request_chunks(str(odd), block_size=16))[0].timestamps_s.tolist() == [0.0015]
 
 
+@pytest.mark.parametrize("sized", [False, True])
+def test_the_fast_jsonl_path_equals_the_exact_reader(tmp_path, sized):
+    rng = np.random.default_rng(7 + int(sized))
+    keys = rng.integers(-50, 3000, 5000)
+    rows = [json.dumps({"key": int(k), "size": int(abs(k) % 9 + 1)} if sized else {"key": int(k)}) for k in keys]
+    rows[10] = rows[10].replace(" ", "") + "\r"
+    rows[2000] = rows[2000][:-1] + ', "note": "x"}'  # another field: the exact reader's rules for that block
+    rows[3000] = '{"size": 3, "key": 5}' if sized else '{ "key" :5 }'
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(rows) + "\n\n")
+    got_keys, got_sizes = _joined(iter_access_chunks(str(path)))
+    whole = read_access_trace(path)
+    assert got_keys.tolist() == key_values(whole.keys).tolist()
+    assert (got_sizes is None and whole.sizes is None) or got_sizes.tolist() == whole.sizes.tolist()
+    for bad, message in (('{"key": 1}\n{"key": 01}\n', r"t.jsonl:2"), ('{"key": 1}\n\n{"key": 2, "size": 0}\n', r"t.jsonl:3"),
+                         ('{"key": 1}\n{"key": 1.5}\n', r"t.jsonl:2"), ('{"key": 1}\n{"size": 2}\n', r"t.jsonl:2: missing")):
+        path.write_text(bad)
+        with pytest.raises(TraceFormatError, match=message):
+            list(iter_access_chunks(str(path)))
+    path.write_text('{"key": "a"}\n{"key": "b"}\n{"key": "a"}\n')
+    got_keys, _ = _joined(iter_access_chunks(str(path)))
+    assert got_keys.tolist() == key_values(read_access_trace(path).keys).tolist()
+
+
+def test_scan_access_jsonl_accepts_only_the_plain_form():
+    from stackdist.traces.fast_json import scan_access_jsonl
+
+    def run(text):
+        keys, sizes, m, has_size, ok = scan_access_jsonl(np.frombuffer(text, np.uint8))
+        return keys.tolist(), sizes.tolist(), has_size, ok
+
+    assert run(b'{"key": 5}\n\n{ "key":-7 }\r\n') == ([5, -7], [0, 0], False, True)
+    assert run(b'{"size": 2, "key": 5}\n{"key": 1, "size": 3}') == ([5, 1], [2, 3], True, True)
+    for bad in (b'{"key": "a"}\n', b'{"key": 05}\n', b'{"key": 1, "size": 0}\n', b'{"key": 5.0}\n', b'{"key": 1e3}\n',
+                b'{"key": 1, "key": 2}\n', b'{"key": 1}x\n', b'{"key": 1}\n{"key": 1, "size": 2}\n', b'[1]\n', b'{}\n',
+                b'{"key": 1234567890123456789}\n', b'{"k": 1}\n'):
+        assert run(bad)[3] is False, bad
+
+
+def test_the_mooncake_block_ids_equal_the_exact_reader(tmp_path):
+    from naive import real_trace_paths
+
+    from stackdist.traces.stream_input import iter_block_id_chunks
+
+    for path in real_trace_paths()[1:]:
+        got = np.concatenate(list(iter_block_id_chunks(str(path))))
+        assert got.tolist() == read_mooncake(path).block_ids.tolist()
+    odd = tmp_path / "m.jsonl"
+    odd.write_text('{"timestamp": 1.5, "input_length": 600, "hash_ids": [1, 2]}\n\n{"timestamp": 0, "input_length": 9}\n')
+    with pytest.raises(TraceFormatError, match=r"m.jsonl:3: missing field 'hash_ids'"):
+        list(iter_block_id_chunks(str(odd)))
+    odd.write_text('{"timestamp": 1.5, "input_length": 600, "hash_ids": [1, 2], "x": [3]}\n')
+    assert [c.tolist() for c in iter_block_id_chunks(str(odd))] == [[1, 2]]
+
+
 def test_plan_and_tiers_read_streamed_inputs_as_the_plain_file(tmp_path):
     from stackdist.cli.main import main
 

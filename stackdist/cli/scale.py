@@ -115,10 +115,10 @@ def _read_keys(trace: str, fmt: str | None) -> tuple[np.ndarray, np.ndarray | No
 
 
 def _iter_keys(trace: str, fmt: str | None) -> Any:
-    from stackdist.traces.stream_input import iter_access_chunks, iter_request_chunks
+    from stackdist.traces.stream_input import iter_access_chunks, iter_block_id_chunks
 
     if fmt in _REQUEST_FORMATS:
-        return ((t.block_ids, None) for t in iter_request_chunks(trace, fmt))
+        return ((ids, None) for ids in iter_block_id_chunks(trace, fmt))
     return iter_access_chunks(trace, fmt)
 
 
@@ -139,7 +139,7 @@ def _needs_length(args: argparse.Namespace) -> bool:
 def _sampled_curves(args: argparse.Namespace) -> list[Any]:
     """One SHARDS curve per seed, the trace read once in chunks (bounded memory unless the
     window or warm-up counts from the end)."""
-    from stackdist.engine.scale.sampling import ShardsSampler
+    from stackdist.engine.scale.sampling import ShardsSampler, feed_all
 
     samplers = [ShardsSampler(args.sample_rate, args.sample_size, s) for s in seeds_of(args)]
     if args.dask:
@@ -155,8 +155,7 @@ def _sampled_curves(args: argparse.Namespace) -> list[Any]:
     for keys, sizes in chunks:
         n = keys.shape[0]
         counted = slice(min(max(start - pos, 0), n), min(max(stop - pos, 0), n))
-        for sampler in samplers:
-            sampler.feed(keys, sizes, counted, distances=False)
+        feed_all(samplers, keys, sizes, counted)
         pos += n
     require_data(pos, args.trace, "the trace has no accesses")
     require_data(samplers[0].n_accesses, args.trace, "no accesses are counted (--window, --warmup)")
@@ -382,7 +381,7 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
         sub = HitCurve.from_trace(keys[mask], None if sizes is None else sizes[mask], window)
         if cpu_caps is None:
             cpu_caps = (sub.default_capacities(args.cpu_points) / rate).round().astype(np.int64)
-        scaled_gpus = [int(round(g * rate)) for g in gpus]
+        scaled_gpus = [round(g * rate) for g in gpus]
         scaled_cpu = np.round(cpu_caps * rate).astype(np.int64)
         grid = {"inclusive": inclusive_grid(inclusive_tiers(gpu_capacities=scaled_gpus, curve=sub), scaled_cpu)}
         if args.exclusive:

@@ -18,11 +18,17 @@ reader's; on accepted lines both give the same arrays (tested).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from stackdist.engine.kernels import njit
 
-__all__ = ["scan_mooncake"]
+if TYPE_CHECKING:
+    from .requests import RequestTrace
+
+__all__ = ["jsonl_access_chunks", "mooncake_block_ids", "mooncake_chunks", "numbered_lines", "scan_access_jsonl", "scan_mooncake"]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -159,3 +165,144 @@ def scan_mooncake(buf, block_size):
         m += 1
         i += 1
     return ids[:n_ids], nb[:m], ts[:m], inp[:m], out[:m], m, True
+
+
+@njit(cache=True, nogil=True)
+def scan_access_jsonl(buf):
+    """Scan whole JSONL access lines ``{"key": INT}`` or ``{"key": INT, "size": INT}`` (either
+    order, each once; keys ``-?digits`` and sizes positive, plain JSON integers of at most 18
+    digits; the same fields on every line). Returns ``(keys, sizes, lines, has_size, ok)``; ``ok``
+    is False at the first line of any other shape (a string key, another field, a float, broken
+    JSON), and the caller hands the block to the exact reader. O(bytes).
+    """
+    n = buf.shape[0]
+    keys = np.empty(n // 10 + 1, np.int64)
+    sizes = np.empty(n // 10 + 1, np.int64)
+    m = 0
+    shape = 0  # the first line's fields: 1 key only, 3 key and size
+    i = 0
+    while i < n:
+        i = _skip_ws(buf, i, n)
+        if i < n and buf[i] == 10:
+            i += 1
+            continue
+        if i >= n:
+            break
+        if buf[i] != 123 or m >= keys.shape[0]:
+            return keys[:m], sizes[:m], m, shape == 3, False
+        i = _skip_ws(buf, i + 1, n)
+        seen = 0
+        k_v = 0
+        s_v = 0
+        while True:
+            if i + 5 >= n or buf[i] != 34:
+                return keys[:m], sizes[:m], m, shape == 3, False
+            if buf[i + 1] == 107 and buf[i + 2] == 101 and buf[i + 3] == 121 and buf[i + 4] == 34:  # "key"
+                field = 1
+                i += 5
+            elif i + 6 < n and buf[i + 1] == 115 and buf[i + 2] == 105 and buf[i + 3] == 122 and buf[i + 4] == 101 \
+                    and buf[i + 5] == 34:  # "size"
+                field = 2
+                i += 6
+            else:
+                return keys[:m], sizes[:m], m, shape == 3, False
+            if seen & field:
+                return keys[:m], sizes[:m], m, shape == 3, False
+            seen |= field
+            i = _skip_ws(buf, i, n)
+            if i >= n or buf[i] != 58:
+                return keys[:m], sizes[:m], m, shape == 3, False
+            i = _skip_ws(buf, i + 1, n)
+            neg = field == 1 and i < n and buf[i] == 45
+            if neg:
+                i += 1
+            v, i, ok = _number(buf, i, n)
+            if not ok or (field == 2 and v < 1):
+                return keys[:m], sizes[:m], m, shape == 3, False
+            if field == 1:
+                k_v = -v if neg else v
+            else:
+                s_v = v
+            i = _skip_ws(buf, i, n)
+            if i < n and buf[i] == 44:
+                i = _skip_ws(buf, i + 1, n)
+                continue
+            if i < n and buf[i] == 125:
+                i += 1
+                break
+            return keys[:m], sizes[:m], m, shape == 3, False
+        i = _skip_ws(buf, i, n)
+        if (i < n and buf[i] != 10) or (seen & 1) == 0 or (shape != 0 and seen != shape):
+            return keys[:m], sizes[:m], m, shape == 3, False
+        shape = seen
+        keys[m] = k_v
+        sizes[m] = s_v
+        m += 1
+        i += 1
+    return keys[:m], sizes[:m], m, shape == 3, True
+
+
+def mooncake_block_ids(path: str, block_size: int) -> Iterator[np.ndarray]:
+    """The block ids of a Mooncake trace in 32 MB blocks, straight from :func:`scan_mooncake`
+    (no per-request arrays), the exact reader's for any block the scan does not accept. O(block)."""
+    from .stream_input import line_blocks, parse_request_lines
+
+    lines_before = 0
+    for block in line_blocks(path):
+        ids, _, _, _, _, _, ok = scan_mooncake(np.frombuffer(block, np.uint8), block_size)
+        if ok:
+            yield ids
+        elif numbered_lines(block, lines_before):
+            yield parse_request_lines(path, numbered_lines(block, lines_before), "mooncake", block_size).block_ids
+        lines_before += block.count(b"\n")
+
+
+def numbered_lines(block: bytes, lines_before: int) -> list[tuple[int, bytes]]:
+    """The non-blank lines of a block of whole lines, numbered from ``lines_before + 1``. O(bytes).
+
+    >>> numbered_lines(b"a\\n\\nb\\r\\n", 10)
+    [(11, b'a'), (13, b'b')]
+    """
+    numbered = [(lines_before + j + 1, raw.rstrip(b"\r")) for j, raw in enumerate(block.split(b"\n"))]
+    return [(j, raw) for j, raw in numbered if raw.strip()]
+
+
+def mooncake_chunks(path: str, block_size: int, skip_bad: bool) -> Iterator[RequestTrace]:
+    """A Mooncake trace in 32 MB blocks: :func:`scan_mooncake` when every line of a
+    block has the plain shape, else the exact reader for that block (same trace, same errors)."""
+    from .requests import assemble, check_block_size
+    from .stream_input import line_blocks, parse_request_lines
+
+    block_size = check_block_size(block_size)
+    lines_before = 0
+    for block in line_blocks(path):
+        ids, n_blocks, ts, inputs, outputs, _, ok = scan_mooncake(np.frombuffer(block, np.uint8), block_size)
+        if ok:
+            yield assemble(path, ids.copy(), n_blocks, ts / 1000.0, inputs, outputs, block_size, 0)
+        else:
+            numbered = numbered_lines(block, lines_before)
+            if numbered:
+                yield parse_request_lines(path, numbered, "mooncake", block_size, skip_bad)
+        lines_before += block.count(b"\n")
+
+
+def jsonl_access_chunks(path: str) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """A JSONL access trace in blocks of about 32 MB, each by :func:`scan_access_jsonl`
+    when its lines are plain ``{"key": INT[, "size": INT]}`` with the first block's fields, else
+    by the exact reader (same keys, sizes and errors). O(block)."""
+    from .stream_input import AccessLineParser, line_blocks
+
+    parser = AccessLineParser(path, "jsonl")
+    lines_before, sized = 0, None
+    for block in line_blocks(path):
+        keys, sizes, m, has_size, ok = scan_access_jsonl(np.frombuffer(block, np.uint8))
+        if ok and m and sized in (None, has_size):
+            sized = has_size
+            yield keys.view(np.uint64), (sizes if has_size else None)
+        else:
+            numbered = numbered_lines(block, lines_before)
+            if numbered:
+                got = parser.parse(numbered)
+                sized = got[1] is not None if sized is None else sized
+                yield got
+        lines_before += block.count(b"\n")

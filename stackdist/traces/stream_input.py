@@ -54,6 +54,7 @@ __all__ = [
     "fast_delimited_chunks",
     "is_streamed",
     "iter_access_chunks",
+    "iter_block_id_chunks",
     "iter_line_chunks",
     "iter_lines",
     "iter_request_chunks",
@@ -281,6 +282,11 @@ def iter_access_chunks(spec: str | Sequence[str], format: str | None = None, lin
         if suffix in (".csv", ".tsv", ".txt") and lines >= CHUNK_LINES:
             yield from fast_delimited_chunks(path, suffix)
             continue
+        if suffix == ".jsonl" and lines >= CHUNK_LINES:
+            from .fast_json import jsonl_access_chunks
+
+            yield from jsonl_access_chunks(path)
+            continue
         parser = AccessLineParser(path, format)
         for chunk in iter_line_chunks(path, lines):
             yield parser.parse(chunk)
@@ -355,13 +361,35 @@ def iter_request_chunks(spec: str | Sequence[str], format: str = "mooncake", blo
     >>> [t.n_requests for t in iter_request_chunks(p, block_size=16, lines=2)]
     [2, 1]
     """
+    from .fast_json import mooncake_chunks
+
     for path in expand_inputs(spec):
         if format == "mooncake" and lines >= CHUNK_LINES:
-            yield from _fast_mooncake_chunks(path, DEFAULT_BLOCK_SIZE[format] if block_size is None else block_size,
-                                             skip_bad)
+            yield from mooncake_chunks(path, DEFAULT_BLOCK_SIZE[format] if block_size is None else block_size,
+                                       skip_bad)
             continue
         for chunk in iter_line_chunks(path, lines):
             yield parse_request_lines(path, chunk, format, block_size, skip_bad, partial_last_block)
+
+
+def iter_block_id_chunks(spec: str | Sequence[str], format: str = "mooncake") -> Iterator[np.ndarray]:
+    """The block ids of a request trace chunk by chunk (the block stream ``curve`` replays):
+    Mooncake blocks the compiled scan accepts give their ids directly (no per-request arrays
+    are built), any other block or format goes through :func:`iter_request_chunks`. O(block).
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "m.jsonl")
+    >>> _ = open(p, "w").write('{"timestamp": 0, "input_length": 600, "hash_ids": [1, 2]}\\n')
+    >>> [c.tolist() for c in iter_block_id_chunks(p)]
+    [[1, 2]]
+    """
+    from .fast_json import mooncake_block_ids
+
+    for path in expand_inputs(spec):
+        if format == "mooncake":
+            yield from mooncake_block_ids(path, DEFAULT_BLOCK_SIZE[format])
+        else:
+            yield from (t.block_ids for t in iter_request_chunks(path, format))
 
 
 def concat_requests(traces: Sequence[RequestTrace], source: str = "") -> RequestTrace:
@@ -392,26 +420,6 @@ def concat_requests(traces: Sequence[RequestTrace], source: str = "") -> Request
                         required("output_length"), block_size=traces[0].block_size, source=source or traces[0].source,
                         session_ids=joined("session_ids"), skipped=sum(t.skipped for t in traces),
                         request_ids=joined("request_ids"))
-
-
-def _fast_mooncake_chunks(path: str, block_size: int, skip_bad: bool) -> Iterator[RequestTrace]:
-    """A Mooncake trace in 32 MB blocks: :func:`~.fast_json.scan_mooncake` when every line of a
-    block has the plain shape, else the exact reader for that block (same trace, same errors)."""
-    from .fast_json import scan_mooncake
-    from .requests import assemble, check_block_size
-
-    block_size = check_block_size(block_size)
-    lines_before = 0
-    for block in line_blocks(path):
-        ids, n_blocks, ts, inputs, outputs, _, ok = scan_mooncake(np.frombuffer(block, np.uint8), block_size)
-        if ok:
-            yield assemble(path, ids.copy(), n_blocks, ts / 1000.0, inputs, outputs, block_size, 0)
-        else:
-            numbered = [(lines_before + j + 1, raw.rstrip(b"\r")) for j, raw in enumerate(block.split(b"\n"))]
-            numbered = [(j, raw) for j, raw in numbered if raw.strip()]
-            if numbered:
-                yield parse_request_lines(path, numbered, "mooncake", block_size, skip_bad)
-        lines_before += block.count(b"\n")
 
 
 @njit(cache=True, nogil=True)

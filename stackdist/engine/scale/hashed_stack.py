@@ -16,7 +16,7 @@ import numpy as np
 
 from ..kernels import COLD, njit
 
-__all__ = ["HashedStack", "compact_slots", "hash_values", "shards_replay"]
+__all__ = ["HashedStack", "compact_slots", "hash_values", "multi_filter", "shards_replay"]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -35,6 +35,30 @@ def hash_values(values, salt):
     for i in range(values.shape[0]):
         out[i] = _mix(values[i], salt)
     return out
+
+
+@njit(cache=True, nogil=True)
+def multi_filter(values, salts, cuts):
+    """One pass over a chunk for several seeds at once: the indices of the accesses that at
+    least one seed samples (``mix(value ^ salts[j]) <= cuts[j]``) and, for each, the bit mask of
+    the seeds that do. O(n x seeds), no allocation beyond the output.
+    """
+    n = values.shape[0]
+    k = salts.shape[0]
+    idx = np.empty(n, np.int64)
+    own = np.empty(n, np.int64)
+    m = 0
+    for i in range(n):
+        v = values[i]
+        bits = 0
+        for j in range(k):
+            if _mix(v, salts[j]) <= cuts[j]:
+                bits |= 1 << j
+        if bits:
+            idx[m] = i
+            own[m] = bits
+            m += 1
+    return idx[:m].copy(), own[:m].copy()
 
 
 @njit(cache=True, nogil=True, inline="always")

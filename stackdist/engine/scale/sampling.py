@@ -50,13 +50,14 @@ import numpy as np
 from ..curve import parse_window
 from ..kernels import COLD
 from ..keys import check_sizes
-from .hashed_stack import HashedStack, hash_values
+from .hashed_stack import HashedStack, hash_values, multi_filter
 from .sampled_curve import SampledCurve, spread
 
 __all__ = [
     "SKIP",
     "SampledCurve",
     "ShardsSampler",
+    "feed_all",
     "key_hashes",
     "rate_of_threshold",
     "sample_keys",
@@ -247,14 +248,28 @@ class ShardsSampler:
         all). A key whose size changes is a ValueError. O(len) plus O(log S) per sampled access.
         """
         values = _key_values(keys)
-        size_arr = check_sizes(sizes, values.shape[0])
+        return self.feed_values(values, check_sizes(sizes, values.shape[0]), counted, distances, keys=keys)
+
+    def feed_values(self, values: np.ndarray, size_arr: np.ndarray | None, counted: Any = None, distances: bool = True,
+                    subset: np.ndarray | None = None, keys: Any = None) -> np.ndarray | None:
+        """:meth:`feed` on uint64 key values (sizes checked), replaying only ``subset`` (sorted
+        indices holding every access this sample keeps, from :func:`feed_all`'s prefilter): the
+        same state and curve as replaying the whole chunk. O(len(subset) log S) plus O(len)."""
         self._unit = self._unit and size_arr is None
         limit = -1 if self.max_keys is None else self.max_keys
-        idx, d, t, error = self._stack.run(values, self._salt, size_arr, self._thresh, limit)
+        if subset is None:
+            idx, d, t, error = self._stack.run(values, self._salt, size_arr, self._thresh, limit)
+        else:
+            idx, d, t, error = self._stack.run(values[subset], self._salt, None if size_arr is None else size_arr[subset],
+                                               self._thresh, limit)
+            idx, error = subset[idx], (int(subset[error]) if error >= 0 else error)
         if error >= 0:
-            raise ValueError(f"key {np.asarray(keys)[error]!r} changed size at position {self.n_accesses + error}; "
+            shown = values[error] if keys is None else np.asarray(keys)[error]
+            raise ValueError(f"key {shown!r} changed size at position {self.n_accesses + error}; "
                              "a key's size must be fixed.")
         n = values.shape[0]
+        if isinstance(counted, slice) and counted.indices(n) == (0, n, 1):
+            counted = None  # the whole chunk counts
         if counted is None:
             self.n_accesses += n
             self.total_size += n if size_arr is None else int(size_arr.sum())
@@ -318,6 +333,31 @@ class ShardsSampler:
                             self._unit)
 
 
+def feed_all(samplers: Sequence[ShardsSampler], keys: Any, sizes: Any = None, counted: Any = None) -> None:
+    """Feed one chunk to several samplers (one per seed) with one compiled pass over it: the
+    keys are hashed under every seed at once and each sampler replays only the accesses its seed
+    keeps (a threshold only falls, so the chunk-start thresholds keep a superset). The same
+    curves as feeding each sampler the whole chunk. O(n x seeds) plus the sampled replays.
+
+    >>> a, b = ShardsSampler(rate=0.5, seed=0), ShardsSampler(rate=0.5, seed=0)
+    >>> feed_all([a], np.arange(100) % 7); _ = b.feed(np.arange(100) % 7)
+    >>> a.curve().hits_at(3) == b.curve().hits_at(3), a.n_accesses
+    (True, 100)
+    """
+    values = _key_values(keys)
+    size_arr = check_sizes(sizes, values.shape[0])
+    if not samplers:
+        return
+    if len(samplers) > 62:
+        raise ValueError("at most 62 samplers per pass.")
+    salts = np.array([s._salt for s in samplers], np.uint64)
+    cuts = np.array([s._thresh[0] for s in samplers], np.uint64)
+    idx, own = multi_filter(values, salts, cuts)
+    for j, sampler in enumerate(samplers):
+        sub = idx if len(samplers) == 1 else idx[(own >> j) & 1 == 1]
+        sampler.feed_values(values, size_arr, counted, distances=False, subset=sub, keys=keys)
+
+
 def sampled_curve(keys: Any, sizes: Any = None, *, rate: float | None = None, max_keys: int | None = None,
                   seed: int = 0, window: Any = None) -> SampledCurve:
     """A SHARDS estimate of the LRU curve of a whole trace, replayed in chunks. O(n + S log S)
@@ -346,4 +386,12 @@ def sampled_curves(keys: Any, sizes: Any = None, *, rate: float | None = None, m
     >>> len(sampled_curves([0, 1, 0], rate=1.0, seeds=(0, 1)))
     2
     """
-    return [sampled_curve(keys, sizes, rate=rate, max_keys=max_keys, seed=s, window=window) for s in seeds]
+    arr = keys if isinstance(keys, np.ndarray) else np.asarray(list(keys))
+    size_arr = check_sizes(sizes, arr.shape[0])
+    start, stop = parse_window(window, arr.shape[0])
+    samplers = [ShardsSampler(rate, max_keys, s) for s in seeds]
+    for lo in range(0, max(arr.shape[0], 1), _CHUNK):
+        hi = min(arr.shape[0], lo + _CHUNK)
+        counted = slice(max(start, lo) - lo, max(min(stop, hi), lo) - lo)
+        feed_all(samplers, arr[lo:hi], None if size_arr is None else size_arr[lo:hi], counted)
+    return [s.curve() for s in samplers]
