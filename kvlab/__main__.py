@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from stackdist.errors import install_interrupt_handler, started_as
+from stackdist.errors import EXIT_INTERRUPTED, install_interrupt_handler, started_as
 
 if started_as("kvlab", "__main__.py"):  # the command itself: Ctrl-C during the imports is one line, exit 130
     install_interrupt_handler("kvlab", guarded=False)
@@ -90,11 +90,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to a subcommand; return its exit code (0 ok, 1 data, 2 usage, 130 Ctrl-C, 141
     broken pipe: the convention of :mod:`stackdist.errors`, through one wrapper,
     :func:`stackdist.cli.common.run_guarded`)."""
-    restore = install_interrupt_handler("kvlab")
-    try:
+    restore = None
+    try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
+        restore = install_interrupt_handler("kvlab")
         return _main(argv)
+    except KeyboardInterrupt:  # before or after the command's own guard
+        print("kvlab: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
-        restore()
+        if restore is not None:
+            restore()
 
 
 def _main(argv: Sequence[str] | None) -> int:

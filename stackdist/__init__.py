@@ -36,11 +36,6 @@ Request traces with prefix-cache semantics (``engine`` or ``per-access``):
 >>> plan.min_capacity_for(fraction_of_ceiling=0.9)                                  # doctest: +SKIP
 """
 
-from .errors import install_interrupt_handler, started_as
-
-if started_as("stackdist"):  # the console script: Ctrl-C from here on is one line and exit 130
-    install_interrupt_handler("stackdist", guarded=False)
-
 from typing import TYPE_CHECKING, Any
 
 from .errors import TraceFormatError, UsageError

@@ -98,45 +98,49 @@ def require_data(count: int, source: str | os.PathLike[str], why: str) -> None:
 
 # ------------------------------------------------------------------ Ctrl-C
 _STATE: dict[str, Any] = {"prog": "stackdist", "guarded": False, "writing": 0}
-_UNSAFE = ("importlib._bootstrap", os.sep + "numba" + os.sep, os.sep + "llvmlite" + os.sep)
+_RETRY_S = 0.02
 
 
-def _in_unsafe_frame(frame: Any) -> bool:
-    """True inside an import or numba/llvmlite (whose ctypes callbacks swallow a KeyboardInterrupt)."""
+def _in_llvmlite(frame: Any) -> bool:
+    """True inside llvmlite (numba's compiler), whose ctypes callbacks swallow any exception."""
     depth = 0
     while frame is not None and depth < 200:
-        name = frame.f_code.co_filename
-        if any(part in name for part in _UNSAFE):
+        if "llvmlite" in frame.f_code.co_filename:
             return True
         frame, depth = frame.f_back, depth + 1
     return False
 
 
 def _on_sigint(signum: int, frame: Any) -> None:
-    """Ctrl-C: a :class:`KeyboardInterrupt` where the command's guard catches it (files are then
-    cleaned up by the writers); during an import, a numba compile or before the guard, one line
-    and exit 130 at once (nothing is being written then, so no file is lost)."""
-    if _STATE["writing"] or (_STATE["guarded"] and not _in_unsafe_frame(frame)):
+    """Ctrl-C: a :class:`KeyboardInterrupt` once the command's guard is in place (the guard
+    prints one line, the writers remove their temporary files); before it (the imports of the
+    entry point) one line and exit 130. Inside numba's compiler, where an exception would be
+    swallowed, the signal is taken again a moment later (an interval timer)."""
+    import signal
+
+    if _in_llvmlite(frame) and hasattr(signal, "setitimer"):
+        signal.signal(signal.SIGALRM, _on_sigint)
+        signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
+        return
+    if _STATE["writing"] or _STATE["guarded"]:
         raise KeyboardInterrupt
-    try:
-        os.write(2, f"{_STATE['prog']}: interrupted\n".encode())
-    finally:
-        os._exit(EXIT_INTERRUPTED)
+    print(f"{_STATE['prog']}: interrupted", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_INTERRUPTED)
 
 
 def install_interrupt_handler(prog: str, guarded: bool = True) -> Callable[[], None]:
     """Handle Ctrl-C for the command ``prog`` (see :func:`_on_sigint`); return a function that
-    puts the previous handler back. Installed before the heavy imports (numpy, numba) by every
-    entry point, so Ctrl-C in the first second is one line and exit 130, never a traceback.
-    Off the main thread (signals cannot be handled there) it does nothing. O(1).
+    puts the previous handler back. Every entry point installs it before its heavy imports
+    (numpy, numba: the first second of every command), so Ctrl-C is one line and exit 130,
+    never a traceback. Off the main thread (no signals there) it does nothing. O(1).
 
     >>> restore = install_interrupt_handler("demo"); restore()
     """
-    import _signal  # the C module: ``signal`` itself takes 15 ms to import (its enums)
+    import signal
 
     previous_state = dict(_STATE)
     try:
-        previous = _signal.signal(_signal.SIGINT, _on_sigint)
+        previous = signal.signal(signal.SIGINT, _on_sigint)
     except (ValueError, OSError, AttributeError):  # not the main thread, or no signals here
         return lambda: None
     _STATE.update(prog=prog, guarded=guarded)
@@ -144,7 +148,7 @@ def install_interrupt_handler(prog: str, guarded: bool = True) -> Callable[[], N
     def restore() -> None:
         _STATE.update(prog=previous_state["prog"], guarded=previous_state["guarded"])
         try:
-            _signal.signal(_signal.SIGINT, previous)
+            signal.signal(signal.SIGINT, previous)
         except (ValueError, OSError, TypeError):
             pass
 
@@ -165,3 +169,7 @@ class writing_files:
 
     def __exit__(self, *exc: object) -> None:
         _STATE["writing"] -= 1
+
+
+if started_as("stackdist"):  # the console script imports this module first (stackdist/__init__.py): from here on,
+    install_interrupt_handler("stackdist", guarded=False)  # Ctrl-C during the imports is one line and exit 130

@@ -234,15 +234,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C, 141 broken pipe), through the one wrapper :func:`stackdist.cli.common.run_guarded`."""
     from stackdist.cli.common import run_guarded
 
-    restore = install_interrupt_handler("kvlab.placement")
-    try:
+    restore = None
+    try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
+        restore = install_interrupt_handler("kvlab.placement")
         args = build_parser().parse_args(argv)
         return run_guarded(f"kvlab.placement {args.command}", lambda: _COMMANDS[args.command](args))
     except KeyboardInterrupt:
         print("kvlab.placement: interrupted", file=sys.stderr)
         return 130
     finally:
-        restore()
+        if restore is not None:
+            restore()
 
 
 def _out_folder(text: str) -> str:

@@ -78,11 +78,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Every output is checked (writable, not an input, not a folder) before any work.
     """
-    restore = install_interrupt_handler("stackdist")
-    try:
+    restore = None
+    try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
+        restore = install_interrupt_handler("stackdist")
         return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:  # before or after the command's own guard
+        print("stackdist: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
-        restore()
+        if restore is not None:
+            restore()
 
 
 def _main(argv: list[str]) -> int:
