@@ -18,8 +18,8 @@ reader's; on accepted lines both give the same arrays (tested).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -242,18 +242,68 @@ def scan_access_jsonl(buf):
     return keys[:m], sizes[:m], m, shape == 3, True
 
 
-def mooncake_block_ids(path: str, block_size: int) -> Iterator[np.ndarray]:
-    """The block ids of a Mooncake trace in 32 MB blocks, straight from :func:`scan_mooncake`
-    (no per-request arrays), the exact reader's for any block the scan does not accept. O(block)."""
-    from .stream_input import line_blocks, parse_request_lines
+def mooncake_block_ids(blocks: Iterable[bytes], block_size: int, exact: Callable[[list[tuple[int, bytes]]], Any]
+                       ) -> Iterator[np.ndarray]:
+    """The block ids of a Mooncake trace given in blocks of whole lines, straight from
+    :func:`scan_mooncake` (no per-request arrays), or ``exact(numbered lines).block_ids`` (the
+    exact reader) for any block the scan does not accept. O(bytes).
 
+    >>> [c.tolist() for c in mooncake_block_ids([b'{"timestamp": 0, "input_length": 9, "hash_ids": [4]}\\n'], 16, None)]
+    [[4]]
+    """
     lines_before = 0
-    for block in line_blocks(path):
+    for block in blocks:
         ids, _, _, _, _, _, ok = scan_mooncake(np.frombuffer(block, np.uint8), block_size)
         if ok:
             yield ids
-        elif numbered_lines(block, lines_before):
-            yield parse_request_lines(path, numbered_lines(block, lines_before), "mooncake", block_size).block_ids
+        else:
+            numbered = numbered_lines(block, lines_before)
+            if numbered:
+                yield exact(numbered).block_ids
+        lines_before += block.count(b"\n")
+
+
+def mooncake_chunks(blocks: Iterable[bytes], path: str, block_size: int, exact: Callable[[list[tuple[int, bytes]]], Any]
+                    ) -> Iterator[RequestTrace]:
+    """A Mooncake trace given in blocks of whole lines: :func:`scan_mooncake` when every line of
+    a block has the plain shape, else ``exact(numbered lines)`` (the exact reader: same trace,
+    same errors). O(bytes)."""
+    from .requests import assemble
+
+    lines_before = 0
+    for block in blocks:
+        ids, n_blocks, ts, inputs, outputs, _, ok = scan_mooncake(np.frombuffer(block, np.uint8), block_size)
+        if ok:
+            yield assemble(path, ids.copy(), n_blocks, ts / 1000.0, inputs, outputs, block_size, 0)
+        else:
+            numbered = numbered_lines(block, lines_before)
+            if numbered:
+                yield exact(numbered)
+        lines_before += block.count(b"\n")
+
+
+def jsonl_access_chunks(blocks: Iterable[bytes], exact: Callable[[list[tuple[int, bytes]]], Any]
+                        ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """A JSONL access trace given in blocks of whole lines: (key values, sizes or None) by
+    :func:`scan_access_jsonl` when a block's lines are plain ``{"key": INT[, "size": INT]}`` with
+    the first block's fields, else ``exact(numbered lines)`` (the exact reader: same keys, sizes
+    and errors). O(bytes).
+
+    >>> [k.tolist() for k, _ in jsonl_access_chunks([b'{"key": 3}\\n{"key": 4}\\n'], None)]
+    [[3, 4]]
+    """
+    lines_before, sized = 0, None
+    for block in blocks:
+        keys, sizes, m, has_size, ok = scan_access_jsonl(np.frombuffer(block, np.uint8))
+        if ok and m and sized in (None, has_size):
+            sized = has_size
+            yield keys.view(np.uint64), (sizes if has_size else None)
+        else:
+            numbered = numbered_lines(block, lines_before)
+            if numbered:
+                got = exact(numbered)
+                sized = got[1] is not None if sized is None else sized
+                yield got
         lines_before += block.count(b"\n")
 
 
@@ -265,44 +315,3 @@ def numbered_lines(block: bytes, lines_before: int) -> list[tuple[int, bytes]]:
     """
     numbered = [(lines_before + j + 1, raw.rstrip(b"\r")) for j, raw in enumerate(block.split(b"\n"))]
     return [(j, raw) for j, raw in numbered if raw.strip()]
-
-
-def mooncake_chunks(path: str, block_size: int, skip_bad: bool) -> Iterator[RequestTrace]:
-    """A Mooncake trace in 32 MB blocks: :func:`scan_mooncake` when every line of a
-    block has the plain shape, else the exact reader for that block (same trace, same errors)."""
-    from .requests import assemble, check_block_size
-    from .stream_input import line_blocks, parse_request_lines
-
-    block_size = check_block_size(block_size)
-    lines_before = 0
-    for block in line_blocks(path):
-        ids, n_blocks, ts, inputs, outputs, _, ok = scan_mooncake(np.frombuffer(block, np.uint8), block_size)
-        if ok:
-            yield assemble(path, ids.copy(), n_blocks, ts / 1000.0, inputs, outputs, block_size, 0)
-        else:
-            numbered = numbered_lines(block, lines_before)
-            if numbered:
-                yield parse_request_lines(path, numbered, "mooncake", block_size, skip_bad)
-        lines_before += block.count(b"\n")
-
-
-def jsonl_access_chunks(path: str) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-    """A JSONL access trace in blocks of about 32 MB, each by :func:`scan_access_jsonl`
-    when its lines are plain ``{"key": INT[, "size": INT]}`` with the first block's fields, else
-    by the exact reader (same keys, sizes and errors). O(block)."""
-    from .stream_input import AccessLineParser, line_blocks
-
-    parser = AccessLineParser(path, "jsonl")
-    lines_before, sized = 0, None
-    for block in line_blocks(path):
-        keys, sizes, m, has_size, ok = scan_access_jsonl(np.frombuffer(block, np.uint8))
-        if ok and m and sized in (None, has_size):
-            sized = has_size
-            yield keys.view(np.uint64), (sizes if has_size else None)
-        else:
-            numbered = numbered_lines(block, lines_before)
-            if numbered:
-                got = parser.parse(numbered)
-                sized = got[1] is not None if sized is None else sized
-                yield got
-        lines_before += block.count(b"\n")

@@ -28,6 +28,7 @@ are one trace in order. ``.zst`` needs the ``zstandard`` package (``pip install 
 
 from __future__ import annotations
 
+import functools
 import glob
 import gzip
 import hashlib
@@ -45,7 +46,7 @@ from stackdist.errors import TraceFormatError, UsageError
 
 from .access import read_access_trace
 from .formats import DEFAULT_BLOCK_SIZE, REQUEST_FORMATS, read_requests
-from .requests import RequestTrace
+from .requests import RequestTrace, check_block_size
 
 __all__ = [
     "CHUNK_LINES",
@@ -285,7 +286,7 @@ def iter_access_chunks(spec: str | Sequence[str], format: str | None = None, lin
         if suffix == ".jsonl" and lines >= CHUNK_LINES:
             from .fast_json import jsonl_access_chunks
 
-            yield from jsonl_access_chunks(path)
+            yield from jsonl_access_chunks(line_blocks(path), AccessLineParser(path, "jsonl").parse)
             continue
         parser = AccessLineParser(path, format)
         for chunk in iter_line_chunks(path, lines):
@@ -365,8 +366,9 @@ def iter_request_chunks(spec: str | Sequence[str], format: str = "mooncake", blo
 
     for path in expand_inputs(spec):
         if format == "mooncake" and lines >= CHUNK_LINES:
-            yield from mooncake_chunks(path, DEFAULT_BLOCK_SIZE[format] if block_size is None else block_size,
-                                       skip_bad)
+            size = check_block_size(DEFAULT_BLOCK_SIZE[format] if block_size is None else block_size)
+            yield from mooncake_chunks(line_blocks(path), path, size, functools.partial(
+                parse_request_lines, path, format="mooncake", block_size=size, skip_bad=skip_bad))
             continue
         for chunk in iter_line_chunks(path, lines):
             yield parse_request_lines(path, chunk, format, block_size, skip_bad, partial_last_block)
@@ -387,7 +389,9 @@ def iter_block_id_chunks(spec: str | Sequence[str], format: str = "mooncake") ->
 
     for path in expand_inputs(spec):
         if format == "mooncake":
-            yield from mooncake_block_ids(path, DEFAULT_BLOCK_SIZE[format])
+            size = DEFAULT_BLOCK_SIZE[format]
+            yield from mooncake_block_ids(line_blocks(path), size, functools.partial(
+                parse_request_lines, path, format="mooncake", block_size=size))
         else:
             yield from (t.block_ids for t in iter_request_chunks(path, format))
 
