@@ -23,7 +23,7 @@ from stackdist.planning.prices import parse_prices
 from stackdist.planning.routing import ROUTING_ROUTERS, RoutingOptions, parse_sizes
 from stackdist.serving.schedule import Schedule
 
-from .args import bounded_int, fraction_list, parse_int
+from .args import InputPath, OutputPath, bounded_int, fraction_list, parse_int
 from .budget_args import (
     add_budget_arguments,
     budget_epilog,
@@ -58,7 +58,7 @@ def add_plan_parser(sub: Any) -> None:
         description="How much KV-cache memory buys each prefix hit rate, per semantics, in blocks, tokens and GiB.",
     )
     add_version(p)
-    p.add_argument("trace", help="request trace (Mooncake JSONL by default)")
+    p.add_argument("trace", type=InputPath, help="request trace (Mooncake JSONL by default)")
     p.add_argument("--format", choices=["mooncake", "tokens", "qwen", "dynamo", "lmcache", "csv"], default="mooncake",
                    help="mooncake (hash_ids), tokens (token-id JSONL), qwen (Qwen-Bailian), dynamo (NVIDIA Dynamo's "
                    "dynamo.request.trace.v1 JSONL, with workers and engine-reported hits), lmcache (LMCache's lookup-hash logs: a file or its folder), csv (key[,size]: one block per request)")
@@ -80,7 +80,7 @@ def add_plan_parser(sub: Any) -> None:
     eng.add_argument("--decode", action=argparse.BooleanOptionalAction, default=None,
                      help="generated tokens occupy and are cached in blocks as the engine writes them "
                      "(default: on when the trace gives output lengths)")
-    eng.add_argument("--schedule", metavar="serial|model|recorded|FILE.csv",
+    eng.add_argument("--schedule", type=InputPath, metavar="serial|model|recorded|FILE.csv",
                      help="when requests run: serial (one at a time), model (arrival from the trace, prefill and "
                      "decode at the rates below), recorded (the trace's own times, e.g. Dynamo's) or a CSV "
                      "request,arrival_s,prefill_end_s,finish_s (default: recorded when the trace has it, else model)")
@@ -101,12 +101,12 @@ def add_plan_parser(sub: Any) -> None:
                      help="service model: prefill speed (default 10000 tokens/s)")
     eng.add_argument("--decode-tokens-per-s", type=float, default=50.0, metavar="R",
                      help="service model: decode speed per request (default 50 tokens/s)")
-    eng.add_argument("--per-request", metavar="FILE.csv",
+    eng.add_argument("--per-request", type=OutputPath, metavar="FILE.csv",
                      help="one row per request: request,id,arrival_s,worker,input_tokens,output_tokens,hit_tokens_<N>... "
                      "(one file per model, FILE.<model>.csv, when several are asked for)")
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", help="a bundled model or its Hugging Face repo id (listed below; default qwen2.5-1.5b, the lab's measured model)")
-    model.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json for KV bytes per token")
+    model.add_argument("--model-config", type=InputPath, metavar="FILE", help="a Hugging Face config.json for KV bytes per token")
     p.add_argument("--targets", default="0.9,0.95,0.99", help="prefix token hit-rate targets (default 0.9,0.95,0.99)")
     p.add_argument("--coverage", type=float, default=1.0, help="request coverage target Y in (0, 1] (default 1.0)")
     p.add_argument("--warmup", default="0", metavar="N|DURATION|P%",
@@ -117,8 +117,8 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--prices", metavar="hbm=P,dram=P,ssd=P", help="US$ per GB for the tier plan (defaults are assumptions)")
     p.add_argument("--optimal", action="store_true",
                    help="also compute Belady's bound (evict the block reused furthest ahead) at the working sets")
-    p.add_argument("--json", "--output", "-o", dest="json", metavar="OUT", help="write the full report as JSON to OUT ('-' for stdout instead of the table)")
-    p.add_argument("--plot", metavar="PNG", help="draw the hit curves against GiB with the target lines (needs matplotlib)")
+    p.add_argument("--json", "--output", "-o", dest="json", type=OutputPath, metavar="OUT", help="write the full report as JSON to OUT ('-' for stdout instead of the table)")
+    p.add_argument("--plot", type=OutputPath, metavar="PNG", help="draw the hit curves against GiB with the target lines (needs matplotlib)")
     add_budget_arguments(p)
 
 
