@@ -671,3 +671,45 @@ def test_ctrl_c_during_the_heavy_imports_is_one_line_and_exit_130(tmp_path, prog
         assert proc.returncode == 130 and "Traceback" not in err, (delay, err)
         assert len(err.splitlines()) == 1 and "interrupted" in err, (delay, err)
         assert not out.exists()
+
+
+# ------------------------------------------------------------------ the guard's inputs come from the parsers
+@pytest.mark.parametrize("argv", [
+    ("watch", "{t}", "--no-follow", "--prometheus", "{t}"),
+    ("watch", "{t}", "--no-follow", "-o", "{t}"),
+    ("watch", "{t}", "--no-follow", "--output", "{link}"),
+    ("curve", "{t}", "--sample-rate", "0.5", "-o", "{t}"),
+    ("tiers", "{t}", "--gpu", "1", "--sample-rate", "0.5", "--plot", "{t}"),
+    ("plan", "{r}", "--ttft-calibration", "{cal}", "--json", "{cal}"),
+    ("plan", "{r}", "--schedule", "{cal}", "--plot", "{cal}"),
+    ("plan", "{r}", "--semantics", "vllm", "--per-request", "{r}"),
+])
+def test_every_commands_inputs_are_guarded(capsys, tmp_path, t, req, argv):
+    cal = tmp_path / "cal.jsonl"
+    cal.write_text('{"uncached_tokens": 10, "ttft_ms": 5}\n')
+    link = tmp_path / "link.csv"
+    link.symlink_to(t)
+    before = {p: p.read_bytes() for p in (t, req, cal)}
+    code, out, err = run(capsys, *[a.format(t=t, r=req, cal=cal, link=link) for a in argv])
+    one_line_error(err, code, 2, "is the input")
+    assert {p: p.read_bytes() for p in (t, req, cal)} == before
+
+
+def _file_like(action) -> bool:
+    import re
+
+    words = set(re.split(r"[^A-Z0-9]+", " ".join([*(action.option_strings or [action.dest]), str(action.metavar or "")]).upper()))
+    return action.dest == "trace" or bool(words & {"FILE", "PNG", "OUT", "OUTPUT", "JSON", "PLOT", "PATH", "DIR", "CONFIG",
+                                                   "CALIBRATION", "PROMETHEUS", "SCHEDULE"})
+
+
+def test_every_path_argument_declares_itself_an_input_or_an_output():
+    """The guard reads InputPath / OutputPath off the parsed arguments: a path argument without
+    one of those types would be forgotten by the guard."""
+    from stackdist.cli.args import InputPath, OutputPath
+    from stackdist.cli.main import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.choices and "curve" in a.choices)
+    untyped = [f"{name} {action.option_strings or action.dest}" for name, parser in sub.choices.items()
+               for action in parser._actions if _file_like(action) and action.type not in (InputPath, OutputPath)]
+    assert not untyped, untyped

@@ -11,7 +11,42 @@ from collections.abc import Callable
 
 from stackdist.errors import INT64_MAX, UsageError
 
-__all__ = ["access_window", "bounded_int", "finite_float", "fraction_list", "int_list", "parse_int", "warmup_accesses"]
+__all__ = ["InputPath", "OutputPath", "access_window", "bounded_int", "declared_paths", "finite_float", "fraction_list", "int_list", "parse_int", "warmup_accesses"]
+
+
+class InputPath(str):
+    """A path a command reads: ``type=InputPath`` on an argument declares it an input, so the
+    output guard (:func:`declared_paths`) refuses an output that is this file.
+
+    >>> isinstance(InputPath("t.csv"), str)
+    True
+    """
+
+    __slots__ = ()
+
+
+class OutputPath(str):
+    """A path a command writes (``type=OutputPath``): checked before any work, never an input."""
+
+    __slots__ = ()
+
+
+def declared_paths(args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str]]:
+    """The outputs (``(flag, path)``) and inputs of parsed ``args``, read off the types their
+    parsers declared (:class:`OutputPath`, :class:`InputPath`): a new flag cannot be forgotten.
+
+    >>> declared_paths(argparse.Namespace(trace=InputPath("t.csv"), output=OutputPath("-"), points=5))
+    ([('--output', '-')], ['t.csv'])
+    """
+    outputs: list[tuple[str, str]] = []
+    inputs: list[str] = []
+    for dest, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, OutputPath):
+                outputs.append((f"--{dest.replace('_', '-')}", str(item)))
+            elif isinstance(item, InputPath):
+                inputs.append(str(item))
+    return outputs, inputs
 
 
 def parse_int(text: str, name: str, lo: int = 0, hi: int = INT64_MAX) -> int:

@@ -37,6 +37,8 @@ from stackdist.planning.hardware import (
     replica_pool,
 )
 
+from .args import InputPath
+
 __all__ = ["add_budget_arguments", "budget_epilog", "budget_options", "resolve_spec", "with_budget_pools"]
 
 
@@ -101,7 +103,7 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
                    help="TTFT: bandwidth of loads from the tier below HBM (default: the GPU table's host link)")
     b.add_argument("--ttft-overhead-ms", type=_non_negative("--ttft-overhead-ms"), default=0.0, metavar="MS",
                    help="TTFT: fixed time added per request (default 0)")
-    b.add_argument("--ttft-calibration", metavar="FILE.jsonl",
+    b.add_argument("--ttft-calibration", type=InputPath, metavar="FILE.jsonl",
                    help="TTFT: fit a + b x uncached tokens + c x loaded tokens to a measured file (e.g. data/ttft.jsonl) "
                    "instead of the FLOP model")
 

@@ -21,7 +21,7 @@ from stackdist.errors import (
 )
 from stackdist.version import __version__
 
-from .args import access_window, warmup_accesses
+from .args import InputPath, OutputPath, access_window, warmup_accesses
 
 __all__ = ["Parser", "add_trace_arguments", "add_version", "load_curve", "record_line", "run_command", "tool_header"]
 
@@ -49,7 +49,7 @@ def tool_header(kind: str) -> dict[str, Any]:
 def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     """The trace and output arguments of ``curve`` and ``tiers``."""
     add_version(p)
-    p.add_argument("trace", help="key[,size] trace (.csv/.tsv/.txt, .jsonl, .npy) or a request trace (see --format)")
+    p.add_argument("trace", type=InputPath, help="key[,size] trace (.csv/.tsv/.txt, .jsonl, .npy) or a request trace (see --format)")
     p.add_argument("--format", choices=["csv", "tsv", "jsonl", "npy", "mooncake", "qwen", "tokens"],
                    help="override the format guessed from the extension; mooncake/qwen/tokens replay the request "
                    "trace's block stream (head first, one unit per block)")
@@ -60,8 +60,8 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
                    help="exclude the first N accesses (or P percent of them) of the window from the counts, or with "
                    "a request trace (--format mooncake/qwen/tokens) the requests of the first DURATION (e.g. 10m); "
                    "they still fill the cache (default 0)")
-    p.add_argument("--output", "-o", metavar="FILE", default="-", help="write the JSON here (atomically) instead of stdout")
-    p.add_argument("--plot", metavar="PNG", help="also draw the curve(s) to this PNG (needs matplotlib)")
+    p.add_argument("--output", "-o", type=OutputPath, metavar="FILE", default="-", help="write the JSON here (atomically) instead of stdout")
+    p.add_argument("--plot", type=OutputPath, metavar="PNG", help="also draw the curve(s) to this PNG (needs matplotlib)")
 
 
 def record_line(path: str, fmt: str | None, position: int) -> str:

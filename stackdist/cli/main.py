@@ -14,6 +14,7 @@ from typing import Any
 from stackdist.errors import EXIT_INTERRUPTED, install_interrupt_handler
 from stackdist.version import __version__
 
+from .args import declared_paths
 from .common import Parser, run_command
 
 __all__ = ["build_parser", "main"]
@@ -95,9 +96,7 @@ def _main(argv: list[str]) -> int:
         top_level_parser().parse_args(argv)  # prints (or errors) and exits, as the full parser would
     try:
         args = build_parser().parse_args(argv)
-        outputs = [(f"--{name}", getattr(args, name, None)) for name in ("output", "json", "plot")]
-        inputs = [getattr(args, name, None) for name in ("trace", "model_config", "schedule")]
-        outputs.append(("--prometheus", getattr(args, "prometheus", None)))
+        outputs, inputs = declared_paths(args)  # from the parsers' InputPath / OutputPath arguments
         return run_command(args.command, lambda: _run(args), outputs, inputs)
     except KeyboardInterrupt:
         print("stackdist: interrupted", file=sys.stderr)

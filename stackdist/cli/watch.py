@@ -27,7 +27,14 @@ import numpy as np
 from stackdist.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
 from stackdist.output import write_atomic
 
-from .args import bounded_int, finite_float, fraction_list, int_list
+from .args import (
+    InputPath,
+    OutputPath,
+    bounded_int,
+    finite_float,
+    fraction_list,
+    int_list,
+)
 
 __all__ = ["add_watch_parser", "follow_lines", "prometheus_text", "run_watch"]
 
@@ -45,7 +52,7 @@ def add_watch_parser(sub: Any) -> None:
     w = sub.add_parser("watch", help="follow a growing trace and write the current answers every interval",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Online planning: working sets, hit rates and coverage per interval and cumulative.")
-    w.add_argument("trace", help="a trace file that grows (followed from its start), or - for standard input")
+    w.add_argument("trace", type=InputPath, help="a trace file that grows (followed from its start), or - for standard input")
     w.add_argument("--format", choices=["csv", "tsv", "jsonl", "mooncake", "qwen", "tokens"],
                    help="the trace format (default: from the extension; csv for standard input)")
     w.add_argument("--block-size", type=bounded_int("--block-size", 1), help="tokens per block (request formats)")
@@ -55,8 +62,8 @@ def add_watch_parser(sub: Any) -> None:
     w.add_argument("--capacities", metavar="C1,C2,...", help="also report the hit rate at these capacities")
     w.add_argument("--bytes-per-unit", type=bounded_int("--bytes-per-unit", 1), metavar="B",
                    help="bytes per capacity unit (per block for request traces), for the _bytes answers")
-    w.add_argument("--output", "-o", default="-", metavar="FILE", help="append the JSON lines here (default stdout)")
-    w.add_argument("--prometheus", metavar="FILE", help="rewrite this Prometheus text file every interval")
+    w.add_argument("--output", "-o", type=OutputPath, default="-", metavar="FILE", help="append the JSON lines here (default stdout)")
+    w.add_argument("--prometheus", type=OutputPath, metavar="FILE", help="rewrite this Prometheus text file every interval")
     w.add_argument("--sample-rate", type=finite_float("--sample-rate", 0, 1, lo_open=True), metavar="R",
                    help="SHARDS sampling rate (approximate answers)")
     w.add_argument("--sample-size", type=bounded_int("--sample-size", 1), metavar="S",
