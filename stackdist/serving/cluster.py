@@ -21,11 +21,15 @@ The rules, exactly (tested against a direct ``OrderedDict`` simulation in tests/
   inclusive nor exclusive: a GPU eviction writes nothing back (the block went through already)
   and a shared-tier eviction leaves GPU copies alone. ``S = 0`` leaves K independent caches.
 - **Routers.** A static assignment (any array of workers, e.g. from the plan's round-robin,
-  random, session, prefix-hash or least-loaded routers), or ``"kv-aware"`` (Dynamo's KV router,
-  llm-d's prefix-aware scheduler): at its arrival a request goes to the worker whose GPU cache
-  holds the longest prefix of it, ties to the worker with the fewest requests routed to it so
-  far (in the serial replay nothing else is running), then to the lowest index. It depends on
-  the caches' contents, so it runs per pool size.
+  random, session, prefix-hash or least-loaded routers), or ``"kv-aware"``: NVIDIA Dynamo's KV
+  router cost, the rule of :mod:`.routed` for the engine models: at its arrival a request of
+  ``P`` tokens and ``n`` blocks goes to the worker of least
+  ``cost_w = W * (P - hit_w) / block_size + n`` (``hit_w``: the tokens of its longest prefix in
+  w's GPU cache; ``n``: Dynamo's active blocks, since in the serial replay nothing else is
+  running; ``W`` the overlap weight, Dynamo's default 1.0), ties to the worker with the fewest
+  requests routed to it so far, then to the lowest index. For any ``W > 0`` that is the longest
+  cached prefix (llm-d's prefix-aware scheduler); ``W = inf`` is the same rule by name, ``W = 0``
+  ignores the caches (fewest routed). It depends on the caches' contents, so it runs per pool size.
 
 Complexity: O(blocks) per pool size for a static assignment (plus O(blocks) once to index the
 (worker, block) pairs); O(blocks x K) per size for ``kv-aware`` (each request probes every
@@ -52,14 +56,15 @@ from stackdist.engine.keys import dense_keys
 from stackdist.errors import INT64_MAX
 from stackdist.traces import RequestTrace
 
-__all__ = ["KV_AWARE", "ClusterResult", "simulate_cluster"]
+__all__ = ["KV_AWARE", "ClusterResult", "lru_touch", "simulate_cluster"]
 
 KV_AWARE = "kv-aware"
 
 
 @dataclass(frozen=True)
 class ClusterResult:
-    """Per pool pair and request: the worker, the GPU and the shared-tier hit tokens.
+    """Per pool pair and request: the worker, the GPU and the shared-tier hit tokens (the
+    engine semantics here; the engine models in :mod:`.routed`).
 
     ``pools[i]`` is ``(gpu_blocks, shared_blocks)`` (per-worker GPU cache, shared tier; ``None``
     = infinite); ``worker[i]``, ``gpu_hit_tokens[i]`` and ``shared_hit_tokens[i]`` have one
@@ -72,6 +77,10 @@ class ClusterResult:
     worker: np.ndarray
     gpu_hit_tokens: np.ndarray
     shared_hit_tokens: np.ndarray
+    failed_request: np.ndarray | None = None
+    """Engine models (:mod:`.routed`): per pool pair the first request that could not allocate
+    (its row is then all -1), else -1; None for the engine semantics (never infeasible)."""
+    model: str = "engine"
 
     @property
     def hit_tokens(self) -> np.ndarray:
@@ -80,8 +89,8 @@ class ClusterResult:
 
 
 @njit(cache=True, nogil=True)
-def _touch(prv, nxt, head, x, size, w, cap):  # type: ignore[no-untyped-def]
-    """Make slot ``x`` the most recent of the circular list at sentinel ``head`` (inserting it,
+def lru_touch(prv, nxt, head, x, size, w, cap):  # type: ignore[no-untyped-def]
+    """(Package-internal, with routed.py.) Make slot ``x`` the most recent of the circular list at sentinel ``head`` (inserting it,
     and evicting the least recent when ``size[w]`` is at ``cap``). ``nxt[x] < 0``: not cached."""
     if nxt[x] >= 0:
         p, q = prv[x], nxt[x]
@@ -105,7 +114,7 @@ def _touch(prv, nxt, head, x, size, w, cap):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _cluster_kernel(block, off, tok, assign, slot, K, C, S, prv, nxt, sprv, snxt, out_w, out_g, out_s):  # type: ignore[no-untyped-def]
+def _cluster_kernel(block, off, tok, assign, slot, K, C, S, W, BT, prv, nxt, sprv, snxt, out_w, out_g, out_s):  # type: ignore[no-untyped-def]
     """One serial replay at one pool pair. ``assign[r] < 0``: route request r kv-aware, on
     slot ``block * K + w``; else on ``slot[j]`` (the dense (worker, block) pair of access j)."""
     n_slots = prv.size - K
@@ -122,15 +131,20 @@ def _cluster_kernel(block, off, tok, assign, slot, K, C, S, prv, nxt, sprv, snxt
         a, b = off[r], off[r + 1]
         w = assign[r]
         if w < 0:
-            best, best_g = 0, -1
+            best, best_c = 0, 0.0
             for v in range(K):
-                g = 0
+                g_v = 0
+                if W > 0:
+                    for j in range(a, b):
+                        if nxt[block[j] * K + v] < 0:
+                            break
+                        g_v += tok[j]
+                p = 0
                 for j in range(a, b):
-                    if nxt[block[j] * K + v] < 0:
-                        break
-                    g += 1
-                if g > best_g or (g == best_g and routed[v] < routed[best]):
-                    best, best_g = v, g
+                    p += tok[j]
+                c = W * float(p - g_v) / BT + float(b - a) if W < np.inf else -float(g_v)
+                if v == 0 or c < best_c or (c == best_c and routed[v] < routed[best]):
+                    best, best_c = v, c
             w = best
         routed[w] += 1
         kv = assign[r] < 0
@@ -150,9 +164,9 @@ def _cluster_kernel(block, off, tok, assign, slot, K, C, S, prv, nxt, sprv, snxt
         out_w[r], out_g[r], out_s[r] = w, g_tok, s_tok
         if S != 0:
             for i in range(b - 1, first_miss - 1, -1):
-                _touch(sprv, snxt, D, block[i], ssize, 0, S)
+                lru_touch(sprv, snxt, D, block[i], ssize, 0, S)
         for i in range(b - 1, a - 1, -1):
-            _touch(prv, nxt, n_slots + w, block[i] * K + w if kv else slot[i], size, w, C)
+            lru_touch(prv, nxt, n_slots + w, block[i] * K + w if kv else slot[i], size, w, C)
 
 
 def _capacity(blocks: int | None, flag: str) -> int:
@@ -165,11 +179,12 @@ def _capacity(blocks: int | None, flag: str) -> int:
 
 def simulate_cluster(
     trace: RequestTrace, workers: int, router: np.ndarray | str, gpu_blocks: Sequence[int | None],
-    shared_blocks: Sequence[int | None] = (0,),
+    shared_blocks: Sequence[int | None] = (0,), overlap_weight: float = 1.0,
 ) -> ClusterResult:
     """Serve ``trace`` on ``workers`` workers at every (GPU, shared) pool pair (GPU sizes outer).
 
-    ``router``: ``"kv-aware"`` or the worker of every request (ints in ``0..workers-1``). Pool
+    ``router``: ``"kv-aware"`` (``overlap_weight`` W of the cost, module docstring) or the
+    worker of every request (ints in ``0..workers-1``). Pool
     sizes are in blocks of the trace's block size, ``None`` infinite, 0 allowed. O(blocks) per
     pair for a static assignment, O(blocks x workers) for kv-aware.
 
@@ -180,6 +195,8 @@ def simulate_cluster(
     k = int(workers)
     if k < 1:
         raise ValueError(f"workers must be a positive integer; got {workers!r}")
+    if isinstance(overlap_weight, bool) or not isinstance(overlap_weight, (int, float)) or not overlap_weight >= 0:
+        raise ValueError(f"overlap_weight must be a non-negative number (inf: longest prefix); got {overlap_weight!r}")
     dense = dense_keys(trace.block_ids)
     block, n_keys = dense.ids, max(dense.n_keys, 1)
     n = trace.n_requests
@@ -202,7 +219,7 @@ def simulate_cluster(
         C, S = _capacity(g, "gpu_blocks"), _capacity(s, "shared_blocks")
         prv, nxt = np.empty(n_slots + k, index), np.full(n_slots + k, -1, index)
         sprv, snxt = np.empty(n_keys + 1, index), np.full(n_keys + 1, -1, index)
-        _cluster_kernel(block, trace.offsets, trace.block_tokens, assign, slot, k, C, S,
-                        prv, nxt, sprv, snxt, out[0, i], out[1, i], out[2, i])
+        _cluster_kernel(block, trace.offsets, trace.block_tokens, assign, slot, k, C, S, float(overlap_weight),
+                        float(trace.block_size), prv, nxt, sprv, snxt, out[0, i], out[1, i], out[2, i])
     name = router if isinstance(router, str) else "static"
     return ClusterResult(k, name, pools, out[0], out[1], out[2])

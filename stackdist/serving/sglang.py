@@ -78,7 +78,7 @@ from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
 from .vllm import resolve_schedule
 
-__all__ = ["sglang_pool_run", "simulate_sglang", "tree_event", "tree_init", "tree_match_length", "tree_rows"]
+__all__ = ["sglang_pool_run", "simulate_sglang", "tree_event", "tree_init", "tree_inputs", "tree_match_length", "tree_rows"]
 
 _B = 16
 _ROOT = 0
@@ -497,3 +497,4 @@ def simulate_sglang(
 # Package-internal: the kernel steps serving/routed.py drives on K trees at once (one tree per
 # worker; per-request arrays shared). Same code as the one-tree kernel above.
 tree_init, tree_match_length, tree_event = _init_tree, _match_length, _event
+tree_inputs = _prepare

@@ -89,7 +89,7 @@ from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
 
-__all__ = ["pool_arrive", "pool_decode", "pool_finish", "pool_init", "simulate_vllm", "vllm_one_replay", "vllm_pool_run"]
+__all__ = ["pool_arrive", "pool_decode", "pool_finish", "pool_init", "pool_inputs", "simulate_vllm", "vllm_one_replay", "vllm_pool_run"]
 
 _B = 16
 
@@ -514,3 +514,4 @@ def resolve_schedule(schedule: Schedule | str, trace: object, pages: EnginePages
 # Package-internal: the kernel steps serving/routed.py drives on K pools at once (one ``bs``/``ks``
 # pair per worker; block-table arrays per request). Same code as the one-pool kernel above.
 pool_init, pool_arrive, pool_decode, pool_finish = _init_pool, _arrive, _decode, _finish
+pool_inputs = _prepare

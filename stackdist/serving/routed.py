@@ -1,0 +1,355 @@
+"""K workers of an engine model (``vllm``, ``sglang``) behind a KV-aware router, and a shared tier.
+
+Each worker runs the engine model's own cache exactly (:mod:`.vllm`, :mod:`.sglang`: one pool
+of ``--gpu-blocks`` per worker, in that engine's count), all workers under one schedule (one
+event order, :func:`.schedule.event_order`). The router sees the pools as they are when a
+request arrives, so a kv-aware run is one joint simulation of the K pools per pool size.
+
+**The kv-aware router** (NVIDIA Dynamo's KV router: ``lib/llm/src/kv_router/scheduler.rs``,
+``DefaultWorkerSelector::select_worker``, and ``sequence.rs``, ``ActiveSequences``; the same
+formula is in ``lib/kv-router/src/scheduling/selector.rs`` of later versions). At the arrival of
+request r (``P`` prompt tokens) every worker w is scored, lowest cost wins::
+
+    cost_w = W * prefill_blocks_w + active_blocks_w            (W: --router-overlap-weight, Dynamo's
+    prefill_blocks_w = (pending_w + P - hit_w) / B               overlap_score_weight, default 1.0)
+    active_blocks_w  = distinct prompt pages of the requests running on w, counting r's own
+
+- ``hit_w``: the tokens w's engine would report as a prefix hit for r at that moment (vLLM's
+  ``get_computed_blocks``, SGLang's ``match_prefix``, probed read-only: nothing is stamped or
+  split), so ``P - hit_w`` are the prompt tokens r would still compute there; B is the engine's
+  block (page) size, 16.
+- ``pending_w``: the prompt tokens still to compute of the requests routed to w that have not
+  finished prefill (each counted as ``P - hit`` at its own arrival; Dynamo's active prefill tokens).
+- ``active_blocks_w``: Dynamo's potential active blocks: the distinct page keys of the prompts of
+  the requests on w between arrival and finish, plus r's pages not among them.
+- Ties (equal cost, compared exactly in float64): fewer requests running on w, then fewer requests
+  routed to w so far, then the lowest index (Dynamo breaks ties at random; this is deterministic).
+- ``W = inf``: the pure longest-prefix router (the longest ``hit_w`` wins; ties as above), as
+  llm-d's prefix-aware scorer or a router that ignores load. ``W = 0``: pure load balancing.
+
+With a serial schedule nothing is running at an arrival, so for any ``W > 0`` the rule is the
+longest prefix with ties to the fewest routed so far: the rule of the engine-semantics cluster
+(:mod:`.cluster`), which uses the same formula (there the tokens and blocks of the trace).
+
+**The shared tier** (``shared_blocks`` S, in engine pages; Mooncake Store, LMCache's remote
+backend): one LRU of S pages behind all workers. At r's arrival on w, after w's GPU hit of ``g``
+pages the hit continues in the shared tier: pages ``g, g+1, ...`` (below the engine's cap of
+``(P - 1) // B`` pages) while each is in it: ``s`` shared-tier hit pages, ``B * s`` tokens.
+Written through: r's full prompt pages from ``g`` on (the shared hits refreshed, the computed ones
+inserted) are made most recent, tail first, at r's arrival (as vLLM hashes a prompt's full blocks
+when it allocates them); GPU-hit pages and generated blocks are not written (LMCache's default:
+no decode cache). The GPU pools are exactly those without the tier: the engine allocates a block
+for every prompt page past its own hit whether it is loaded from the tier or computed, and the
+router scores GPU hits only, so the tier is a pass over the arrivals after the GPU simulation.
+Pools with a zero-size tier report no shared hits.
+
+**Infinite pools** (``None``) hold every block the whole trace writes on every worker (no
+eviction, as in the one-pool models). Memory per pool size: O(K x (pool + page ids)).
+Complexity: per pool size O(events + K x pages) (each arrival probes every worker along its
+prompt), plus O(pages) per shared size. Tested equal to a direct simulation built from the
+reference engines (tests/serving/serving_reference.py) in tests/test_routing_models.py.
+
+>>> from stackdist.traces import RequestTrace
+>>> t = RequestTrace.from_blocks([[1, 2], [1, 2], [3, 4], [3, 4]], block_size=16, last_tokens=[8] * 4)
+>>> r = simulate_routed(t, "vllm", 2, "kv-aware", [None], [0, 8])
+>>> r.worker[0].tolist(), r.gpu_hit_tokens[0].tolist(), r.shared_hit_tokens[1].tolist()
+([0, 0, 1, 1], [0, 16, 0, 16], [0, 0, 0, 0])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from numba import njit
+
+from stackdist.errors import INT64_MAX
+from stackdist.traces import RequestTrace
+
+from .cluster import KV_AWARE, ClusterResult, lru_touch
+from .pages import EnginePages, engine_pages
+from .results import check_pools
+from .schedule import Schedule
+from .sglang import tree_event, tree_init, tree_inputs, tree_match_length, tree_rows
+from .vllm import (
+    pool_arrive,
+    pool_decode,
+    pool_finish,
+    pool_init,
+    pool_inputs,
+    resolve_schedule,
+)
+
+__all__ = ["DEFAULT_OVERLAP_WEIGHT", "ROUTED_MODELS", "shared_tier_hits", "simulate_routed"]
+
+DEFAULT_OVERLAP_WEIGHT = 1.0
+"""Dynamo's default ``overlap_score_weight`` (``KvRouterConfig``; ``--kv-overlap-score-weight``)."""
+ROUTED_MODELS = ("vllm", "sglang")
+
+
+@njit(cache=True, nogil=True)
+def _pick(h, key, a, b, act, active, pending, running, routed, p, W, longest, B):  # type: ignore[no-untyped-def]
+    """The kv-aware router's worker for a request of ``p`` tokens and pages ``key[a:b]``, given
+    each worker's hit tokens ``h`` (module docstring)."""
+    best = 0
+    best_c = 0.0
+    for v in range(h.size):
+        if longest:
+            c = -float(h[v])
+        else:
+            new = 0
+            for j in range(a, b):
+                if act[v, key[j]] == 0:
+                    new += 1
+            c = W * float(pending[v] + p - h[v]) / B + float(active[v] + new)
+        if v == 0 or c < best_c or (c == best_c and (running[v] < running[best]
+                                                     or (running[v] == running[best] and routed[v] < routed[best]))):
+            best, best_c = v, c
+    return best
+
+
+@njit(cache=True, nogil=True)
+def _track(w, sign, key, a, b, act, active, running):  # type: ignore[no-untyped-def]
+    """Request pages ``key[a:b]`` start (sign 1) or stop (-1) running on worker ``w``."""
+    running[w] += sign
+    for j in range(a, b):
+        k = key[j]
+        if sign > 0:
+            if act[w, k] == 0:
+                active[w] += 1
+            act[w, k] += 1
+        else:
+            act[w, k] -= 1
+            if act[w, k] == 0:
+                active[w] -= 1
+
+
+@njit(cache=True, nogil=True)
+def _vllm_routed(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N, B, K, assign, W, longest,
+                 cont, hits, out_w):  # type: ignore[no-untyped-def]
+    """K vLLM pools of ``N`` blocks under one event order; returns the failing request or -1."""
+    HEAD = N
+    TAIL = N + 1
+    bs = np.empty((K, N + 2, 6), np.int32)
+    for w in range(K):
+        pool_init(bs[w])
+    ks = np.full((K, n_keys, 2), -1, np.int32)
+    nfree = np.full(K, N - 1, np.int64)
+    n_req = len(P)
+    tbl = np.empty(tbl_off[n_req], np.int32)
+    nblk = np.zeros(n_req, np.int64)
+    ncached = np.zeros(n_req, np.int64)
+    first = np.empty(max(1, int(np.max(np.diff(tbl_off))) if n_req else 1), np.int32)
+    act = np.zeros((K, n_keys), np.int32)
+    active = np.zeros(K, np.int64)
+    pending = np.zeros(K, np.int64)
+    running = np.zeros(K, np.int64)
+    routed = np.zeros(K, np.int64)
+    h = np.zeros(K, np.int64)
+    for e in range(len(ev_kind)):
+        r = ev_req[e]
+        kind = ev_kind[e]
+        tb = tbl_off[r]
+        a, b = off[r], off[r + 1]
+        if kind == 3:
+            w = assign[r]
+            if w < 0:
+                cap = (P[r] - 1) // B
+                for v in range(K):
+                    j = 0
+                    while j < cap and ks[v, key[a + j], 0] >= 0:
+                        j += 1
+                    h[v] = B * j
+                w = _pick(h, key, a, b, act, active, pending, running, routed, P[r], W, longest, B)
+            out_w[r] = w
+            nf = pool_arrive(r, key, off, P, tbl, tb, nblk, ncached, bs[w], ks[w], HEAD, nfree[w], B, hits)
+            if nf < 0:
+                return r
+            nfree[w] = nf
+            routed[w] += 1
+            pending[w] += P[r] - hits[r]
+            _track(w, 1, key, a, b, act, active, running)
+        elif kind == 2:
+            pending[out_w[r]] -= P[r] - hits[r]
+        elif kind == 1:
+            w = out_w[r]
+            nf = pool_decode(r, ev_k[e], P, tbl, tb, nblk, bs[w], ks[w], HEAD, nfree[w], B)
+            if nf < 0:
+                return r
+            nfree[w] = nf
+        elif kind == 0:
+            w = out_w[r]
+            nfree[w] += pool_finish(r, tbl, tb, nblk, ncached, n_final, bs[w], ks[w], key, off, cont, HEAD, TAIL, first)
+            _track(w, -1, key, a, b, act, active, running)
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _sglang_routed(key, off, P, ev_kind, ev_req, n_keys, N, B, K, assign, W, longest, heap_cap,
+                   hits, out_w):  # type: ignore[no-untyped-def]
+    """K SGLang trees of ``N`` pages under one event order; returns the failing request or -1."""
+    n_req = len(P)
+    M = tree_rows(n_req)
+    cap_heap = max(heap_cap, M + 1)
+    nd = np.empty((K, M, 10), np.int64)
+    fn = np.empty((K, n_keys + n_req), np.int64)
+    ht = np.empty((K, cap_heap), np.int64)
+    hn = np.empty((K, cap_heap), np.int64)
+    hs = np.empty((K, 4), np.int64)
+    for w in range(K):
+        tree_init(nd[w], fn[w], hs[w], N)
+    lock_node = np.zeros(n_req, np.int64)
+    protected = np.zeros(n_req, np.int64)
+    seq = np.zeros(n_req, np.int64)
+    act = np.zeros((K, n_keys), np.int32)
+    active = np.zeros(K, np.int64)
+    pending = np.zeros(K, np.int64)
+    running = np.zeros(K, np.int64)
+    routed = np.zeros(K, np.int64)
+    h = np.zeros(K, np.int64)
+    for e in range(len(ev_kind)):
+        r = ev_req[e]
+        kind = ev_kind[e]
+        a, b = off[r], off[r + 1]
+        if kind == 3:
+            w = assign[r]
+            if w < 0:
+                for v in range(K):
+                    h[v] = B * tree_match_length(nd[v], key, a, (P[r] - 1) // B, P[r] // B, fn[v])
+                w = _pick(h, key, a, b, act, active, pending, running, routed, P[r], W, longest, B)
+            out_w[r] = w
+        w = out_w[r]
+        if not tree_event(kind, r, key, off, P, n_keys, B, nd[w], fn[w], ht[w], hn[w], hs[w], lock_node, protected, seq, hits):
+            return r
+        if kind == 3:
+            routed[w] += 1
+            pending[w] += P[r] - hits[r]
+            _track(w, 1, key, a, b, act, active, running)
+        elif kind == 2:
+            pending[w] -= P[r] - hits[r]
+        elif kind == 0:
+            _track(w, -1, key, a, b, act, active, running)
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _shared_kernel(key, off, P, order, gpu_hits, B, S, prv, nxt, out_s):  # type: ignore[no-untyped-def]
+    """The shared tier over the arrivals in ``order`` (module docstring); ``prv``/``nxt``: one
+    slot per page id plus the list's sentinel, ``nxt`` all -1 (nothing cached)."""
+    D = prv.size - 1
+    prv[D] = D
+    nxt[D] = D
+    size = np.zeros(1, np.int64)
+    for r in order:
+        a = off[r]
+        g = gpu_hits[r] // B
+        j = g
+        while j < (P[r] - 1) // B and nxt[key[a + j]] >= 0:
+            j += 1
+        out_s[r] = B * (j - g)
+        if S != 0:
+            for i in range(P[r] // B - 1, g - 1, -1):
+                lru_touch(prv, nxt, D, key[a + i], size, 0, S)
+
+
+def shared_tier_hits(pages: EnginePages, schedule: Schedule, gpu_hits: np.ndarray, shared_pages: int | None) -> np.ndarray:
+    """Shared-tier hit tokens per request given each request's GPU hit tokens (module docstring).
+
+    Arrivals in event order (time, then request). O(pages) time, O(page ids) memory.
+
+    >>> from stackdist.traces import RequestTrace
+    >>> p = engine_pages(RequestTrace.from_blocks([[1, 2], [1, 2]], block_size=16, last_tokens=[8, 8]))
+    >>> shared_tier_hits(p, Schedule.serial(2), np.array([0, 0]), 4).tolist()
+    [0, 16]
+    """
+    n = pages.n_requests
+    order = np.lexsort((np.arange(n), schedule.arrival_s)).astype(np.int64)
+    out = np.zeros(n, np.int64)
+    S = INT64_MAX if shared_pages is None else int(shared_pages)
+    slots = max(pages.n_keys, 1) + 1
+    index = np.int32 if slots < 2**31 - 1 else np.int64
+    _shared_kernel(pages.key, pages.offsets, pages.input_tokens, order, np.asarray(gpu_hits, np.int64),
+                   pages.page_tokens, S, np.empty(slots, index), np.full(slots, -1, index), out)
+    return out
+
+
+def _one_size(pages: EnginePages, model: str, schedule: Schedule, decode: bool, pool: int | None, k: int,
+              assign: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray, int]:
+    """(hit tokens, worker, failed request) of one joint simulation at one pool size."""
+    B, n = pages.page_tokens, pages.n_requests
+    hits, out_w = np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    longest, W = math.isinf(weight), 0.0 if math.isinf(weight) else float(weight)
+    if model == "vllm":
+        tbl_off, n_final, kind, ev = pool_inputs(pages, schedule, decode, B)
+        N = int(tbl_off[-1]) + 1 if pool is None else int(pool)
+        cont = pages.continued_by if pages.continued_by is not None else np.full(n, -1, np.int64)
+        failed = _vllm_routed(pages.key, pages.offsets, pages.input_tokens, tbl_off, n_final, kind, ev.request, ev.k,
+                              max(pages.n_keys, 1), N, B, k, assign, W, longest, cont, hits, out_w)
+    else:
+        written, kind, ev = tree_inputs(pages, schedule, decode, B)
+        N = int(((written + B - 1) // B).sum()) + 1 if pool is None else int(pool)
+        failed = _sglang_routed(pages.key, pages.offsets, pages.input_tokens, kind, ev.request, max(pages.n_keys, 1),
+                                N, B, k, assign, W, longest, 2 * (8 * n + 8) + 16, hits, out_w)
+    if failed >= 0:
+        hits[:], out_w[:] = -1, -1
+    return hits, out_w, int(failed)
+
+
+def _shared_sizes(sizes: Sequence[int | None]) -> tuple[int | None, ...]:
+    for s in sizes:
+        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0):
+            raise ValueError(f"shared_blocks must be None (infinite) or non-negative integers; got {s!r}")
+    if not sizes:
+        raise ValueError("shared_blocks must name at least one size (0: no shared tier)")
+    return tuple(None if s is None else int(s) for s in sizes)
+
+
+def simulate_routed(
+    trace: RequestTrace | EnginePages, model: str, workers: int, router: np.ndarray | str,
+    gpu_blocks: Sequence[int | None], shared_blocks: Sequence[int | None] = (0,), schedule: Schedule | str = "serial",
+    decode: bool = False, overlap_weight: float = DEFAULT_OVERLAP_WEIGHT, block_size: int = 16, threads: int = 2,
+) -> ClusterResult:
+    """``trace`` on ``workers`` pools of ``model`` at every (GPU, shared) pair (GPU sizes outer).
+
+    ``router``: ``"kv-aware"`` (weight ``overlap_weight``; ``inf`` = longest prefix) or every
+    request's worker. GPU sizes in the engine's count (None = infinite), shared sizes in pages
+    (0 = none). An infeasible GPU size (some worker cannot allocate) has -1 everywhere and its
+    first failing request in ``failed_request``. Complexity: module docstring.
+    """
+    if model not in ROUTED_MODELS:
+        raise ValueError(f"model must be one of {', '.join(ROUTED_MODELS)}; got {model!r}")
+    k = int(workers)
+    if k < 1:
+        raise ValueError(f"workers must be a positive integer; got {workers!r}")
+    if isinstance(overlap_weight, bool) or not isinstance(overlap_weight, (int, float)) or not overlap_weight >= 0:
+        raise ValueError(f"overlap_weight must be a non-negative number (inf: longest prefix); got {overlap_weight!r}")
+    pages = trace if isinstance(trace, EnginePages) else engine_pages(trace, block_size)
+    pools, shared = check_pools(gpu_blocks, 1), _shared_sizes(shared_blocks)
+    sched = resolve_schedule(schedule, trace, pages)
+    n = pages.n_requests
+    if isinstance(router, str):
+        if router != KV_AWARE:
+            raise ValueError(f"router must be {KV_AWARE!r} or an array of workers; got {router!r}")
+        assign = np.full(n, -1, np.int64)
+    else:
+        assign = np.asarray(router, np.int64)
+        if assign.shape != (n,) or (n and (assign.min() < 0 or assign.max() >= k)):
+            raise ValueError(f"router must give every request a worker in 0..{k - 1}")
+
+    def run(pool: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+        return _one_size(pages, model, sched, decode, pool, k, assign, float(overlap_weight))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(pools)))) as ex:
+        runs = list(ex.map(run, pools))
+    pairs = tuple((g, s) for g in pools for s in shared)
+    out = np.zeros((3, len(pairs), n), np.int64)
+    failed = np.zeros(len(pairs), np.int64)
+    for i, (hits, where, f) in enumerate(runs):
+        for j, s in enumerate(shared):
+            row = i * len(shared) + j
+            out[0, row], out[1, row], failed[row] = where, hits, f
+            out[2, row] = -1 if f >= 0 else (shared_tier_hits(pages, sched, hits, s) if s != 0 else 0)
+    name = router if isinstance(router, str) else "static"
+    return ClusterResult(k, name, pairs, out[0], out[1], out[2], failed_request=failed, model=model)

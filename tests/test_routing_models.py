@@ -1,0 +1,264 @@
+"""serving/routed.py (K workers of the vllm / sglang models, kv-aware routing, shared tier) against
+a direct simulation built from the reference engines of tests/serving/serving_reference.py."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "serving"))
+from serving_reference import (
+    B,
+    SglangReference,
+    VllmReference,
+    _checkpoint,
+    _common,
+    ref_events,
+    request_pages,
+)
+from traces_random import random_trace
+
+from stackdist.serving.cluster import simulate_cluster
+from stackdist.serving.pages import engine_pages
+from stackdist.serving.routed import simulate_routed
+from stackdist.serving.schedule import Schedule
+from stackdist.serving.sglang import simulate_sglang
+from stackdist.serving.vllm import simulate_vllm
+
+
+def _sglang_probe(eng, key):
+    """Pages match_prefix would match, without stamping or splitting anything."""
+    node, matched = eng.root, 0
+    while key and key[0] in node.children:
+        child = node.children[key[0]]
+        n = _common(child.key, key)
+        matched += n
+        if n < len(child.key):
+            break
+        node, key = child, key[n:]
+    return matched
+
+
+class _Worker:
+    """One reference engine (vLLM's block pool or SGLang's radix tree) and its request steps."""
+
+    def __init__(self, model, pool, pages, decode):
+        self.model, self.pages = model, pages
+        P, O = pages.input_tokens.tolist(), pages.output_tokens.tolist()
+        size = pool if pool is not None else sum(-(-(P[r] + max(O[r], 1)) // B) for r in range(len(P))) + 2
+        self.eng = VllmReference(size) if model == "vllm" else SglangReference(size)
+        self.P, self.hashes, self.state = P, {}, {}
+
+    def probe(self, r):
+        keys = request_pages(self.pages, r)
+        if self.model == "vllm":
+            return B * len(self.eng.lookup([("p", k) for k in keys[: self.P[r] // B]], self.P[r]))
+        return B * _sglang_probe(self.eng, keys[: (self.P[r] - 1) // B])
+
+    def step(self, kind, r, k):
+        """One event; returns the hit tokens at an arrival, False when an allocation fails."""
+        keys, p, eng = request_pages(self.pages, r), self.P[r], self.eng
+        if self.model == "vllm":
+            if kind == 3:
+                self.hashes[r] = [("p", keys[j]) for j in range(p // B)]
+                computed = eng.lookup(self.hashes[r], p)
+                return B * len(computed) if eng.allocate_slots(r, self.hashes[r], p, p, computed) else False
+            if kind == 1:
+                h = self.hashes[r]
+                while len(h) < (p + k) // B:
+                    h.append(("g", r, len(h)))
+                return eng.allocate_slots(r, h, p + k, p + k)
+            if kind == 0:
+                eng.free_request(r)
+            return True
+        if kind == 3:
+            m, node = eng.match_prefix(keys[: (p - 1) // B])
+            eng.lock(node)
+            eng.evict_to_free(p - B * m + B)
+            need = -(-p // B) - m
+            if need > eng.free_pages:
+                return False
+            eng.free_pages -= need
+            self.state[r] = {"lock": node, "protected": m, "seq": p}
+            return B * m
+        if kind == 2:
+            _checkpoint(eng, self.state[r], keys[: p // B])
+        elif kind == 1:
+            s = self.state[r]
+            s["seq"] += 1
+            eng.evict_to_free(B)
+            if (s["seq"] - 1) % B == 0:
+                if eng.free_pages < 1:
+                    return False
+                eng.free_pages -= 1
+        elif kind == 0:
+            s = self.state.pop(r)
+            gen = [("g", r, j) for j in range(p // B, s["seq"] // B)]
+            _checkpoint(eng, s, keys[: p // B] + gen, prompt_pages=p // B)
+            if s["seq"] % B:
+                eng.free_pages += 1
+            eng.unlock(s["lock"])
+        return True
+
+
+def reference_routed(model, pages, schedule, decode, k, router, pool, shared, weight):
+    """Per request (worker, GPU hit tokens, shared hit tokens), or the failing request (int)."""
+    workers = [_Worker(model, pool, pages, decode) for _ in range(k)]
+    n = pages.n_requests
+    P = pages.input_tokens.tolist()
+    where, gpu, tier = [-1] * n, [0] * n, [0] * n
+    running = [{} for _ in range(k)]  # worker -> {request: its page keys}
+    pending = [{} for _ in range(k)]  # worker -> {request: prompt tokens still to compute}
+    routed = [0] * k
+    lru = OrderedDict()
+    cap = math.inf if shared is None else shared
+    for _t, kind, r, step in ref_events(schedule.arrival_s, schedule.prefill_end_s, schedule.finish_s,
+                                        pages.output_tokens, decode):
+        keys = request_pages(pages, r)
+        if kind == 3:
+            if isinstance(router, str):
+                costs = []
+                for v in range(k):
+                    hit = workers[v].probe(r)
+                    active = set().union(*running[v].values()) if running[v] else set()
+                    blocks = len(active) + sum(1 for x in keys if x not in active)
+                    cost = -float(hit) if math.isinf(weight) else weight * float(sum(pending[v].values()) + P[r] - hit) / B + float(blocks)
+                    costs.append((cost, len(running[v]), routed[v], v))
+                where[r] = min(costs)[3]
+            else:
+                where[r] = int(router[r])
+        w = where[r]
+        got = workers[w].step(kind, r, step)
+        if got is False:
+            return r
+        if kind == 3:
+            gpu[r], routed[w] = got, routed[w] + 1
+            running[w][r], pending[w][r] = set(keys), P[r] - got
+            g, j = got // B, got // B
+            while j < (P[r] - 1) // B and keys[j] in lru:
+                j += 1
+            tier[r] = B * (j - g)
+            if shared != 0:
+                for i in range(P[r] // B - 1, g - 1, -1):
+                    lru[keys[i]] = True
+                    lru.move_to_end(keys[i])
+                    if len(lru) > cap:
+                        lru.popitem(last=False)
+        elif kind == 2:
+            del pending[w][r]
+        elif kind == 0:
+            del running[w][r]
+    return list(zip(where, gpu, tier))
+
+
+def _check(model, trace, schedule, decode, k, router, pools, shared, weight=1.0):
+    pages = engine_pages(trace)
+    got = simulate_routed(trace, model, k, router, pools, shared, schedule, decode, overlap_weight=weight)
+    for i, (pool, s) in enumerate(got.pools):
+        want = reference_routed(model, pages, schedule, decode, k, router, pool, s, weight)
+        label = (model, k, pool, s, weight)
+        if isinstance(want, int):
+            assert got.failed_request[i] == want and (got.gpu_hit_tokens[i] == -1).all(), label
+            continue
+        assert got.failed_request[i] == -1, label
+        assert got.worker[i].tolist() == [w for w, _, _ in want], label
+        assert got.gpu_hit_tokens[i].tolist() == [g for _, g, _ in want], label
+        assert got.shared_hit_tokens[i].tolist() == [x for _, _, x in want], label
+    return got
+
+
+def _schedule(trace, rng, timed):
+    if not timed:
+        return Schedule.serial(trace.n_requests)
+    return Schedule.from_service_model(trace, float(rng.choice([300.0, 3000.0])), float(rng.choice([5.0, 50.0])))
+
+
+@pytest.mark.parametrize("model", ["vllm", "sglang"])
+@pytest.mark.parametrize("seed", range(12))
+def test_kv_aware_equals_direct_simulation(model, seed):
+    rng = np.random.default_rng(seed)
+    trace = random_trace(seed, n_requests=int(rng.integers(2, 30)))
+    k = 1 + seed % 4
+    timed = seed % 3 != 0
+    decode = bool(seed % 2)
+    peak = int((-(-(trace.input_length + trace.output_length) // 16)).max())
+    pools = [peak + 1, peak + 3, 2 * peak + int(rng.integers(0, 8)), None]  # tight (may be infeasible), loose, inf
+    weight = [1.0, 0.0, math.inf, 0.5, 4.0][seed % 5]
+    _check(model, trace, _schedule(trace, rng, timed), decode, k, "kv-aware", pools, [0, 3, None], weight)
+
+
+@pytest.mark.parametrize("model", ["vllm", "sglang"])
+@pytest.mark.parametrize("seed", range(6))
+def test_static_routes_equal_the_per_worker_engines(model, seed):
+    """With a static assignment the joint run is K independent engine runs (and the reference)."""
+    rng = np.random.default_rng(100 + seed)
+    trace = random_trace(100 + seed, n_requests=25)
+    k = 2 + seed % 3
+    route = rng.integers(0, k, trace.n_requests)
+    schedule = _schedule(trace, rng, seed % 2 == 0)
+    pools = [40, 90, None]
+    got = _check(model, trace, schedule, True, k, route, pools, [0, 5])
+    run = simulate_vllm if model == "vllm" else simulate_sglang
+    for w in range(k):
+        index = np.flatnonzero(route == w)
+        if not index.size:
+            continue
+        sub = Schedule(schedule.arrival_s[index], schedule.prefill_end_s[index], schedule.finish_s[index])
+        alone = run(trace.select(index), pools, sub, True)
+        for i, pool in enumerate(pools):
+            if alone.failed_request[i] < 0 and got.failed_request[2 * i] < 0:
+                assert got.gpu_hit_tokens[2 * i][index].tolist() == alone.hit_tokens[i].tolist()
+
+
+def test_conversation_trace_slice(repo_root, tmp_path):
+    from stackdist.traces import read_requests
+
+    with open(repo_root / "data/traces/mooncake_conversation_trace.jsonl") as fh:
+        head = [next(fh) for _ in range(10)]
+    (tmp_path / "head.jsonl").write_text("".join(head))
+    trace = read_requests(str(tmp_path / "head.jsonl"), "mooncake")
+    schedule = Schedule.from_service_model(trace, 10000.0, 50.0)
+    for model in ("vllm", "sglang"):
+        got = _check(model, trace, schedule, False, 3, "kv-aware", [1500, None], [1000])
+        assert len(set(got.worker[-1].tolist())) > 1  # the load term spreads the requests
+
+
+def test_serial_kv_aware_agrees_with_the_engine_semantics_cluster():
+    """Where the semantics match (serial, no eviction, every prompt ending in a partial page of
+    its own, so vLLM's P - 1 cap never bites), vLLM's kv-aware routing is the engine cluster's."""
+    rng = np.random.default_rng(7)
+    from naive import request_trace
+
+    for _ in range(10):
+        n = int(rng.integers(2, 25))
+        ids: dict[tuple[int, ...], int] = {}  # prefix-chained: one id per whole prefix
+        requests = []
+        for r in range(n):
+            head = tuple(int(x) for x in rng.integers(0, 3, int(rng.integers(0, 4))))
+            requests.append([ids.setdefault(head[: i + 1], len(ids)) for i in range(len(head))] + [10_000 + r])
+        trace = request_trace(requests, 16, [int(rng.integers(1, 16)) for _ in requests])
+        for k in (1, 2, 4):
+            for weight in (1.0, 0.0, math.inf):
+                vllm = simulate_routed(trace, "vllm", k, "kv-aware", [None], [0], "serial", overlap_weight=weight)
+                engine = simulate_cluster(trace, k, "kv-aware", [None], overlap_weight=weight)
+                assert vllm.worker.tolist() == engine.worker.tolist()
+                assert vllm.gpu_hit_tokens.tolist() == engine.gpu_hit_tokens.tolist()
+
+
+def test_bad_arguments():
+    trace = random_trace(1, n_requests=3)
+    with pytest.raises(ValueError, match="model"):
+        simulate_routed(trace, "trtllm", 2, "kv-aware", [10])
+    with pytest.raises(ValueError, match="overlap_weight"):
+        simulate_routed(trace, "vllm", 2, "kv-aware", [10], overlap_weight=-1.0)
+    with pytest.raises(ValueError, match="shared_blocks"):
+        simulate_routed(trace, "vllm", 2, "kv-aware", [10], [-2])
+    with pytest.raises(ValueError, match="0..1"):
+        simulate_routed(trace, "vllm", 2, np.array([0, 1, 2]), [10])
+    with pytest.raises(ValueError, match="router"):
+        simulate_routed(trace, "sglang", 2, "round-robin", [10])
