@@ -713,3 +713,27 @@ def test_every_path_argument_declares_itself_an_input_or_an_output():
     untyped = [f"{name} {action.option_strings or action.dest}" for name, parser in sub.choices.items()
                for action in parser._actions if _file_like(action) and action.type not in (InputPath, OutputPath)]
     assert not untyped, untyped
+
+
+def test_schedule_csv_goes_through_the_atomic_writer(tmp_path, monkeypatch):
+    from stackdist.output import files
+    from stackdist.serving.schedule import Schedule
+
+    path = tmp_path / "s.csv"
+    path.write_text("old\n")
+    path.chmod(0o640)
+
+    def full(_fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    with pytest.raises(OSError, match="No space left") as info:
+        Schedule.serial(3).write_csv(path)
+    assert info.value.filename == str(path) and path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["s.csv"]  # no temporary file left
+    monkeypatch.undo()
+    link = tmp_path / "link.csv"
+    link.symlink_to(path)
+    Schedule.serial(3).write_csv(link)
+    assert link.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert Schedule.read_csv(path, 3).arrival_s.tolist() == [0.0, 1.0, 2.0]

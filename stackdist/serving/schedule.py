@@ -167,7 +167,8 @@ class Schedule:
         return cls(arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy())
 
     def write_csv(self, path: str | os.PathLike[str]) -> None:
-        """Write the schedule CSV that :meth:`read_csv` reads (``repr`` floats, exact round trip).
+        """Write the schedule CSV that :meth:`read_csv` reads (``repr`` floats, exact round trip),
+        atomically through :func:`stackdist.output.write_atomic` (``-`` is stdout).
 
         Complexity: O(n).
 
@@ -177,11 +178,16 @@ class Schedule:
         >>> Schedule.read_csv(path, 2).arrival_s.tolist()
         [0.0, 1.0]
         """
-        with open(path, "w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(_HEADER)
-            for i in range(self.n_requests):
-                w.writerow([i, repr(float(self.arrival_s[i])), repr(float(self.prefill_end_s[i])), repr(float(self.finish_s[i]))])
+        import io
+
+        from stackdist.output import write_atomic  # the one output guard: atomic, through symlinks, modes kept
+
+        buf = io.StringIO(newline="")
+        w = csv.writer(buf)
+        w.writerow(_HEADER)
+        for i in range(self.n_requests):
+            w.writerow([i, repr(float(self.arrival_s[i])), repr(float(self.prefill_end_s[i])), repr(float(self.finish_s[i]))])
+        write_atomic(path, buf.getvalue())
 
 
 def _parse_row(path: str | os.PathLike[str], line_no: int, row: list[str], expected: int) -> tuple[float, float, float]:
