@@ -25,14 +25,19 @@ from typing import Any
 
 import numpy as np
 
+from stackdist.serving.cluster import KV_AWARE, ClusterResult
 from stackdist.serving.decode_reuse import continuations, reuse_summary
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
+from stackdist.serving.routed import DEFAULT_OVERLAP_WEIGHT, shared_tier_hits, simulate_routed
 from stackdist.serving.schedule import Schedule
 from stackdist.traces import RequestTrace
 
+from .schema import ClusterPlan, ClusterPoolRow, ClusterWorkerRow, RoutingWorthRow
+
 __all__ = ["ENGINE_MODELS", "EngineOptions", "default_pools", "run_engine_models", "engine_section",
-           "per_request_columns", "parse_pools", "assign_workers", "schedule_for", "ROUTERS"]
+           "per_request_columns", "parse_pools", "assign_workers", "schedule_for", "ROUTERS", "ONE_CACHE",
+           "ModelCluster", "cluster_pool_row", "routing_worth_rows", "model_cluster_section"]
 
 ENGINE_MODELS = ("vllm", "sglang")
 
@@ -54,9 +59,14 @@ class EngineOptions:
     router: str = "round-robin"
     seed: int = 0
     decode_reuse: bool = False
+    overlap_weight: float = DEFAULT_OVERLAP_WEIGHT
+    shared_blocks: Sequence[int | None] = (0,)
+    compare_routers: bool = True
 
 
 ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded")
+ONE_CACHE = "one-cache"
+"""The routing-worth baseline's key: one worker of K x the pool."""
 
 
 def schedule_for(trace: RequestTrace, options: EngineOptions) -> Schedule:
@@ -152,31 +162,145 @@ def default_pools(trace: RequestTrace, engine_block_size: int = 16, points: int 
 
 
 def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any = None) -> dict[str, ServingResult]:
-    """Run each engine model of ``options`` once over all its pool sizes. Per size O(pages + events)."""
+    """Run each engine model of ``options`` once over all its pool sizes. Per size O(pages + events).
+
+    With K workers (or recorded ones) or a shared tier the result is a :class:`ModelCluster`
+    (the per-pool hits plus who served what and the hits by tier); ``--router kv-aware`` runs the
+    K pools jointly (:mod:`stackdist.serving.routed`); with K > 1 and ``compare_routers`` also
+    every router and one pool of K x N (what routing is worth)."""
+    pools = tuple(options.pools) or default_pools(trace, options.engine_block_size)
+    schedule = schedule_for(trace, options)
+    kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
+    workers = np.zeros(0, np.int64) if kv_aware else assign_workers(trace, options, schedule)
+    out: dict[str, ServingResult] = {}
+    for model in options.models:
+        if options.decode_reuse and model != "vllm":
+            raise ValueError("--decode-reuse is modelled for the vllm model only")
+        if progress is not None:
+            k = options.workers if kv_aware else len(np.unique(workers))
+            progress(f"{model} model, {len(pools)} pool sizes, {k} worker(s), router {options.router}")
+        cluster: ClusterResult | None
+        if kv_aware:
+            cluster = _kv_aware_run(model, trace, options, schedule, pools)
+            result = _cluster_hits(cluster, len(_shared(options)))
+        else:
+            result = _per_worker_run(model, trace, options, schedule, pools, workers)
+            cluster = _static_cluster(model, result, trace, options, schedule, workers)
+        worth = None
+        if isinstance(options.workers, int) and options.workers > 1 and options.compare_routers:
+            worth = _worth_runs(model, trace, options, schedule, pools, {options.router: cluster}, progress)
+        out[model] = result if cluster is None else ModelCluster(**vars(result), cluster=cluster, worth=worth)
+    return out
+
+
+def _per_worker_run(model: str, trace: RequestTrace, options: EngineOptions, schedule: Schedule,
+                    pools: tuple[int | None, ...], workers: np.ndarray) -> ServingResult:
+    """The model on each worker's requests alone (a static assignment), merged."""
     from stackdist.serving.sglang import simulate_sglang
     from stackdist.serving.vllm import simulate_vllm
 
-    pools = tuple(options.pools) or default_pools(trace, options.engine_block_size)
-    schedule = schedule_for(trace, options)
-    workers = assign_workers(trace, options, schedule)
-    out: dict[str, ServingResult] = {}
-    for model in options.models:
+    run = simulate_vllm if model == "vllm" else simulate_sglang
+    parts = []
+    for w in np.unique(workers).tolist():
+        index = np.flatnonzero(workers == w)
+        sub = trace if index.size == trace.n_requests else trace.select(index)
+        source: Any = sub
+        if options.decode_reuse:  # only a request on the same worker can reuse its KV
+            pages = engine_pages(sub, options.engine_block_size)
+            source = dataclasses.replace(pages, continued_by=continuations(sub, pages))
+        parts.append((index, run(source, pools, _subset(schedule, index), options.decode, options.engine_block_size)))
+    return _merge(parts, trace.n_requests) if len(parts) != 1 else parts[0][1]
+
+
+def _shared(options: EngineOptions) -> tuple[int | None, ...]:
+    return tuple(options.shared_blocks) or (0,)
+
+
+def _kv_aware_run(model: str, trace: RequestTrace, options: EngineOptions, schedule: Schedule,
+                  pools: tuple[int | None, ...]) -> ClusterResult:
+    """The K pools simulated jointly under the kv-aware router (decode reuse over the whole trace:
+    the earlier request's worker holds the answer's KV, whichever worker the later one lands on)."""
+    pages = engine_pages(trace, options.engine_block_size)
+    if options.decode_reuse:
+        pages = dataclasses.replace(pages, continued_by=continuations(trace, pages))
+    return simulate_routed(pages, model, int(options.workers), KV_AWARE, pools, _shared(options), schedule,
+                           options.decode, options.overlap_weight, options.engine_block_size)
+
+
+def _cluster_hits(cluster: ClusterResult, n_shared: int) -> ServingResult:
+    """The GPU hits per pool of a joint run (the same at every shared-tier size)."""
+    rows = np.arange(0, len(cluster.pools), n_shared)
+    assert cluster.failed_request is not None
+    return ServingResult(cluster.model, tuple(cluster.pools[i][0] for i in rows), cluster.gpu_hit_tokens[rows],
+                         cluster.failed_request[rows], None, "joint (kv-aware)", False)
+
+
+def _static_cluster(model: str, result: ServingResult, trace: RequestTrace, options: EngineOptions,
+                    schedule: Schedule, workers: np.ndarray, force: bool = False) -> ClusterResult | None:
+    """Who served what and the hits by tier under a static assignment (None for one worker and
+    no shared tier, unless ``force``). The shared tier is a pass over the arrivals after the GPU
+    runs (:func:`stackdist.serving.routed.shared_tier_hits`)."""
+    shared = _shared(options)
+    if options.workers == "one" and shared == (0,) and not force:
+        return None
+    index = np.unique(workers, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    k = int(options.workers) if isinstance(options.workers, int) else max(int(index.max(initial=0)) + 1, 1)
+    pages = engine_pages(trace, options.engine_block_size)
+    pairs, rows_w, rows_g, rows_s, failed = [], [], [], [], []
+    for i, pool in enumerate(result.pools):
+        f = int(result.failed_request[i])
+        for s in shared:
+            pairs.append((pool, s))
+            hits = result.hit_tokens[i]
+            rows_w.append(index if f < 0 else np.full(trace.n_requests, -1, np.int64))
+            rows_g.append(hits)
+            if f >= 0 or s == 0:
+                rows_s.append(np.full(trace.n_requests, -1 if f >= 0 else 0, np.int64))
+            else:
+                rows_s.append(shared_tier_hits(pages, schedule, hits, s))
+            failed.append(f)
+    return ClusterResult(k, "recorded" if options.workers == "recorded" else options.router, tuple(pairs),
+                         np.array(rows_w).reshape(len(pairs), -1), np.array(rows_g).reshape(len(pairs), -1),
+                         np.array(rows_s).reshape(len(pairs), -1), failed_request=np.array(failed, np.int64), model=model)
+
+
+def _worth_runs(model: str, trace: RequestTrace, options: EngineOptions, schedule: Schedule, pools: tuple[int | None, ...],
+                done: dict[str, ClusterResult | None], progress: Any) -> dict[str, ClusterResult]:
+    """Every router at K workers of N, and one pool of K x N (key ``one-cache``), same shared tier."""
+    k = int(options.workers)
+    out: dict[str, ClusterResult] = {}
+    for name in (*ROUTERS, KV_AWARE):
+        have = done.get(name)
+        if have is not None:
+            out[name] = have
+            continue
         if progress is not None:
-            progress(f"{model} model, {len(pools)} pool sizes, {len(np.unique(workers))} worker(s)")
-        run = simulate_vllm if model == "vllm" else simulate_sglang
-        if options.decode_reuse and model != "vllm":
-            raise ValueError("--decode-reuse is modelled for the vllm model only")
-        parts = []
-        for w in np.unique(workers).tolist():
-            index = np.flatnonzero(workers == w)
-            sub = trace if index.size == trace.n_requests else trace.select(index)
-            source: Any = sub
-            if options.decode_reuse:  # only a request on the same worker can reuse its KV
-                pages = engine_pages(sub, options.engine_block_size)
-                source = dataclasses.replace(pages, continued_by=continuations(sub, pages))
-            parts.append((index, run(source, pools, _subset(schedule, index), options.decode, options.engine_block_size)))
-        out[model] = _merge(parts, trace.n_requests) if len(parts) != 1 else parts[0][1]
+            progress(f"{model} model: what routing is worth, router {name}")
+        other = dataclasses.replace(options, router=name)
+        if name == KV_AWARE:
+            out[name] = _kv_aware_run(model, trace, other, schedule, pools)
+        else:
+            workers = assign_workers(trace, other, schedule)
+            cluster = _static_cluster(model, _per_worker_run(model, trace, other, schedule, pools, workers), trace, other, schedule, workers)
+            assert cluster is not None
+            out[name] = cluster
+    one = dataclasses.replace(options, workers="one")
+    big = tuple(None if p is None else p * k for p in pools)
+    zeros = np.zeros(trace.n_requests, np.int64)
+    cluster = _static_cluster(model, _per_worker_run(model, trace, one, schedule, big, zeros), trace, one, schedule, zeros, True)
+    assert cluster is not None
+    out[ONE_CACHE] = cluster
     return out
+
+
+@dataclass(frozen=True)
+class ModelCluster(ServingResult):
+    """An engine model's result on K workers or with a shared tier: :class:`ServingResult` (the
+    GPU hits per pool) plus ``cluster`` (per pool pair: worker, GPU and shared hits) and, with K > 1,
+    ``worth`` (every router and ``one-cache``, for what routing is worth)."""
+
+    cluster: ClusterResult | None = None
+    worth: dict[str, ClusterResult] | None = None
 
 
 def _merge(parts: list[tuple[np.ndarray, ServingResult]], n: int) -> ServingResult:
@@ -199,6 +323,92 @@ def _merge(parts: list[tuple[np.ndarray, ServingResult]], n: int) -> ServingResu
 
 def _pool_label(pool: int | None) -> int | str:
     return "inf" if pool is None else int(pool)
+
+
+def _label(blocks: int | None) -> int | str:
+    return "inf" if blocks is None else int(blocks)
+
+
+def _gib(blocks: int | None, bytes_per_block: int) -> float | None:
+    return None if blocks is None else blocks * bytes_per_block / 2**30
+
+
+def cluster_pool_row(result: ClusterResult, i: int, mask: np.ndarray, inputs: np.ndarray, bytes_per_block: int,
+                     labels: list[Any]) -> ClusterPoolRow:
+    """Pool pair ``i`` of a cluster run over the counted requests ``mask``: hits by tier, in
+    total and per worker (``labels`` name the workers). O(requests x workers)."""
+    gpu, shared = result.gpu_hit_tokens[i], result.shared_hit_tokens[i]
+    total = int(inputs[mask].sum())
+    workers = []
+    for w in range(result.workers):
+        on = mask & (result.worker[i] == w)
+        tokens = int(inputs[on].sum())
+        hits = int(gpu[on].sum() + shared[on].sum())
+        workers.append(ClusterWorkerRow(worker=labels[w], requests=int(on.sum()), input_tokens=tokens, hit_tokens=hits,
+                                        gpu_hit_tokens=int(gpu[on].sum()), shared_hit_tokens=int(shared[on].sum()),
+                                        prefix_token_hit_rate=hits / tokens if tokens else 0.0))
+    g_hits, s_hits = int(gpu[mask].sum()), int(shared[mask].sum())
+    c, s = result.pools[i]
+    return ClusterPoolRow(
+        gpu_blocks=_label(c), shared_blocks=_label(s), gpu_gib_per_worker=_gib(c, bytes_per_block),
+        shared_gib=_gib(s, bytes_per_block), hit_tokens=g_hits + s_hits, gpu_hit_tokens=g_hits, shared_hit_tokens=s_hits,
+        prefix_token_hit_rate=(g_hits + s_hits) / total if total else 0.0,
+        gpu_token_hit_rate=g_hits / total if total else 0.0, shared_token_hit_rate=s_hits / total if total else 0.0,
+        requests_with_hits=int(np.count_nonzero((gpu + shared)[mask])), per_worker=workers)
+
+
+def _feasible(result: ClusterResult, i: int) -> bool:
+    return result.failed_request is None or bool(result.failed_request[i] < 0)
+
+
+def routing_worth_rows(results: dict[str, ClusterResult], mask: np.ndarray, total: int) -> list[RoutingWorthRow]:
+    """Per pool pair: every router's prefix token hit rate (GPU + shared) at K workers of C
+    against one cache of K x C (key :data:`ONE_CACHE`); None where a pool is infeasible."""
+    one = results[ONE_CACHE]
+    rows = []
+    for i, (c, s) in enumerate(one.pools):
+        rate = {name: (int(r.hit_tokens[i][mask].sum()) / total if total else 0.0) if _feasible(r, i) else None
+                for name, r in results.items() if name != ONE_CACHE}
+        feasible = [name for name, x in rate.items() if x is not None]
+        best = max(feasible, key=lambda name: rate[name] or 0.0) if feasible else None
+        baseline = (int(one.hit_tokens[i][mask].sum()) / total if total else 0.0) if _feasible(one, i) else None
+        gpu = next(iter(r for name, r in results.items() if name != ONE_CACHE)).pools[i][0]
+        best_rate = rate[best] if best is not None else None
+        rows.append(RoutingWorthRow(
+            gpu_blocks=_label(gpu), shared_blocks=_label(s), one_cache_blocks=_label(c),
+            one_cache_prefix_token_hit_rate=baseline, routers=rate, best_router=best,
+            best_minus_one_cache_percentage_points=None if best_rate is None or baseline is None
+            else 100.0 * (best_rate - baseline)))
+    return rows
+
+
+def model_cluster_section(result: ModelCluster, trace: RequestTrace, options: EngineOptions, counted: np.ndarray,
+                          bytes_per_block: int) -> ClusterPlan:
+    """An engine model's ``cluster`` part: per feasible (GPU, shared) pair, hits by tier per worker
+    and in total; what routing is worth when every router ran. O(pairs x (requests + K))."""
+    cluster = result.cluster
+    assert cluster is not None
+    labels: list[Any] = list(range(cluster.workers))
+    if cluster.router == "recorded" and trace.workers is not None:
+        labels = [int(x) for x in np.unique(trace.workers)]
+    feasible = [i for i in range(len(cluster.pools)) if _feasible(cluster, i)]
+    total = int(trace.input_length[counted].sum())
+    weight = options.overlap_weight
+    return ClusterPlan(
+        semantics=result.engine, workers=cluster.workers, router=cluster.router, worker_labels=labels,
+        order="the model's schedule: every worker's pool as the engine runs it, one event order",
+        pool_unit=f"gpu_blocks: each worker's pool in the engine's count ({result.engine}); shared_blocks: "
+                  f"{options.engine_block_size}-token pages",
+        shared_tier=("one LRU for all workers; after the GPU prefix hit the hit continues in it; the full prompt "
+                     "pages from the GPU hit on are written through at arrival, tail first"),
+        kv_aware=(f"Dynamo's KV-router cost: {weight:g} x prefill blocks still to compute + active blocks "
+                  "(ties: fewer running, fewer routed, lowest index)" if weight != float("inf")
+                  else "longest prefix the engine would report (ties: fewer running, fewer routed, lowest index)"),
+        requests=int(counted.sum()), input_tokens=total,
+        pools=[cluster_pool_row(cluster, i, counted, trace.input_length, bytes_per_block, labels) for i in feasible],
+        routing_worth=routing_worth_rows(result.worth, counted, total) if result.worth else None,
+        notes=[f"pool pair {cluster.pools[i]} infeasible (request {int(cluster.failed_request[i])} cannot allocate)"
+               for i in range(len(cluster.pools)) if i not in feasible and cluster.failed_request is not None])
 
 
 def engine_section(
@@ -249,6 +459,8 @@ def engine_section(
         "pools": rows,
         "min_feasible_pool": minimum,
         "decode_reuse": reuse,
+        "cluster": model_cluster_section(result, trace, options, mask, block_bytes)
+        if isinstance(result, ModelCluster) and result.cluster is not None else None,
     }
 
 

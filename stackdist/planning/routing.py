@@ -34,8 +34,16 @@ from stackdist.engine.keys import unique_sorted
 from stackdist.serving.cluster import KV_AWARE, ClusterResult, simulate_cluster
 from stackdist.traces import RequestTrace
 
-from .engine_plan import ROUTERS, EngineOptions, assign_workers, schedule_for
-from .schema import ClusterPlan, ClusterPoolRow, ClusterWorkerRow, RoutingWorthRow
+from .engine_plan import (
+    ONE_CACHE,
+    ROUTERS,
+    EngineOptions,
+    assign_workers,
+    cluster_pool_row,
+    routing_worth_rows,
+    schedule_for,
+)
+from .schema import ClusterPlan
 
 __all__ = [
     "ONE_CACHE",
@@ -48,8 +56,6 @@ __all__ = [
 ]
 
 ROUTING_ROUTERS = (*ROUTERS, KV_AWARE)
-ONE_CACHE = "one-cache"
-"""The routing-worth baseline's key in :func:`run_routing`'s results: one worker of K x C."""
 KV_AWARE_MAX_ENTRIES = 2**28
 """The comparison runs kv-aware (state: 8 bytes per distinct block and worker) only up to this
 many entries; asked for with ``--router kv-aware`` it always runs."""
@@ -144,53 +150,6 @@ def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, Clust
         return dict(zip(jobs, pool.map(run, list(jobs))))
 
 
-def _label(blocks: int | None) -> int | str:
-    return "inf" if blocks is None else int(blocks)
-
-
-def _gib(blocks: int | None, bytes_per_block: int) -> float | None:
-    return None if blocks is None else blocks * bytes_per_block / 2**30
-
-
-def _pool_row(result: ClusterResult, i: int, mask: np.ndarray, inputs: np.ndarray, bytes_per_block: int,
-              labels: list[Any]) -> ClusterPoolRow:
-    gpu, shared = result.gpu_hit_tokens[i], result.shared_hit_tokens[i]
-    total = int(inputs[mask].sum())
-    workers = []
-    for w in range(result.workers):
-        on = mask & (result.worker[i] == w)
-        tokens = int(inputs[on].sum())
-        hits = int(gpu[on].sum() + shared[on].sum())
-        workers.append(ClusterWorkerRow(worker=labels[w], requests=int(on.sum()), input_tokens=tokens, hit_tokens=hits,
-                                        gpu_hit_tokens=int(gpu[on].sum()), shared_hit_tokens=int(shared[on].sum()),
-                                        prefix_token_hit_rate=hits / tokens if tokens else 0.0))
-    g_hits, s_hits = int(gpu[mask].sum()), int(shared[mask].sum())
-    c, s = result.pools[i]
-    return ClusterPoolRow(
-        gpu_blocks=_label(c), shared_blocks=_label(s), gpu_gib_per_worker=_gib(c, bytes_per_block),
-        shared_gib=_gib(s, bytes_per_block), hit_tokens=g_hits + s_hits, gpu_hit_tokens=g_hits, shared_hit_tokens=s_hits,
-        prefix_token_hit_rate=(g_hits + s_hits) / total if total else 0.0,
-        gpu_token_hit_rate=g_hits / total if total else 0.0, shared_token_hit_rate=s_hits / total if total else 0.0,
-        requests_with_hits=int(np.count_nonzero((gpu + shared)[mask])), per_worker=workers)
-
-
-def _worth(results: dict[str, ClusterResult], mask: np.ndarray, total: int, k: int) -> list[RoutingWorthRow]:
-    """Per pool pair: every router's prefix token hit rate at K x C against one cache of K x C."""
-    one = results[ONE_CACHE]
-    rows = []
-    for i, (c, s) in enumerate(one.pools):
-        rate = {name: int(r.hit_tokens[i][mask].sum()) / total if total else 0.0
-                for name, r in results.items() if name != ONE_CACHE}
-        best = max(rate, key=lambda name: rate[name])
-        baseline = int(one.hit_tokens[i][mask].sum()) / total if total else 0.0
-        gpu = results[best].pools[i][0]
-        rows.append(RoutingWorthRow(
-            gpu_blocks=_label(gpu), shared_blocks=_label(s), one_cache_blocks=_label(c),
-            one_cache_prefix_token_hit_rate=baseline, routers=rate, best_router=best,
-            best_minus_one_cache_percentage_points=100.0 * (rate[best] - baseline)))
-    return rows
-
-
 def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, options: RoutingOptions,
                     counted: np.ndarray | None, bytes_per_block: int) -> ClusterPlan:
     """The plan's ``cluster`` section: per pool pair, per worker and in total, GPU and shared
@@ -202,9 +161,9 @@ def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, opti
     labels: list[Any] = list(range(main.workers))
     if name == "recorded" and trace.workers is not None:
         labels = [int(x) for x in np.unique(trace.workers)]
-    rows = [_pool_row(main, i, mask, trace.input_length, bytes_per_block, labels) for i in range(len(main.pools))]
+    rows = [cluster_pool_row(main, i, mask, trace.input_length, bytes_per_block, labels) for i in range(len(main.pools))]
     total = int(trace.input_length[mask].sum())
-    worth = _worth(results, mask, total, main.workers) if ONE_CACHE in results else None
+    worth = routing_worth_rows(results, mask, total) if ONE_CACHE in results else None
     notes = [] if worth is None or KV_AWARE in results else [
         (f"kv-aware left out of the comparison: distinct blocks x {main.workers} workers is over "
          f"{KV_AWARE_MAX_ENTRIES:,} entries of state (ask for it with --router kv-aware)")]

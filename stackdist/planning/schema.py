@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-__all__ = ["SCHEMA_VERSION", "Capacity", "WorkingSetRow", "Coverage", "TierRow", "TierPlan", "CurveTable",
+__all__ = ["SCHEMA_VERSION", "Capacity", "Unreachable", "WorkingSetRow", "unreachable_reason", "Coverage", "TierRow", "TierPlan", "CurveTable",
            "WindowRow", "SemanticsPlan", "Comparison", "PoolRow", "EngineModelPlan", "TraceInfo", "ModelInfo", "Plan",
            "TTFTSummary", "BudgetSemanticsRow", "BudgetEngineRow", "BudgetRow", "ReplicaPool", "Budgets",
            "ClusterWorkerRow", "ClusterPoolRow", "RoutingWorthRow", "ClusterPlan"]
@@ -22,10 +22,33 @@ class Capacity(TypedDict):
     gib: float
 
 
+class Unreachable(TypedDict):
+    reason: str
+
+
 class WorkingSetRow(TypedDict):
     target: float
     token_hit_rate: Capacity | None
     fraction_of_ceiling: Capacity | None
+    unreachable: dict[str, Unreachable]  # why, for each of the two that is None (absent: reached)
+
+
+def unreachable_reason(curve: Any, kind: str, target: float) -> str:
+    """Why no capacity reaches ``target`` (``kind`` token_hit_rate or fraction_of_ceiling) on
+    ``curve`` (a :class:`~.prefix_curve.PrefixCurve`). O(1).
+
+    >>> class C: ceiling_token_hit_rate, ceiling_token_hits = 0.5, 10
+    >>> unreachable_reason(C(), "token_hit_rate", 0.9)[:60]
+    'no capacity reaches a prefix token hit rate of 90.00%: the ce'
+    """
+    ceiling = float(curve.ceiling_token_hit_rate)
+    if kind == "fraction_of_ceiling" and not curve.ceiling_token_hits:
+        return ("no block is reused in the counted requests: the ceiling (an infinite cache) is 0 hit tokens, "
+                f"so no capacity reaches {target:.2%} of it")
+    if kind == "token_hit_rate" and target > ceiling:
+        return (f"no capacity reaches a prefix token hit rate of {target:.2%}: the ceiling (an infinite cache) is "
+                f"{ceiling:.2%}, because the first use of every block misses")
+    return f"no capacity reaches {target:.2%} ({kind.replace('_', ' ')}) on this trace"
 
 
 class Coverage(TypedDict):
@@ -227,10 +250,10 @@ class RoutingWorthRow(TypedDict):
     gpu_blocks: int | str
     shared_blocks: int | str
     one_cache_blocks: int | str
-    one_cache_prefix_token_hit_rate: float
-    routers: dict[str, float]
-    best_router: str
-    best_minus_one_cache_percentage_points: float
+    one_cache_prefix_token_hit_rate: float | None  # None: an infeasible pool (engine models)
+    routers: dict[str, float | None]
+    best_router: str | None
+    best_minus_one_cache_percentage_points: float | None
 
 
 class ClusterPlan(TypedDict):
