@@ -29,15 +29,33 @@ from stackdist.serving.cluster import KV_AWARE, ClusterResult
 from stackdist.serving.decode_reuse import continuations, reuse_summary
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
-from stackdist.serving.routed import DEFAULT_OVERLAP_WEIGHT, shared_tier_hits, simulate_routed
+from stackdist.serving.routed import (
+    DEFAULT_OVERLAP_WEIGHT,
+    shared_tier_hits,
+    simulate_routed,
+)
 from stackdist.serving.schedule import Schedule
 from stackdist.traces import RequestTrace
 
 from .schema import ClusterPlan, ClusterPoolRow, ClusterWorkerRow, RoutingWorthRow
 
-__all__ = ["ENGINE_MODELS", "EngineOptions", "default_pools", "run_engine_models", "engine_section",
-           "per_request_columns", "parse_pools", "assign_workers", "schedule_for", "ROUTERS", "ONE_CACHE",
-           "ModelCluster", "cluster_pool_row", "routing_worth_rows", "model_cluster_section"]
+__all__ = [
+    "ENGINE_MODELS",
+    "ONE_CACHE",
+    "ROUTERS",
+    "EngineOptions",
+    "ModelCluster",
+    "assign_workers",
+    "cluster_pool_row",
+    "default_pools",
+    "engine_section",
+    "model_cluster_section",
+    "parse_pools",
+    "per_request_columns",
+    "routing_worth_rows",
+    "run_engine_models",
+    "schedule_for",
+]
 
 ENGINE_MODELS = ("vllm", "sglang")
 
