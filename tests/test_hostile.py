@@ -737,3 +737,19 @@ def test_schedule_csv_goes_through_the_atomic_writer(tmp_path, monkeypatch):
     Schedule.serial(3).write_csv(link)
     assert link.is_symlink() and stat.S_IMODE(path.stat().st_mode) == 0o640
     assert Schedule.read_csv(path, 3).arrival_s.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_plan_json_says_why_a_target_is_unreachable(capsys, req):
+    code, out, err = run(capsys, "plan", req, "--targets", "0.5,0.999", "--json", "-", "--gpu", "h100", "--model", "qwen3-8b")
+    assert code == 0, err
+    report = json.loads(out)
+    for sem in report["semantics"].values():
+        ceiling = sem["summary"]["ceiling_token_hit_rate"]
+        assert ceiling < 0.999
+        rows = {row["target"]: row for row in sem["working_set"]}
+        assert rows[0.999]["token_hit_rate"] is None
+        assert "ceiling" in rows[0.999]["unreachable"]["token_hit_rate"]["reason"]
+        assert f"{ceiling:.2%}" in rows[0.999]["unreachable"]["token_hit_rate"]["reason"]
+        assert all(rows[t][k] is None for t, row in rows.items() for k in row["unreachable"])  # a reason only when None
+    needs = report["budgets"]["requirements"]["targets"]
+    assert all("reason" in r["unreachable"] for r in needs if not r["reachable"]) and not all(r["reachable"] for r in needs)

@@ -48,6 +48,7 @@ from .hardware import (
     ttft_summary,
 )
 from .prefix_curve import PrefixCurve
+from .schema import unreachable_reason
 
 __all__ = [
     "BUDGET_UNITS",
@@ -199,7 +200,8 @@ def _requirements(curve: PrefixCurve, pool: dict[str, Any], block_size: int, geo
         for kind in ("fraction_of_ceiling", "token_hit_rate"):
             blocks = curve.min_capacity_for(**{kind: t})
             if blocks is None:
-                rows.append({"target": t, "kind": kind, "reachable": False})
+                rows.append({"target": t, "kind": kind, "reachable": False,
+                             "unreachable": {"reason": unreachable_reason(curve, kind, t)}})
                 continue
             tokens = blocks * block_size
             rows.append({"target": t, "kind": kind, "reachable": True, "tokens": int(tokens),

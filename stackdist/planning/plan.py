@@ -27,7 +27,7 @@ from .optimal import optimal_bound, optimal_working_set
 from .prefix_curve import PrefixCurve
 from .prices import PRICES_USD_PER_GB
 from .routing import RoutingOptions, routing_section, run_routing
-from .schema import SCHEMA_VERSION, Plan
+from .schema import SCHEMA_VERSION, Plan, unreachable_reason
 from .tier_plan import tier_plan
 
 __all__ = ["PlanOptions", "build_plan", "parse_duration", "warmup_mask"]
@@ -104,11 +104,12 @@ def _curve_points(curve: PrefixCurve, points: int, marks: Sequence[int]) -> np.n
 def _working_sets(curve: PrefixCurve, units: _Units, targets: Sequence[float]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for t in targets:
-        rows.append({
-            "target": t,
-            "token_hit_rate": units.describe(curve.min_capacity_for(token_hit_rate=t)),
-            "fraction_of_ceiling": units.describe(curve.min_capacity_for(fraction_of_ceiling=t)),
-        })
+        row: dict[str, Any] = {"target": t}
+        for kind in ("token_hit_rate", "fraction_of_ceiling"):
+            row[kind] = units.describe(curve.min_capacity_for(**{kind: t}))
+        row["unreachable"] = {kind: {"reason": unreachable_reason(curve, kind, t)}
+                              for kind in ("token_hit_rate", "fraction_of_ceiling") if row[kind] is None}
+        rows.append(row)
     return rows
 
 
@@ -144,11 +145,12 @@ def _time_windows(replay: PrefixReplay, counted: np.ndarray, width: float, units
         row: dict[str, Any] = {"start_s": start + w * width, "end_s": start + (w + 1) * width, "requests": int(in_window.sum())}
         for label, mask in (("window", in_window), ("cumulative", cumulative)):
             curve = PrefixCurve(replay, mask)
+            sets = {f"{t:g}": units.describe(curve.min_capacity_for(fraction_of_ceiling=t)) for t in targets}
             row[label] = {
                 "ceiling_token_hit_rate": curve.ceiling_token_hit_rate,
-                "working_set_fraction_of_ceiling": {
-                    f"{t:g}": units.describe(curve.min_capacity_for(fraction_of_ceiling=t)) for t in targets
-                },
+                "working_set_fraction_of_ceiling": sets,
+                "unreachable": {k: {"reason": unreachable_reason(curve, "fraction_of_ceiling", float(k))}
+                                for k, v in sets.items() if v is None},
             }
         rows.append(row)
     return rows

@@ -39,7 +39,7 @@ def unreachable_reason(curve: Any, kind: str, target: float) -> str:
 
     >>> class C: ceiling_token_hit_rate, ceiling_token_hits = 0.5, 10
     >>> unreachable_reason(C(), "token_hit_rate", 0.9)[:60]
-    'no capacity reaches a prefix token hit rate of 90.00%: the ce'
+    'no capacity reaches a prefix token hit rate of 90.00%: the c'
     """
     ceiling = float(curve.ceiling_token_hit_rate)
     if kind == "fraction_of_ceiling" and not curve.ceiling_token_hits:

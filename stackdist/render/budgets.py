@@ -45,7 +45,7 @@ def budget_lines(section: Budgets) -> list[str]:
         for r in req["targets"]:
             what = f"{r['target']:.1%} {'of the ceiling' if r['kind'] == 'fraction_of_ceiling' else 'absolute'}"
             if not r["reachable"]:
-                lines.append(f"  {what:<22} unreachable")
+                lines.append(f"  {what:<22} unreachable" + (f" ({r['unreachable']['reason']})" if "unreachable" in r else ""))
                 continue
             lines.append(f"  {what:<22} {r['gib']:10.2f} GiB = {r['replicas']} replica(s), or one replica plus "
                          f"{r['behind_one_replica_gib']:.2f} GiB of CPU/SSD behind it")

@@ -36,13 +36,14 @@ def render_plan_table(report: Plan) -> str:
                   (f"ceiling (infinite cache): prefix token hit rate {s['ceiling_token_hit_rate']:.2%}, "
                    f"block hit rate {s['ceiling_block_hit_rate']:.2%}"),
                   "working set for a prefix token hit rate of:"]
-        above = f"above the {s['ceiling_token_hit_rate']:.2%} ceiling: first uses of a block always miss"
         for w in sem["working_set"]:
-            lines.append(f"  {w['target']:>6.1%} absolute          {_fmt_cap(w['token_hit_rate'], above)}")
+            why = {kind: v["reason"] for kind, v in w.get("unreachable", {}).items()}  # the JSON's reasons
+            lines.append(f"  {w['target']:>6.1%} absolute          {_fmt_cap(w['token_hit_rate'], why.get('token_hit_rate', ''))}")
             if s["ceiling_token_hit_rate"] == 0:  # no reuse: "x of a zero ceiling" says nothing about capacity
                 lines.append(f"  {w['target']:>6.1%} of the ceiling    meaningless: no block is ever reused (ceiling 0)")
                 continue
-            lines.append(f"  {w['target']:>6.1%} of the ceiling    {_fmt_cap(w['fraction_of_ceiling'])}")
+            lines.append(f"  {w['target']:>6.1%} of the ceiling    "
+                         f"{_fmt_cap(w['fraction_of_ceiling'], why.get('fraction_of_ceiling', ''))}")
         cov = sem["coverage"]
         lines.append(f"request coverage (first ceil(H x {cov['target']:g}) reusable blocks hit), "
                      f"{cov['n_requests_with_reuse']:,} of {cov['n_requests']:,} requests have reuse:")
@@ -112,7 +113,8 @@ def _window_lines(rows: list[Any]) -> list[str]:
                     else f"  {'':>8} {'cumulative':<9} {'':>6}    ")
             lines.append(f"{head}  ceiling {part['ceiling_token_hit_rate']:6.2%}")
             for t in targets:
-                lines.append(f"  {'':>30}{float(t):>7.1%} of ceiling {_fmt_cap(part['working_set_fraction_of_ceiling'][t])}")
+                why = "no block reused yet: ceiling 0" if t in part.get("unreachable", {}) else ""
+                lines.append(f"  {'':>30}{float(t):>7.1%} of ceiling {_fmt_cap(part['working_set_fraction_of_ceiling'][t], why)}")
     return lines
 
 
