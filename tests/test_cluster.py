@@ -206,8 +206,12 @@ def test_kv_aware_left_out_of_a_huge_comparison(monkeypatch):
 @pytest.mark.parametrize("extra, message", [
     (["--shared-blocks", "x"], "--shared-blocks must be"),
     (["--shared-blocks", "2", "--semantics", "per-access"], "--shared-blocks"),
-    (["--router", "kv-aware", "--semantics", "engine,vllm", "--workers", "2"], "--router kv-aware"),
+    (["--router", "kv-aware", "--semantics", "engine,vllm", "--workers", "recorded"], "--router kv-aware"),
     (["--router", "kv-aware", "--semantics", "engine"], "--router kv-aware"),
+    (["--router", "kv-aware", "--semantics", "vllm"], "--router kv-aware"),
+    (["--router-overlap-weight", "-1", "--workers", "2"], "--router-overlap-weight"),
+    (["--router-overlap-weight", "nan", "--workers", "2"], "--router-overlap-weight"),
+    (["--shared-blocks", "2", "--semantics", "vllm", "--gpu-blocks", "x"], "--gpu-blocks"),
     (["--router", "nearest", "--workers", "2"], "invalid choice"),
 ])
 def test_cli_bad_arguments_exit_2(capsys, extra, message):

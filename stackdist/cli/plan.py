@@ -15,6 +15,7 @@ from stackdist.planning.engine_plan import (
     EngineOptions,
     parse_pools,
     per_request_columns,
+    per_request_workers,
     run_engine_models,
     schedule_for,
 )
@@ -89,11 +90,18 @@ def add_plan_parser(sub: Any) -> None:
                      "each worker has its own pool of --gpu-blocks (default: one worker); engine semantics: per worker, "
                      "in total, and every router at K workers of C blocks against one cache of K x C")
     eng.add_argument("--router", default="round-robin", choices=list(ROUTING_ROUTERS),
-                     help="how requests are spread over K workers (default round-robin); kv-aware (engine semantics): "
-                     "the worker caching the longest prefix, ties to the fewest routed so far, then the lowest index")
+                     help="how requests are spread over K workers (default round-robin); kv-aware: NVIDIA Dynamo's KV "
+                     "router cost, W x prefill blocks still to compute (after the prefix the worker's engine would "
+                     "report) + active blocks, lowest wins (ties: fewer running, fewer routed, lowest index); "
+                     "simulated jointly with the caches, per pool size")
+    eng.add_argument("--router-overlap-weight", type=float, default=1.0, metavar="W",
+                     help="kv-aware: Dynamo's overlap_score_weight W (default 1.0, Dynamo's); inf: the pure "
+                     "longest-prefix router; 0: load only")
     eng.add_argument("--shared-blocks", metavar="S1,S2,...",
-                     help="engine semantics: a second tier of S blocks shared by all workers (one LRU, written through; "
-                     "a hit continues the GPU prefix in it); reports hits by tier at every --gpu-blocks x S (0: none)")
+                     help="a second tier of S blocks shared by all workers (one LRU, written through; a hit continues "
+                     "the GPU prefix in it; Mooncake Store / LMCache remote style); reports hits by tier at every "
+                     "--gpu-blocks x S (0: none). Blocks of the trace's block size (engine semantics) or "
+                     "--engine-block-size pages (vllm, sglang)")
     eng.add_argument("--decode-reuse", action="store_true",
                      help="a later request of the same session that extends an earlier prompt and its answer reuses "
                      "the KV the earlier request wrote while decoding (vllm model)")
@@ -102,8 +110,10 @@ def add_plan_parser(sub: Any) -> None:
     eng.add_argument("--decode-tokens-per-s", type=float, default=50.0, metavar="R",
                      help="service model: decode speed per request (default 50 tokens/s)")
     eng.add_argument("--per-request", type=OutputPath, metavar="FILE.csv",
-                     help="one row per request: request,id,arrival_s,worker,input_tokens,output_tokens,hit_tokens_<N>... "
-                     "(one file per model, FILE.<model>.csv, when several are asked for)")
+                     help="one row per request: request,id,arrival_s,worker,input_tokens,output_tokens, then per pool N "
+                     "hit_tokens_<N> (GPU prefix hits as the engine reports them), with kv-aware worker_<N> (the worker "
+                     "at that pool; worker is then -1), with --shared-blocks shared_hit_tokens_<N>_<S> (one file per "
+                     "model, FILE.<model>.csv, when several are asked for)")
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", help="a bundled model or its Hugging Face repo id (listed below; default qwen2.5-1.5b, the lab's measured model)")
     model.add_argument("--model-config", type=InputPath, metavar="FILE", help="a Hugging Face config.json for KV bytes per token")
@@ -297,6 +307,12 @@ def _engine_options(args: argparse.Namespace, trace: Any) -> EngineOptions:
     if schedule not in ("serial", "model", "recorded"):
         schedule = Schedule.read_csv(schedule, trace.n_requests)
     workers: Any = args.workers
+    if args.router_overlap_weight != args.router_overlap_weight or args.router_overlap_weight < 0:
+        raise UsageError(f"--router-overlap-weight must be a non-negative number or inf; got {args.router_overlap_weight}.")
+    try:
+        shared = parse_sizes(args.shared_blocks, "--shared-blocks") if args.shared_blocks else (0,)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if workers not in ("one", "recorded"):
         if not str(workers).isdigit() or not 1 <= int(workers) <= 4096:
             raise UsageError(f"--workers must be recorded or a number of workers from 1 to 4096; got {workers!r}.")
@@ -304,25 +320,27 @@ def _engine_options(args: argparse.Namespace, trace: Any) -> EngineOptions:
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
     return EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
                          args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
-                         router=args.router, decode_reuse=args.decode_reuse)
+                         router=args.router, decode_reuse=args.decode_reuse, overlap_weight=args.router_overlap_weight,
+                         shared_blocks=shared)
 
 
 def _routing_options(args: argparse.Namespace, options: PlanOptions) -> RoutingOptions | None:
     """K workers of the engine semantics (planning/routing.py), or None when nothing asks for it."""
     engine = options.engine
-    if args.router == "kv-aware" and (engine.models or engine.workers == "recorded"):
-        raise UsageError("--router kv-aware is simulated for --semantics engine on K workers only (not with vllm or "
-                         f"sglang, nor --workers recorded); the other routers: {', '.join(ROUTERS)}.")
+    if args.router == "kv-aware" and engine.workers in ("one", "recorded"):
+        raise UsageError("--router kv-aware routes between --workers K workers (not one, nor the recorded ones); "
+                         f"the other routers: {', '.join(ROUTERS)}.")
     if "engine" not in options.semantics or (engine.workers == "one" and args.shared_blocks is None):
-        if args.shared_blocks is not None or args.router == "kv-aware":
-            raise UsageError("--shared-blocks and --router kv-aware need --semantics engine (and --workers K for kv-aware).")
+        if args.shared_blocks is not None and not engine.models:
+            raise UsageError("--shared-blocks needs --semantics engine, vllm or sglang.")
         return None
     try:
         gpus = parse_sizes(args.gpu_blocks, "--gpu-blocks") if args.gpu_blocks else ()
         shared = parse_sizes(args.shared_blocks, "--shared-blocks") if args.shared_blocks else (0,)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return RoutingOptions(1 if engine.workers == "one" else engine.workers, args.router, gpus, shared, engine=engine)
+    return RoutingOptions(1 if engine.workers == "one" else engine.workers, args.router, gpus, shared, engine=engine,
+                          overlap_weight=args.router_overlap_weight)
 
 
 def _stage(label: str) -> None:
@@ -340,7 +358,7 @@ def _write_per_request(path: str, trace: Any, options: PlanOptions, results: dic
     arrival = None if schedule.is_serial else schedule.arrival_s
     for name in names:
         target = path if len(names) == 1 else _suffixed(path, name)
-        write_per_request(target, trace, per_request_columns(results[name]), arrival)
+        write_per_request(target, trace, per_request_columns(results[name]), arrival, per_request_workers(results[name]))
 
 
 def _suffixed(path: str, name: str) -> str:

@@ -73,6 +73,7 @@ class RoutingOptions:
     shared_blocks: Sequence[int | None] = (0,)
     compare: bool = True
     engine: EngineOptions = field(default_factory=EngineOptions)
+    overlap_weight: float = 1.0
 
 
 def parse_sizes(text: str, flag: str) -> tuple[int | None, ...]:
@@ -144,7 +145,7 @@ def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, Clust
 
     def run(name: str) -> ClusterResult:
         workers, route, sizes = jobs[name]
-        return simulate_cluster(trace, workers, route, sizes, shared)
+        return simulate_cluster(trace, workers, route, sizes, shared, options.overlap_weight)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(jobs, pool.map(run, list(jobs))))
@@ -173,6 +174,8 @@ def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, opti
         pool_unit=f"blocks of {trace.block_size} tokens (the trace's block size); gpu_blocks per worker",
         shared_tier=("one LRU for all workers; a request's hit is its GPU prefix continued in the shared tier; "
                      "every block received or computed is written through, tail first; neither inclusive nor exclusive"),
-        kv_aware="longest cached GPU prefix, ties to the fewest requests routed so far, then the lowest index",
+        kv_aware=(f"Dynamo's KV-router cost, {options.overlap_weight:g} x prefill blocks still to compute + active blocks "
+                  "(serial: the longest cached GPU prefix for any weight > 0), ties to the fewest requests routed so far, "
+                  "then the lowest index"),
         requests=int(mask.sum()), input_tokens=total, pools=rows,
         routing_worth=worth, notes=notes)

@@ -10,6 +10,10 @@ MAX_WORKERS_SHOWN = 16
 """Beyond this many workers a pool row shows the lowest and highest worker instead of each."""
 
 
+def _rate(rate: float | None) -> str:
+    return "infeasible" if rate is None else f"{rate:.2%}"
+
+
 def cluster_lines(section: ClusterPlan) -> list[str]:
     """One line per (GPU, shared) pool pair, per-worker rates under it, then routing worth.
 
@@ -21,7 +25,8 @@ def cluster_lines(section: ClusterPlan) -> list[str]:
     >>> cluster_lines(s)[3].split()
     ['2', '0', '0.50', '0.00', '25.00%', '25.00%', '0.00%', '2']
     """
-    lines = [f"== engine semantics on {section['workers']} workers (router {section['router']}; {section['order']}) ==",
+    what = "engine semantics" if section.get("semantics", "engine") == "engine" else f"{section['semantics']} model"
+    lines = [f"== {what} on {section['workers']} workers (router {section['router']}; {section['order']}) ==",
              f"pool unit: {section['pool_unit']}; shared tier: {section['shared_tier']}; kv-aware: {section['kv_aware']}",
              (f"  {'gpu/worker':>11} {'shared':>10} {'GiB/worker':>11} {'shared GiB':>11} {'prefix hit rate':>16} "
               f"{'from GPU':>9} {'from shared':>12} {'requests hit':>13}")]
@@ -45,8 +50,13 @@ def cluster_lines(section: ClusterPlan) -> list[str]:
         lines.append(f"  {'C':>11} {'shared':>10} {'one cache':>10} " + " ".join(f"{r:>12}" for r in routers)
                      + f" {'best - one cache':>17}")
         for w in worth:
-            lines.append(f"  {w['gpu_blocks']!s:>11} {w['shared_blocks']!s:>10} {w['one_cache_prefix_token_hit_rate']:>10.2%} "
-                         + " ".join(f"{w['routers'][r]:>12.2%}" for r in routers)
-                         + f" {w['best_minus_one_cache_percentage_points']:>+14.2f} pp")
+            diff = w["best_minus_one_cache_percentage_points"]
+            lines.append(f"  {w['gpu_blocks']!s:>11} {w['shared_blocks']!s:>10} {_rate(w['one_cache_prefix_token_hit_rate']):>10} "
+                         + " ".join(f"{_rate(w['routers'][r]):>12}" for r in routers)
+                         + (f" {diff:>+14.2f} pp" if diff is not None else f" {'':>14}   "))
+        lines.append("  (infeasible: the pool cannot hold the requests running at once)" if any(
+            x is None for w in worth for x in (w["one_cache_prefix_token_hit_rate"], *w["routers"].values())) else "")
+        if not lines[-1]:
+            lines.pop()
     lines += [f"  note: {note}" for note in section.get("notes", [])]
     return lines
