@@ -268,3 +268,49 @@ def test_plan_sampled_at_rate_one_equals_the_exact_plan(tmp_path):
         assert s["semantics"][name]["working_set"] == e["semantics"][name]["working_set"]
         assert s["semantics"][name]["curve"] == e["semantics"][name]["curve"]
     assert main(["plan", str(trace), "--block-size", "16", "--dask", "local:2"]) == 2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_weighted_estimate_is_the_shards_adj_formula(seed):
+    from stackdist.engine.scale.sampling import weighted_estimate
+
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(0, 60))
+    d = np.where(rng.random(m) < 0.3, COLD, rng.integers(1, 30, m))
+    w = rng.integers(1, 17, m)
+    rate = float(rng.choice([1.0, 0.5, 0.1]))
+    n, total = int(m / rate) + 3, float(w.sum() / rate + rng.integers(-20, 20))
+    est = weighted_estimate(d, w, rate, n, total)
+    finite = [(math.ceil(int(x) / rate - 1e-9), int(y)) for x, y in zip(d, w) if x != COLD]
+    first = min((c for c, _ in finite), default=None)
+    for cap in (0, 1, 5, 29, 30, 100, 400):
+        hit = sum(y / rate for c, y in finite if c <= cap)
+        want = 0.0 if first is None or cap < first else min(max(hit + total - w.sum() / rate, 0.0), round(total))
+        assert est.hit_size_at(cap) == pytest.approx(want, abs=1e-6)
+
+
+def test_plan_sampling_with_shards_adj_recovers_a_hot_prefix(tmp_path):
+    import json
+
+    from stackdist.cli.main import main
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(400):  # every request starts with one hot block, then its session's blocks
+        session = int(rng.integers(0, 60))
+        ids = [7] + [1000 + session * 50 + j for j in range(int(rng.integers(1, 6)))]
+        rows.append({"timestamp": i, "input_length": 16 * len(ids), "hash_ids": ids})
+    trace = tmp_path / "m.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    exact = tmp_path / "e.json"
+    assert main(["plan", str(trace), "--block-size", "16", "--semantics", "engine", "--json", str(exact)]) == 0
+    truth = json.loads(exact.read_text())["semantics"]["engine"]["summary"]["ceiling_token_hit_rate"]
+    errors = []
+    for seed in range(4):
+        out = tmp_path / f"s{seed}.json"
+        assert main(["plan", str(trace), "--block-size", "16", "--semantics", "engine", "--json", str(out),
+                     "--sample-rate", "0.3", "--seed", str(seed), "--sample-seeds", "1"]) == 0
+        got = json.loads(out.read_text())
+        assert got["sampled"] and "SHARDS_adj" in got["sampling"]["correction"]
+        errors.append(abs(got["semantics"]["engine"]["summary"]["ceiling_token_hit_rate"] - truth))
+    assert max(errors) < 0.05

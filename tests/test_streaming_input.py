@@ -132,7 +132,7 @@ def test_parse_int_lines_accepts_only_the_common_form():
     from stackdist.traces.stream_input import parse_int_lines
 
     def run(text):
-        keys, sizes, m, cols, ok = parse_int_lines(np.frombuffer(text, np.uint8), ord(","))
+        keys, sizes, _m, cols, ok = parse_int_lines(np.frombuffer(text, np.uint8), ord(","))
         return keys.tolist(), sizes.tolist(), cols, ok
 
     assert run(b"1,2\r\n-3,4\n\n+5,6") == ([1, -3, 5], [2, 4, 6], 2, True)
@@ -155,7 +155,7 @@ def test_the_fast_mooncake_path_equals_the_exact_reader(tmp_path):
     with pytest.raises(TraceFormatError, match=r"m.jsonl:2: missing field 'hash_ids'"):
         list(iter_request_chunks(str(odd), block_size=16))
     odd.write_text('{"timestamp": 1.5, "input_length": 9, "hash_ids": [1], "x": "y"}\n')
-    assert list(iter_request_chunks(str(odd), block_size=16))[0].timestamps_s.tolist() == [0.0015]
+    assert next(iter(iter_request_chunks(str(odd), block_size=16))).timestamps_s.tolist() == [0.0015]
 
 
 @pytest.mark.parametrize("sized", [False, True])
@@ -186,7 +186,7 @@ def test_scan_access_jsonl_accepts_only_the_plain_form():
     from stackdist.traces.fast_json import scan_access_jsonl
 
     def run(text):
-        keys, sizes, m, has_size, ok = scan_access_jsonl(np.frombuffer(text, np.uint8))
+        keys, sizes, _m, has_size, ok = scan_access_jsonl(np.frombuffer(text, np.uint8))
         return keys.tolist(), sizes.tolist(), has_size, ok
 
     assert run(b'{"key": 5}\n\n{ "key":-7 }\r\n') == ([5, -7], [0, 0], False, True)

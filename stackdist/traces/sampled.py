@@ -25,6 +25,15 @@ sampled depth ``d`` stands for ``d / R``. Within the sampled requests the runnin
 sampled blocks is again the own depth (a monotone sequence stays monotone when thinned), so the
 ordinary plan of the sub-trace, with capacities divided by ``R``, is the estimate.
 
+The correction (SHARDS_adj, Waldspurger et al., FAST'15), applied by the planner's sampled path
+(:func:`stackdist.cli.scale.shards_adjusted`): the sampled blocks' tokens should be ``R`` times
+the trace's block tokens ``B``; the difference ``B - B_sampled / R`` (a hot prefix block, shared
+by most requests, that was or was not sampled) is added as hits at the smallest sampled depth.
+Valid for the same reason as above: the prefix token hits at ``C`` are the per-block sum
+``sum(tokens(b) [depth(b) <= C])``, a size-weighted LRU curve of the block stream, and
+SHARDS_adj is the paper's correction of exactly that estimate (weights are the tokens); the
+denominator, the trace's input tokens, is known exactly.
+
 Not valid, so refused or flagged: the engines' own models (vllm, sglang: pool sizes and eviction
 do not thin), and traces whose ids are not chained (the check below reports ``"chained"``);
 coverage quantiles (a request's deepest block over a thinned request) are biased low.
