@@ -22,7 +22,7 @@ from stackdist.serving.semantics import replay_requests, request_hits
 BIG = 10**9  # "infinite" for the reference caches
 
 
-def reference_cluster(requests, tokens, k, router, gpu_blocks, shared_blocks):
+def reference_cluster(requests, tokens, k, router, gpu_blocks, shared_blocks, weight=1.0, block_size=4):
     """The rules of serving/cluster.py, directly: one EnginePrefixCache (OrderedDict) per worker
     and one for the shared tier; per request (worker, GPU hit tokens, shared-tier hit tokens)."""
     gpus = [EnginePrefixCache(BIG if gpu_blocks is None else gpu_blocks) for _ in range(k)]
@@ -30,9 +30,12 @@ def reference_cluster(requests, tokens, k, router, gpu_blocks, shared_blocks):
     routed = [0] * k
     out = []
     for r, blocks in enumerate(requests):
-        if isinstance(router, str):  # kv-aware: longest GPU prefix, then fewest routed, then index
-            found = [gpu.lookup(blocks) for gpu in gpus]
-            w = min(range(k), key=lambda v: (-found[v], routed[v], v))
+        if isinstance(router, str):  # kv-aware: Dynamo's cost (nothing running), then fewest routed, then index
+            found = [sum(tokens[r][: gpu.lookup(blocks)]) for gpu in gpus]
+            p = sum(tokens[r])
+            cost = [-float(found[v]) if weight == float("inf") else
+                    weight * float(p - found[v]) / block_size + float(len(blocks)) for v in range(k)]
+            w = min(range(k), key=lambda v: (cost[v], routed[v], v))
         else:
             w = int(router[r])
         routed[w] += 1
@@ -217,3 +220,17 @@ def test_kv_aware_left_out_of_a_huge_comparison(monkeypatch):
 def test_cli_bad_arguments_exit_2(capsys, extra, message):
     code, out, err = run_stackdist(capsys, "plan", "tests/data/mooncake_small.jsonl", *extra)
     assert code == 2 and out == "" and message in err, err
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_kv_aware_overlap_weight_equals_direct_simulation(seed):
+    rng, requests, tokens, trace = _case(seed)
+    k = int(rng.integers(2, 5))
+    weight = [0.0, 0.25, 1.0, 3.0, float("inf")][seed % 5]
+    got = simulate_cluster(trace, k, "kv-aware", [2, 5, None], [0, 3], overlap_weight=weight)
+    for i, (c, s) in enumerate(got.pools):
+        want = reference_cluster(requests, tokens, k, "kv-aware", c, s, weight)
+        assert got.worker[i].tolist() == [w for w, _, _ in want], (weight, c, s)
+        assert got.hit_tokens[i].tolist() == [g + x for _, g, x in want], (weight, c, s)
+    if weight == 0.0:  # load only: the caches are ignored, requests go round in turn
+        assert got.worker[0].tolist() == (np.arange(trace.n_requests) % k).tolist()

@@ -262,3 +262,92 @@ def test_bad_arguments():
         simulate_routed(trace, "vllm", 2, np.array([0, 1, 2]), [10])
     with pytest.raises(ValueError, match="router"):
         simulate_routed(trace, "sglang", 2, "round-robin", [10])
+
+
+# ---- the plan: run_engine_models / engine_section / the CLI ------------------------------------
+
+
+def _plan_trace(seed=5, n=24):
+    return random_trace(seed, n_requests=n)
+
+
+@pytest.mark.parametrize("router", ["kv-aware", "round-robin"])
+def test_plan_cluster_for_models_equals_the_joint_simulation(router):
+    from stackdist.planning.engine_plan import (
+        ONE_CACHE,
+        ROUTERS,
+        EngineOptions,
+        assign_workers,
+        engine_section,
+        run_engine_models,
+        schedule_for,
+    )
+
+    trace = _plan_trace()
+    opts = EngineOptions(models=("vllm", "sglang"), pools=(60, None), schedule="model", decode=True, workers=3,
+                         router=router, shared_blocks=(0, 40), prefill_tokens_per_s=300.0, decode_tokens_per_s=20.0)
+    results = run_engine_models(trace, opts)
+    schedule = schedule_for(trace, opts)
+    counted = np.arange(trace.n_requests) >= 3
+    for model, result in results.items():
+        route = "kv-aware" if router == "kv-aware" else assign_workers(trace, opts, schedule)
+        want = simulate_routed(trace, model, 3, route, [60, None], [0, 40], schedule, True)
+        got = result.cluster
+        assert got.pools == want.pools and got.failed_request.tolist() == want.failed_request.tolist()
+        for i in range(len(got.pools)):
+            if want.failed_request[i] < 0:
+                assert got.worker[i].tolist() == want.worker[i].tolist()
+                assert got.gpu_hit_tokens[i].tolist() == want.gpu_hit_tokens[i].tolist()
+                assert got.shared_hit_tokens[i].tolist() == want.shared_hit_tokens[i].tolist()
+        section = engine_section(result, trace, opts, 2, counted)["cluster"]
+        assert section["semantics"] == model and section["workers"] == 3
+        for row in section["pools"]:
+            assert row["hit_tokens"] == sum(w["hit_tokens"] for w in row["per_worker"])
+            assert sum(w["requests"] for w in row["per_worker"]) == section["requests"] == trace.n_requests - 3
+        assert set(result.worth) == {*ROUTERS, "kv-aware", ONE_CACHE}
+        run = simulate_vllm if model == "vllm" else simulate_sglang
+        one = run(trace, [180, None], schedule, True)  # one pool of 3 x 60
+        total = trace.input_length[counted].sum()
+        for row in section["routing_worth"]:
+            i = [180, "inf"].index(row["one_cache_blocks"])
+            if one.failed_request[i] >= 0:
+                assert row["one_cache_prefix_token_hit_rate"] is None
+            elif row["shared_blocks"] == 0:
+                assert row["one_cache_prefix_token_hit_rate"] == one.hit_tokens[i][counted].sum() / total
+
+
+def test_cli_per_request_has_the_cluster_columns(capsys, tmp_path):
+    import csv
+    import json
+
+    from naive import run_stackdist
+
+    from stackdist.traces import read_requests
+
+    path = tmp_path / "t.jsonl"
+    rng = np.random.default_rng(3)
+    rows = [{"timestamp": 1000 * i, "input_length": 512 * 2 + int(rng.integers(1, 500)), "output_length": 20,
+             "hash_ids": [0, 1 + i % 3, 10 + i]} for i in range(14)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out_csv = tmp_path / "out.csv"
+    code, out, err = run_stackdist(capsys, "plan", path, "--semantics", "vllm", "--workers", "2", "--router", "kv-aware",
+                                   "--gpu-blocks", "200,inf", "--shared-blocks", "0,64", "--per-request", out_csv,
+                                   "--json", "-")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["engine_models"]["vllm"]["cluster"]["router"] == "kv-aware"
+    table = list(csv.DictReader(out_csv.open()))
+    assert list(table[0])[6:] == ["worker_200", "hit_tokens_200", "shared_hit_tokens_200_64",
+                                  "worker_inf", "hit_tokens_inf", "shared_hit_tokens_inf_64"]
+    trace = read_requests(str(path), "mooncake")
+    want = simulate_routed(trace, "vllm", 2, "kv-aware", [200, None], [64], Schedule.from_service_model(trace), True)
+    for i, label in enumerate(["200", "inf"]):
+        assert [int(r[f"worker_{label}"]) for r in table] == want.worker[i].tolist()
+        assert [int(r[f"hit_tokens_{label}"]) for r in table] == want.gpu_hit_tokens[i].tolist()
+        assert [int(r[f"shared_hit_tokens_{label}_64"]) for r in table] == want.shared_hit_tokens[i].tolist()
+    assert {r["worker"] for r in table} == {"-1"}
+    code, out, err = run_stackdist(capsys, "plan", path, "--semantics", "vllm", "--workers", "2", "--gpu-blocks", "inf",
+                                   "--per-request", out_csv)
+    assert code == 0, err
+    assert [int(r["worker"]) for r in csv.DictReader(out_csv.open())] == [i % 2 for i in range(14)]
+    assert "vllm model on 2 workers (router round-robin" in out and "what routing is worth" in out
