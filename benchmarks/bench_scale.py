@@ -128,27 +128,67 @@ def run_cli(argv: list[str]) -> dict[str, Any]:
     return {"report": report, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak / 2**20}
 
 
-def acceptance_csv(npy: Path) -> dict[str, Any]:
-    """The acceptance check on a CSV trace: exact vs ``--sample-rate 0.01`` (whole runs, 40
-    capacities) and ``--dask local:2`` (equal hits)."""
-    path = npy.with_suffix(".csv")
-    keys = np.load(npy)
-    with open(path, "w") as f:
-        for lo in range(0, keys.size, 1 << 22):
-            f.write("\n".join(map(str, keys[lo : lo + (1 << 22)].tolist())) + "\n")
-    del keys
-    exact = run_cli([str(path), "--points", "40"])
-    cap_arg = ",".join(map(str, exact["report"]["curve"]["capacity"]))
-    sampled = run_cli([str(path), "--capacities", cap_arg, "--sample-rate", "0.01"])
-    dask = run_cli([str(path), "--capacities", cap_arg, "--dask", "local:2"])
-    path.unlink()
-    mae = float(np.abs(np.array(sampled["report"]["curve"]["hit_rate"]) - np.array(exact["report"]["curve"]["hit_rate"])).mean())
-    return {"exact_wall_s": exact["wall_s"], "sampled_wall_s": sampled["wall_s"], "speedup": exact["wall_s"] / sampled["wall_s"],
-            "exact_cpu_s": exact["cpu_s"], "sampled_cpu_s": sampled["cpu_s"], "cpu_speedup": exact["cpu_s"] / sampled["cpu_s"],
-            "mae": mae, "dask_wall_s": dask["wall_s"], "dask_equal_hits": dask["report"]["curve"]["hits"] == exact["report"]["curve"]["hits"]}
+def write_formats(n: int, folder: Path) -> dict[str, list[str]]:
+    """The synthetic trace of ``n`` accesses in every input form the acceptance check may get:
+    ``.npy``, ``.npy`` with the ids replaced by a 64-bit hash (as real block hashes are),
+    CSV (``key`` per line), JSONL (``{"key": K}`` per line) and Mooncake JSONL (one request per
+    line, 512-token blocks). Returns each form's ``curve`` arguments."""
+    from stackdist.engine.scale.sampling import key_hashes
+
+    lengths: list[int] = []
+    keys = request_log(n, seed=n % 1000, lengths=lengths)
+    forms = {"npy": folder / "t.npy", "npy hashed ids": folder / "h.npy", "csv": folder / "t.csv",
+             "jsonl": folder / "t.jsonl", "mooncake": folder / "m.jsonl"}
+    np.save(forms["npy"], keys)
+    np.save(forms["npy hashed ids"], key_hashes(keys, 12345).view(np.int64))
+    step = 1 << 22
+    with open(forms["csv"], "w") as f, open(forms["jsonl"], "w") as g:
+        for lo in range(0, keys.size, step):
+            part = keys[lo : lo + step].tolist()
+            f.write("\n".join(map(str, part)) + "\n")
+            g.write("".join(f'{{"key": {k}}}\n' for k in part))
+    offsets = np.r_[0, np.cumsum(lengths)]
+    listed = keys.tolist()
+    with open(forms["mooncake"], "w") as f:
+        for r in range(len(lengths)):
+            ids = listed[offsets[r] : offsets[r + 1]]
+            f.write(f'{{"timestamp": {r * 10}, "input_length": {len(ids) * 512}, "output_length": 1, '
+                    f'"hash_ids": [{", ".join(map(str, ids))}]}}\n')
+    return {name: [str(path)] + (["--format", "mooncake"] if name == "mooncake" else []) for name, path in forms.items()}
 
 
-def bench_size(n: int, quick: bool, csv: bool = False) -> dict[str, Any]:
+def acceptance(n: int, dask: bool = True) -> dict[str, Any]:
+    """The held-out check on every input form: exact vs ``--sample-rate 0.01`` (3 seeds, the
+    default; whole processes, run side by side; mean absolute hit-rate error over 40
+    capacities) and ``--dask local:2`` (equal hits at all 40)."""
+    rows: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        forms = write_formats(n, Path(tmp))
+        rows["write_s"] = time.perf_counter() - t0
+        for name, argv in forms.items():
+            exact = run_cli([*argv, "--points", "40"])
+            caps = ",".join(map(str, exact["report"]["curve"]["capacity"]))
+            sampled = run_cli([*argv, "--capacities", caps, "--sample-rate", "0.01"])
+            truth = np.array(exact["report"]["curve"]["hit_rate"])
+            est = np.array(sampled["report"]["curve"]["hit_rate"])
+            row = {"bytes": os.path.getsize(argv[0]), "exact_wall_s": exact["wall_s"], "exact_cpu_s": exact["cpu_s"],
+                   "sampled_wall_s": sampled["wall_s"], "sampled_cpu_s": sampled["cpu_s"],
+                   "speedup": exact["wall_s"] / sampled["wall_s"], "cpu_speedup": exact["cpu_s"] / sampled["cpu_s"],
+                   "mae": float(np.abs(est - truth).mean()), "max_abs_error": float(np.abs(est - truth).max())}
+            if dask:
+                got = run_cli([*argv, "--capacities", caps, "--dask", "local:2"])
+                row.update(dask_wall_s=got["wall_s"], dask_cpu_s=got["cpu_s"],
+                           dask_equal_hits=got["report"]["curve"]["hits"] == exact["report"]["curve"]["hits"])
+            rows[name] = row
+            print(f"  {name:15s} exact {row['exact_wall_s']:6.1f} s ({row['exact_cpu_s']:5.1f} cpu)  sampled "
+                  f"{row['sampled_wall_s']:5.1f} s ({row['sampled_cpu_s']:4.1f} cpu)  {row['speedup']:5.1f}x wall "
+                  f"{row['cpu_speedup']:5.1f}x cpu  MAE {row['mae']:.4f}"
+                  + (f"  dask {row['dask_wall_s']:.1f} s equal {row['dask_equal_hits']}" if dask else ""), flush=True)
+    return rows
+
+
+def bench_size(n: int, quick: bool) -> dict[str, Any]:
     """Exact, sampled and Dask runs on one synthetic trace of ``n`` accesses."""
     t0 = time.perf_counter()
     keys = request_log(n, seed=n % 1000)
@@ -175,8 +215,6 @@ def bench_size(n: int, quick: bool, csv: bool = False) -> dict[str, Any]:
                        "max_abs_error": float(np.abs(rate - exact_rate).max()),
                        "mean_error_bar_width": float((hi - lo).mean()),
                        "final_rate": got["report"]["sample_rate"]}
-    if csv:
-        rows["csv"] = acceptance_csv(path)
     if not quick:
         got = run_cli([str(path), "--capacities", cap_arg, "--dask", "local:2"])
         rows["dask local:2"] = {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"], "peak_rss_mib": got["peak_rss_mib"],
@@ -235,10 +273,18 @@ def main() -> int:
     parser.add_argument("--sizes", default="3e7,1e8", help="comma-separated access counts (default 3e7,1e8)")
     parser.add_argument("--quick", action="store_true", help="no Dask run")
     parser.add_argument("--output", default=str(RESULTS))
+    parser.add_argument("--acceptance", type=lambda t: int(float(t)), metavar="N",
+                        help="only the held-out check (exact vs --sample-rate 0.01 vs --dask local:2) on every input form "
+                        "of an N-access trace, added to --output")
     parser.add_argument("--shared-prefix-only", action="store_true",
                         help="only the plan-level (prefix token hit rate) errors on the shared traces, added to --output")
     args = parser.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
+    if args.acceptance:
+        print(f"held-out check on {args.acceptance:,} accesses, every input form:")
+        old = json.loads(Path(args.output).read_text()) if Path(args.output).exists() else {}
+        write_json(args.output, {**old, "acceptance": {"accesses": args.acceptance, **acceptance(args.acceptance, not args.quick)}})
+        return 0
     if args.shared_prefix_only:
         rows = shared_prefix_errors()
         for row in rows:
@@ -251,7 +297,7 @@ def main() -> int:
     for row in result["shared_traces"]:
         print(f"{row['trace']:40s} rate {row['rate']:<6g} MAE {row['mae_seed0']:.4f} (max over 3 seeds {row['mae_max_over_seeds']:.4f})")
     for n in sizes:
-        rows = bench_size(n, args.quick, csv=n == 3 * 10**7 and not args.quick)
+        rows = bench_size(n, args.quick)
         result["sizes"].append(rows)
         print(f"\n{n:,} accesses ({rows['distinct_keys'] or '?'} distinct), generated in {rows['generate_s']:.1f} s")
         print(f"{'run':16s} {'wall s':>8s} {'cpu s':>7s} {'peak MiB':>9s} {'speedup':>8s} {'cpu x':>6s}  error / equality")
@@ -264,11 +310,6 @@ def main() -> int:
                         if "mae" in r else f"equal hits: {r['equal_hits']}, merge share {r['merge_share']:.2f}")
                 print(f"{label:16s} {r['wall_s']:8.1f} {r['cpu_s']:7.1f} {r['peak_rss_mib']:9.0f} {r['speedup']:8.1f} "
                       f"{r['cpu_speedup']:6.1f}  {tail}")
-        if "csv" in rows:
-            c = rows["csv"]
-            print(f"CSV acceptance: exact {c['exact_wall_s']:.1f} s ({c['exact_cpu_s']:.1f} s cpu), --sample-rate 0.01 "
-                  f"{c['sampled_wall_s']:.1f} s ({c['sampled_cpu_s']:.1f} s cpu; {c['speedup']:.1f}x wall, {c['cpu_speedup']:.1f}x cpu, "
-                  f"MAE {c['mae']:.4f}), --dask local:2 {c['dask_wall_s']:.1f} s, equal hits {c['dask_equal_hits']}")
     write_json(args.output, result)
     return 0
 
