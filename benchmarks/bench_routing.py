@@ -65,15 +65,17 @@ def main() -> None:
     rows = []
     for model in ("vllm",) if args.quick else ("vllm", "sglang"):
         for name, (workers, route, weight, sizes) in runs.items():
-            res, wall, cpu = timed(lambda: simulate_routed(pages, model, workers, route, sizes, [0], schedule, True,  # noqa: B023
-                                                           overlap_weight=weight))
+            def run(model=model, workers=workers, route=route, sizes=sizes, weight=weight):  # type: ignore[no-untyped-def]
+                return simulate_routed(pages, model, workers, route, sizes, [0], schedule, True, overlap_weight=weight)
+
+            res, wall, cpu = timed(run)
             rates = [None if f >= 0 else int(h.sum()) / total for h, f in zip(res.gpu_hit_tokens, res.failed_request)]
             spread = [np.bincount(w[w >= 0], minlength=workers).tolist() for w in res.worker]
             rows.append({"model": model, "run": name, "workers": workers, "pools_per_worker": pools,
                          "prefix_token_hit_rate": rates, "requests_per_worker": spread, "wall_s": wall, "cpu_s": cpu})
             shown = " ".join(f"{'infeasible' if r is None else f'{r:.2%}':>11}" for r in rates)
             print(f"{model:7} {name:22} {shown}   wall {wall:6.1f} s  cpu {cpu:6.1f} s")
-    out = {"trace": str(args.trace), "requests": trace.n_requests, "pages": int(len(pages.key)), "workers": k,
+    out = {"trace": str(args.trace), "requests": trace.n_requests, "pages": len(pages.key), "workers": k,
            "schedule": "service model (10,000 prefill, 50 decode tokens/s), decode on", "pools_per_worker": pools,
            "load_average_before": load, "load_average_after": os.getloadavg(), "rows": rows}
     RESULTS.write_text(json.dumps(out, indent=1, default=lambda x: None) + "\n")
