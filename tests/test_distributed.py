@@ -26,6 +26,15 @@ def _cuts(rng, n, parts):
     return list(itertools.pairwise(bounds))
 
 
+@pytest.fixture(scope="module")
+def scheduler():
+    """One local cluster for the module's CLI tests (threads, TCP, so ``--dask tcp://...`` reaches it)."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0",
+                                  protocol="tcp") as cluster:
+        yield cluster.scheduler_address
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_access_replay_equals_the_single_process_one(seed):
     rng = np.random.default_rng(seed)
@@ -85,14 +94,75 @@ def test_splits_cover_everything_once():
     assert ranges[0][0] == 0 and ranges[-1][1] == 5 and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
 
 
-def test_on_a_local_dask_cluster_the_curve_is_the_exact_one():
+def test_on_a_local_dask_cluster_the_curve_is_the_exact_one(scheduler):
     distributed = pytest.importorskip("distributed")
     rng = np.random.default_rng(7)
     keys = rng.zipf(1.2, 20_000) % 3_000
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
+    with distributed.Client(scheduler) as client:
         got = distributed_distances([keys[a:b] for a, b in split_even(keys.size, 4)], dask_map(client))
     exact = HitCurve.from_trace(keys)
     assert got.tolist() == exact.distances.tolist()
     caps = np.arange(0, 3_000, 37)
     assert HitCurve(dense_keys(keys), None, got, (0, keys.size)).hits_at(caps).tolist() == exact.hits_at(caps).tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_distributed_tiers_equal_the_one_process_tiers(seed):
+    from stackdist.engine.scale.distributed import (
+        distributed_inclusive_tiers,
+        sequential_map,
+    )
+    from stackdist.engine.tiers import inclusive_grid, inclusive_tiers
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 400))
+    keys = rng.zipf(1.3, n) % 50
+    sizes = rng.integers(1, 4, 50)[keys] if seed % 2 else None
+    window = (int(rng.integers(0, max(n // 3, 1))), n)
+    curve = HitCurve.from_trace(keys, sizes, window)
+    gpus = [0, 1, 3, 17, 10_000]
+    got = distributed_inclusive_tiers(curve, gpus, sequential_map, parts=int(rng.integers(1, 5)))
+    want = inclusive_tiers(gpu_capacities=gpus, curve=curve)
+    caps = [0, 1, 2, 5, 20, 60, 500]
+    grid_got, grid_want = inclusive_grid(got, caps), inclusive_grid(want, caps)
+    assert grid_got.keys() == grid_want.keys()
+    for key in grid_want:
+        assert np.asarray(grid_got[key]).tolist() == np.asarray(grid_want[key]).tolist(), key
+    for g, w in zip(got, want):
+        assert g.cpu.distances.tolist() == w.cpu.distances.tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("semantics", ["engine", "per-access"])
+def test_distributed_request_depths_equal_the_one_process_ones(seed, semantics):
+    from stackdist.engine.scale.distributed import (
+        distributed_request_depths,
+        sequential_map,
+    )
+
+    rng = np.random.default_rng(50 + seed)
+    lengths = rng.integers(0, 6, int(rng.integers(0, 40)))
+    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
+    ids = np.concatenate([rng.choice(30, size=k, replace=False) for k in lengths]) if lengths.size else np.zeros(0, np.int64)
+    got = distributed_request_depths(ids.astype(np.int64), offsets, semantics, sequential_map, int(rng.integers(1, 5)))
+    want = engine_depths(ids, offsets) if semantics == "engine" else stack_distances(ids)
+    assert got.tolist() == np.asarray(want).tolist()
+
+
+def test_tiers_on_a_local_cluster_equal_one_process(tmp_path, scheduler):
+    import json
+
+    from stackdist.cli.main import main
+
+    rng = np.random.default_rng(3)
+    keys = rng.zipf(1.2, 3000) % 400
+    trace = tmp_path / "t.csv"
+    trace.write_text("".join(f"{k},{k % 3 + 1}\n" for k in keys))
+    one, two = tmp_path / "a.json", tmp_path / "b.json"
+    common = [str(trace), "--gpu", "10,100", "--cpu", "0,50,500", "--exclusive", "--warmup", "100"]
+    assert main(["tiers", *common, "-o", str(one)]) == 0
+    assert main(["tiers", *common, "--dask", scheduler, "-o", str(two)]) == 0
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert b.pop("dask")["workers"] == 2
+    assert a == b
+    assert main(["tiers", *common, "--dask", scheduler, "--sample-rate", "0.5"]) == 2

@@ -34,6 +34,7 @@ __all__ = [
     "is_sampled",
     "read_request_trace",
     "rescale_report",
+    "run_dask_tiers",
     "sample_file",
     "sampled_from_files",
     "sampled_plan",
@@ -95,7 +96,9 @@ def scaled_runner(args: argparse.Namespace) -> Callable[[argparse.Namespace], in
         return None
     if args.command == "tiers":
         if getattr(args, "dask", None):
-            raise UsageError("tiers: --dask is not supported yet (curve --dask gives the exact distributed curve).")
+            if is_sampled(args):
+                raise UsageError("tiers: --dask is exact; it takes no --sample-rate/--sample-size.")
+            return run_dask_tiers
         return run_scaled_tiers if is_sampled(args) or is_streamed(args.trace) else None
     return run_scaled_curve
 
@@ -204,8 +207,33 @@ def _sampled_on_workers(args: argparse.Namespace, samplers: list[Any]) -> list[A
     return curves
 
 
-def _dask_curve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    """The exact curve from time chunks replayed on the cluster of ``--dask``."""
+def run_dask_tiers(args: argparse.Namespace) -> int:
+    """``tiers --dask``: the exact curve and every GPU-miss stream replayed in time chunks on the
+    cluster (:func:`~stackdist.engine.scale.distributed.distributed_inclusive_tiers`); the same
+    grid, hit for hit, as one process."""
+    from stackdist.engine.scale.distributed import (
+        close,
+        connect,
+        dask_map,
+        distributed_inclusive_tiers,
+    )
+
+    from .tiers import run_tiers
+
+    def replay(args: argparse.Namespace, gpus: list[int]) -> tuple[Any, Any, dict[str, Any]]:
+        client = connect(args.dask)
+        try:
+            curve, info = _dask_curve(args, client)
+            tiers = distributed_inclusive_tiers(curve, gpus, dask_map(client), max(2, int(info["workers"])))
+        finally:
+            close(client)
+        return curve, tiers, {"dask": info}
+
+    return run_tiers(args, replay)
+
+
+def _dask_curve(args: argparse.Namespace, client: Any = None) -> tuple[Any, dict[str, Any]]:
+    """The exact curve from time chunks replayed on the cluster of ``--dask`` (or ``client``)."""
     from stackdist.engine import HitCurve, dense_keys
     from stackdist.engine.scale.distributed import (
         close,
@@ -216,7 +244,8 @@ def _dask_curve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     )
     from stackdist.traces.stream_input import expand_inputs
 
-    client = connect(args.dask)
+    own = client is None
+    client = connect(args.dask) if own else client
     try:
         workers = max(1, len(client.nthreads()))
         files = expand_inputs(args.trace)
@@ -234,7 +263,8 @@ def _dask_curve(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
             summaries = dask_map(client)(chunk_summary, parts)
         distances = merge_chunks(summaries)
     finally:
-        close(client)
+        if own:
+            close(client)
     require_data(int(keys.shape[0]), args.trace, "the trace has no accesses")
     start, stop = _counted_range(args, keys.shape[0])
     merged = int(sum(s.keys.shape[0] for s in summaries))
@@ -496,7 +526,9 @@ def shards_adjusted(report: dict[str, Any], trace: Any, sub: Any, rate: float) -
     from stackdist.serving.semantics import replay_requests
 
     counted_info = report.get("counted", {})
-    counted = warmup_mask(trace, int(counted_info.get("warmup_requests") or 0), float(counted_info.get("warmup_seconds") or 0.0))
+    window = counted_info.get("window_requests")  # --window START:STOP, when the planner reports one
+    counted = warmup_mask(trace, int(counted_info.get("warmup_requests") or 0), float(counted_info.get("warmup_seconds") or 0.0),
+                          *([tuple(window)] if window else []))
     full_blocks = np.repeat(counted, trace.blocks_per_request())
     sub_blocks = np.repeat(counted, sub.blocks_per_request())
     input_tokens = max(int(trace.input_length[counted].sum()), 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from stackdist.errors import UsageError
@@ -41,8 +42,10 @@ def add_tiers_parser(sub: Any) -> None:
     t.add_argument("--exclusive", action="store_true", help="also report exclusive tiers (promote on hit, demote on eviction)")
 
 
-def run_tiers(args: argparse.Namespace) -> int:
-    """Replay once; draw the plot, then write the inclusive (and exclusive) tier grid as JSON."""
+def run_tiers(args: argparse.Namespace, replay: Callable[[argparse.Namespace, list[int]], Any] | None = None) -> int:
+    """Replay once; draw the plot, then write the inclusive (and exclusive) tier grid as JSON.
+    ``replay(args, gpus)``, when given, returns ``(curve, inclusive tiers, extra report keys)``
+    in place of the one-process replay (``--dask``: :func:`stackdist.cli.scale.run_dask_tiers`)."""
     from stackdist.engine.tiers import exclusive_grid, inclusive_grid, inclusive_tiers
 
     gpus = [v for text in args.gpu for v in int_list(text, "--gpu")]
@@ -50,13 +53,17 @@ def run_tiers(args: argparse.Namespace) -> int:
         raise UsageError(f"--gpu: at most {MAX_GPUS} GPU capacities (each costs one replay); got {len(gpus):,}.")
     if args.cpu is not None:
         int_list(args.cpu, "--cpu")  # a bad --cpu is a usage error before any reading
-    curve = load_curve(args)
-    stage("stackdist tiers", f"replaying the GPU-miss stream of {len(gpus)} GPU capacit{'y' if len(gpus) == 1 else 'ies'}")
-    tiers = inclusive_tiers(gpu_capacities=gpus, curve=curve)
+    extra: dict[str, Any] = {}
+    if replay is None:
+        curve = load_curve(args)
+        stage("stackdist tiers", f"replaying the GPU-miss stream of {len(gpus)} GPU capacit{'y' if len(gpus) == 1 else 'ies'}")
+        tiers = inclusive_tiers(gpu_capacities=gpus, curve=curve)
+    else:
+        curve, tiers, extra = replay(args, gpus)
     cpu_caps = capacities(curve, args.cpu, args.cpu_points, "--cpu", "--cpu-points")
     grid = inclusive_grid(tiers, cpu_caps)
     result: dict[str, Any] = {**tool_header("tiers"), "trace": args.trace, "window": args.window,
-                              "warmup": args.warmup, "summary": curve.summary(), "inclusive": grid}
+                              "warmup": args.warmup, "summary": curve.summary(), "inclusive": grid, **extra}
     if args.exclusive:
         result["exclusive"] = exclusive_grid(curve, gpus, cpu_caps)
     if args.plot:
