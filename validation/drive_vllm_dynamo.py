@@ -234,8 +234,8 @@ class Sim:
         for i in range(k):
             base = history if self.cfg["fork"] else self.sub_system
             prompt = base + head + self.toks(self.rng.randint(3, 90))
-            # siblings sent in one burst: some at the same instant, some a few ms apart
-            self.start_session(at + (0 if i % 2 else self.rng.uniform(0, 20)), f"{parent}:sub{i}", prompt,
+            # siblings sent in one burst: some a microsecond apart (one scheduler step), some a few ms
+            self.start_session(at + (0.001 * i if i % 2 else self.rng.uniform(0, 20)), f"{parent}:sub{i}", prompt,
                                self.rng.randint(1, 3), child_done)
 
     def generate(self) -> None:

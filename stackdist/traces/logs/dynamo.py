@@ -8,7 +8,8 @@ request's ``replay.input_sequence_hashes`` are prefix-chained hashes of its prom
 ``worker.prefill_worker_id``; the session is ``agent_context.session_id``; the engine's own hit
 count is ``cached_tokens``. The recorded schedule: a request starts running when it was
 received plus its queueing time (``ttft_ms - prefill_time_ms``, at least 0), ends prefill at
-``request_received_ms + ttft_ms`` and finishes at ``request_received_ms + total_time_ms``.
+``request_received_ms + ttft_ms`` and finishes at ``request_received_ms + total_time_ms``
+(then :func:`fcfs_starts` and :func:`strict_schedule` remove rounding ties).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ..lines import (
 )
 from ..requests import RequestTrace
 
-__all__ = ["read_dynamo", "strict_schedule"]
+__all__ = ["fcfs_starts", "read_dynamo", "strict_schedule"]
 
 _SCHEMA = "dynamo.request.trace.v1"
 
@@ -139,9 +140,34 @@ def read_dynamo(path: str | os.PathLike[str], skip_bad: bool = False) -> Request
         skipped=skipped, request_labels=np.array([r["id"] for r in rows], dtype=object),
         workers=np.array([r["worker"] for r in rows], np.int64),
         engine_cached_tokens=np.array([r["cached"] for r in rows], np.int64),
-        recorded_schedule_s=strict_schedule(np.array([[(t - start) / 1000 for t in r["schedule_ms"]] for r in rows]).reshape(-1, 3),
-                                            np.array([r["output"] for r in rows], np.int64)),
+        recorded_schedule_s=strict_schedule(
+            fcfs_starts(np.array([[(t - start) / 1000 for t in r["schedule_ms"]] for r in rows]).reshape(-1, 3),
+                        np.array([r["worker"] for r in rows], np.int64)),
+            np.array([r["output"] for r in rows], np.int64)),
     )
+
+
+def fcfs_starts(times: np.ndarray, workers: np.ndarray, tolerance_s: float = 1e-3) -> np.ndarray:
+    """Starts (column 0) made first-come first-served per worker where the recorded times
+    invert the order by less than ``tolerance_s``. vLLM's waiting queue is FCFS, so on one
+    worker requests are first scheduled in arrival order, and requests admitted in one
+    scheduler step (which share a start) see each other's blocks in that order; but the start
+    is recomputed from three rounded fields (``received + ttft - prefill``), so two requests of
+    one step can come out a microsecond apart in the wrong order. An inversion below the
+    tolerance (a scheduler step is longer) is taken as such a tie: the later-received request
+    starts with the earlier one. Rows are in received order. O(requests).
+
+    >>> fcfs_starts(np.array([[1.0005, 2, 3], [1.0004, 2, 3], [0.5, 2, 3]]), np.array([0, 0, 0]))[:, 0].tolist()
+    [1.0005, 1.0005, 0.5]
+    """
+    out = times.astype(np.float64, copy=True)
+    latest: dict[int, float] = {}
+    for i, w in enumerate(workers.tolist()):
+        seen = latest.get(w)
+        if seen is not None and seen - tolerance_s < out[i, 0] < seen:
+            out[i, 0] = seen
+        latest[w] = max(out[i, 0], seen) if seen is not None else out[i, 0]
+    return out
 
 
 def strict_schedule(times: np.ndarray, output: np.ndarray, gap_s: float = 1e-6) -> np.ndarray:
