@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 from pathlib import Path
 
@@ -47,13 +49,36 @@ def lru_hits(keys, sizes, capacity, window=(0, None)) -> tuple[int, int]:
 
 
 def mooncake_block_stream(path: Path) -> np.ndarray:
-    """All hash ids of a Mooncake trace in request order (head first)."""
+    """All hash ids of a Mooncake trace in request order (head first); a fresh copy each call."""
+    return _block_stream(Path(path)).copy()
+
+
+@functools.cache
+def _block_stream(path: Path) -> np.ndarray:
+    """The block stream of :func:`mooncake_block_stream`, read once per process (read-only)."""
     ids: list[int] = []
     with open(path) as f:
         for line in f:
             if line.strip():
                 ids.extend(json.loads(line)["hash_ids"])
-    return np.array(ids, dtype=np.int64)
+    out = np.array(ids, dtype=np.int64)
+    out.setflags(write=False)
+    return out
+
+
+@functools.cache
+def real_lru_flags(path: Path, capacity: int) -> np.ndarray:
+    """Per-access hit flags of kvlab's ``LRUCache(capacity)`` over a Mooncake trace's block stream.
+
+    Unit sizes, the whole stream head first (so also the per-access prefix semantics of
+    :func:`direct_requests` on that trace, request by request). Memoised per process: the curve,
+    the planner and the CLI tests check against the same few replays of the real traces, each
+    run once (about 0.5 s apiece on the 288,500-block conversation trace). Read-only.
+    """
+    keys = _block_stream(Path(path)).tolist()
+    flags = np.fromiter(map(LRUCache(int(capacity)).access, keys, itertools.repeat(1)), dtype=bool, count=len(keys))
+    flags.setflags(write=False)
+    return flags
 
 
 def real_trace_paths() -> list[Path]:
