@@ -351,3 +351,26 @@ def test_cli_per_request_has_the_cluster_columns(capsys, tmp_path):
     assert code == 0, err
     assert [int(r["worker"]) for r in csv.DictReader(out_csv.open())] == [i % 2 for i in range(14)]
     assert "vllm model on 2 workers (router round-robin" in out and "what routing is worth" in out
+
+
+def test_cli_per_request_for_the_engine_semantics_cluster(capsys, tmp_path):
+    import csv
+
+    from naive import run_stackdist
+
+    from stackdist.serving.cluster import simulate_cluster
+    from stackdist.traces import read_requests
+
+    out_csv = tmp_path / "out.csv"
+    source = "tests/data/mooncake_small.jsonl"
+    code, out, err = run_stackdist(capsys, "plan", source, "--semantics", "engine", "--workers", "2",
+                                   "--router", "kv-aware", "--gpu-blocks", "2,inf", "--shared-blocks", "0,3",
+                                   "--per-request", out_csv)
+    assert code == 0, err
+    engine = list(csv.DictReader(out_csv.open()))
+    assert {r["worker"] for r in engine} == {"-1"}
+    trace = read_requests(source, "mooncake")
+    want = simulate_cluster(trace, 2, "kv-aware", [2, None], [0, 3])
+    assert [int(r["worker_2"]) for r in engine] == want.worker[0].tolist()
+    assert [int(r["hit_tokens_inf"]) for r in engine] == want.gpu_hit_tokens[2].tolist()
+    assert [int(r["shared_hit_tokens_2_3"]) for r in engine] == want.shared_hit_tokens[1].tolist()

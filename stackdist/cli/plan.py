@@ -24,7 +24,7 @@ from stackdist.planning.prices import parse_prices
 from stackdist.planning.routing import ROUTING_ROUTERS, RoutingOptions, parse_sizes
 from stackdist.serving.schedule import Schedule
 
-from .args import InputPath, OutputPath, bounded_int, fraction_list, parse_int
+from .args import InputPath, OutputPath, bounded_int, fraction_list, parse_int, resolve_window, window_spec
 from .budget_args import (
     add_budget_arguments,
     budget_epilog,
@@ -41,7 +41,8 @@ MAX_WINDOWS = 10_000
 EXAMPLES = """examples:
   stackdist plan data/traces/mooncake_conversation_trace.jsonl
   stackdist plan trace.jsonl --reblock 16 --semantics engine --model llama-3.1-8b
-  stackdist plan trace.jsonl --model-config config.json --targets 0.8,0.9 --warmup 10m --window 10m
+  stackdist plan trace.jsonl --model-config config.json --targets 0.8,0.9 --warmup 10m --every 10m
+  stackdist plan trace.jsonl --window=-1h: --warmup 10%         # the last hour, its first 10% warming the cache
   stackdist plan tokens.jsonl --format tokens --block-size 16 --json plan.json --plot plan.png
   stackdist plan trace.jsonl --json - | jq '.semantics.engine.working_set'
   stackdist plan trace.jsonl --model qwen3-8b --gpu h200 --capacity 40GiB,80GiB --kv-dtype fp8
@@ -117,11 +118,7 @@ def add_plan_parser(sub: Any) -> None:
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", help="a bundled model or its Hugging Face repo id (listed below; default qwen2.5-1.5b, the lab's measured model)")
     model.add_argument("--model-config", type=InputPath, metavar="FILE", help="a Hugging Face config.json for KV bytes per token")
-    p.add_argument("--targets", default="0.9,0.95,0.99", help="prefix token hit-rate targets (default 0.9,0.95,0.99)")
-    p.add_argument("--coverage", type=float, default=1.0, help="request coverage target Y in (0, 1] (default 1.0)")
-    p.add_argument("--warmup", default="0", metavar="N|DURATION|P%",
-                   help="exclude the first N requests, the first DURATION (e.g. 10m) or P percent of the requests (default 0)")
-    p.add_argument("--window", metavar="DURATION", help="also answer per time window of this width (e.g. 10m), and cumulatively")
+    _add_counting_arguments(p)
     p.add_argument("--tier-targets", default="0.5,0.9,0.99",
                    help="HBM, +DRAM, +SSD targets: fractions of the ceiling's prefix tokens, and (second plan) of requests covered")
     p.add_argument("--prices", metavar="hbm=P,dram=P,ssd=P", help="US$ per GB for the tier plan (defaults are assumptions)")
@@ -130,6 +127,21 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--json", "--output", "-o", dest="json", type=OutputPath, metavar="OUT", help="write the full report as JSON to OUT ('-' for stdout instead of the table)")
     p.add_argument("--plot", type=OutputPath, metavar="PNG", help="draw the hit curves against GiB with the target lines (needs matplotlib)")
     add_budget_arguments(p)
+
+
+def _add_counting_arguments(p: argparse.ArgumentParser) -> None:
+    """The targets and what is counted: ``--targets``, ``--coverage``, ``--warmup``, ``--window``, ``--every``."""
+    p.add_argument("--targets", default="0.9,0.95,0.99", help="prefix token hit-rate targets (default 0.9,0.95,0.99)")
+    p.add_argument("--coverage", type=float, default=1.0, help="request coverage target Y in (0, 1] (default 1.0)")
+    p.add_argument("--warmup", default="0", metavar="N|DURATION|P%",
+                   help="exclude the first N requests of the window, its first DURATION (e.g. 10m) or P%% of its requests "
+                   "from the counts; they still fill the cache (default 0)")
+    p.add_argument("--window", metavar="START:STOP",
+                   help="the requests that are counted, START:STOP (either may be empty); each end is a request index "
+                   "(negative counts from the end: write --window=-2:), a duration from the first request (10m; "
+                   "negative from the last: --window=-1h:) or a percentage of the requests (25%%); earlier requests "
+                   "only fill the cache. (The old --window DURATION is --every DURATION.)")
+    p.add_argument("--every", metavar="DURATION", help="also answer per time window of this width (e.g. 10m), and cumulatively")
 
 
 def _options(args: argparse.Namespace) -> PlanOptions:
@@ -161,11 +173,12 @@ def _options(args: argparse.Namespace) -> PlanOptions:
             warm_requests, warm_seconds = 0, 0.0  # resolved against the trace in _resolve_warmup
         else:
             warm_requests, warm_seconds = 0, parse_duration(warm, "--warmup")
-        window = parse_duration(args.window, "--window") if args.window is not None else None
+        every, every_flag = _every(args)
+        window = parse_duration(every, every_flag) if every is not None else None
     except (ValueError, argparse.ArgumentTypeError) as exc:
         raise UsageError(str(exc)) from None
     if window is not None and window <= 0:
-        raise UsageError(f"--window must be a positive duration; got {args.window!r}.")
+        raise UsageError(f"{every_flag} must be a positive duration; got {every!r}.")
     tiers = fraction_list(args.tier_targets, "--tier-targets")
     if tiers != sorted(tiers) or len(tiers) > 3:
         raise UsageError(f"--tier-targets must be 1 to 3 non-decreasing fractions (HBM, DRAM, SSD); got {args.tier_targets!r}.")
@@ -184,6 +197,24 @@ def _options(args: argparse.Namespace) -> PlanOptions:
         extra={"format": args.format, "reblocked_to": args.reblock},
         optimal=args.optimal,
     )
+
+
+def _every(args: argparse.Namespace) -> tuple[str | None, str]:
+    """``--every`` and the flag given, or the old ``--window DURATION`` (no colon, so never a
+    START:STOP) with a deprecation note on stderr; ``args.window`` is then cleared."""
+    if args.window is None or ":" in args.window or not args.window.strip():
+        window_spec(args.window, "--window")  # a bad START:STOP is a usage error naming --window
+        return args.every, "--every"
+    try:
+        parse_duration(args.window.strip(), "--window")
+    except ValueError:
+        window_spec(args.window, "--window")  # neither form: the START:STOP message
+    if args.every is not None:
+        raise UsageError(f"--window {args.window} (the old form of --every) and --every {args.every}: give --every only.")
+    print(f"stackdist plan: note: --window {args.window} is deprecated for time windows; use --every {args.window} "
+          "(--window START:STOP now picks the counted requests)", file=sys.stderr)
+    every, args.window = args.window, None
+    return str(every), "--window"
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -224,7 +255,8 @@ def run_plan(args: argparse.Namespace) -> int:
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
     options = dataclasses.replace(options, routing=_routing_options(args, options))
     results = run_engine_models(trace, options.engine, _stage) if options.engine.models else {}
-    report = sampled_plan(args, trace, lambda t: build_plan(t, options, progress_factory=Progress, engine_results=results))
+    report = sampled_plan(args, trace, lambda t, replays=None: build_plan(t, options, progress_factory=Progress,
+                                                                         engine_results=results, made_replays=replays))
     if args.per_request:
         _write_per_request(args.per_request, trace, options, results)
     if args.plot:  # files first: a closed stdout never loses them
@@ -250,6 +282,9 @@ def _checked(args: argparse.Namespace, options: PlanOptions, trace: Any) -> Plan
     skipped = getattr(trace, "skipped", 0)
     require_data(n, args.trace, f"the trace has no requests ({skipped:,} malformed lines skipped)" if skipped
                  else "the trace has no requests")
+    first, last = resolve_window(window_spec(args.window, "--window"), n, trace.timestamps_s, "--window")
+    require_data(last - first, args.trace, f"--window {args.window} holds none of the {n:,} requests")
+    options = dataclasses.replace(options, count_range=(first, last) if args.window is not None else None)
     warm = args.warmup.strip()
     if warm.endswith("%"):
         try:
@@ -258,8 +293,8 @@ def _checked(args: argparse.Namespace, options: PlanOptions, trace: Any) -> Plan
             pct = math.nan
         if not 0 <= pct <= 100:
             raise UsageError(f"--warmup must be N requests, a duration like 10m or a percentage 0% to 100%; got {args.warmup!r}.")
-        options = dataclasses.replace(options, warmup_requests=math.ceil(pct * n / 100))
-    counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds)
+        options = dataclasses.replace(options, warmup_requests=math.ceil(pct * (last - first) / 100))
+    counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds, options.count_range)
     require_data(int(counted.sum()), args.trace, f"--warmup {args.warmup} covers all {n:,} requests")
     counted_blocks = int((trace.offsets[1:] - trace.offsets[:-1])[counted].sum())
     require_data(counted_blocks, args.trace, f"the {int(counted.sum()):,} counted requests have no prompt blocks "
@@ -268,7 +303,7 @@ def _checked(args: argparse.Namespace, options: PlanOptions, trace: Any) -> Plan
         span = float(trace.timestamps_s.max() - trace.timestamps_s.min())
         windows = math.floor(span / options.window_seconds) + 1
         if windows > MAX_WINDOWS:
-            raise UsageError(f"--window {args.window} cuts the {span:g} s trace into {windows:,} windows; at most "
+            raise UsageError(f"--every {options.window_seconds:g} s cuts the {span:g} s trace into {windows:,} windows; at most "
                              f"{MAX_WINDOWS:,} (use a width of at least {span / (MAX_WINDOWS - 1):.3g} s).")
     return options
 
@@ -348,17 +383,25 @@ def _stage(label: str) -> None:
 
 
 def _write_per_request(path: str, trace: Any, options: PlanOptions, results: dict[str, Any]) -> None:
-    """One CSV per model (``FILE.<model>.csv`` when there are several), rows in replay order."""
+    """One CSV per model (``FILE.<model>.csv`` when there are several), rows in replay order; the
+    engine semantics on K workers (or with a shared tier) is one more, ``engine``."""
+    from stackdist.planning.routing import run_routing
     from stackdist.render.per_request import write_per_request
 
-    names = list(results)
+    runs: dict[str, Any] = dict(results)
+    if options.routing is not None:  # the chosen router's run only (cheap: one pass per pool pair)
+        runs["engine"] = next(iter(run_routing(trace, dataclasses.replace(options.routing, compare=False)).values()))
+    names = list(runs)
     if not names:
-        raise UsageError("--per-request needs an engine model: --semantics vllm or sglang.")
+        raise UsageError("--per-request needs an engine model (--semantics vllm or sglang) or --semantics engine "
+                         "with --workers K or --shared-blocks.")
     schedule = schedule_for(trace, options.engine)
     arrival = None if schedule.is_serial else schedule.arrival_s
     for name in names:
         target = path if len(names) == 1 else _suffixed(path, name)
-        write_per_request(target, trace, per_request_columns(results[name]), arrival, per_request_workers(results[name]))
+        recorded = name == "engine" and options.routing is not None and options.routing.workers == "recorded"
+        write_per_request(target, trace, per_request_columns(runs[name]), None if name == "engine" else arrival,
+                          None if recorded else per_request_workers(runs[name]))
 
 
 def _suffixed(path: str, name: str) -> str:

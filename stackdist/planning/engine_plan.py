@@ -483,39 +483,43 @@ def engine_section(
     }
 
 
-def per_request_columns(result: ServingResult) -> list[tuple[str, np.ndarray]]:
+def per_request_columns(result: ServingResult | ClusterResult) -> list[tuple[str, np.ndarray]]:
     """``hit_tokens_<N>`` columns (``hit_tokens_inf`` for the infinite pool) of the feasible pools:
-    the GPU prefix hits as the engine reports them. On K workers with kv-aware routing each is
-    preceded by ``worker_<N>`` (the worker at that pool); with a shared tier followed by
-    ``shared_hit_tokens_<N>_<S>`` per nonzero shared size S (pages).
+    the GPU prefix hits (as the engine reports them, for the models). On K workers with kv-aware
+    routing each is preceded by ``worker_<N>`` (the worker at that pool); with a shared tier
+    followed by ``shared_hit_tokens_<N>_<S>`` per nonzero shared size S. A :class:`ClusterResult`
+    (the engine semantics on K workers) gives the same columns.
 
     >>> r = ServingResult("vllm", (4, None), np.array([[0, 16], [0, 32]]), np.array([-1, -1]), None, "per-size")
     >>> [name for name, _ in per_request_columns(r)]
     ['hit_tokens_4', 'hit_tokens_inf']
     """
-    cluster = result.cluster if isinstance(result, ModelCluster) else None
+    cluster = result if isinstance(result, ClusterResult) else getattr(result, "cluster", None)
+    if cluster is None:
+        assert isinstance(result, ServingResult)
+        return [(f"hit_tokens_{_pool_label(pool)}", result.hit_tokens[i])
+                for i, pool in enumerate(result.pools) if result.failed_request[i] < 0]
     columns: list[tuple[str, np.ndarray]] = []
-    for i, pool in enumerate(result.pools):
-        if result.failed_request[i] >= 0:
+    for pool in dict.fromkeys(g for g, _ in cluster.pools):
+        rows = [j for j, (g, _) in enumerate(cluster.pools) if g == pool]
+        if not _feasible(cluster, rows[0]):
             continue
-        if cluster is not None and cluster.router == KV_AWARE:
-            row = next(j for j, (g, _) in enumerate(cluster.pools) if g == pool)
-            columns.append((f"worker_{_pool_label(pool)}", cluster.worker[row]))
-        columns.append((f"hit_tokens_{_pool_label(pool)}", result.hit_tokens[i]))
-        if cluster is not None:
-            columns += [(f"shared_hit_tokens_{_pool_label(pool)}_{_pool_label(s)}", cluster.shared_hit_tokens[j])
-                        for j, (g, s) in enumerate(cluster.pools) if g == pool and s != 0]
+        if cluster.router == KV_AWARE:
+            columns.append((f"worker_{_pool_label(pool)}", cluster.worker[rows[0]]))
+        columns.append((f"hit_tokens_{_pool_label(pool)}", cluster.gpu_hit_tokens[rows[0]]))
+        columns += [(f"shared_hit_tokens_{_pool_label(pool)}_{_pool_label(cluster.pools[j][1])}", cluster.shared_hit_tokens[j])
+                    for j in rows if cluster.pools[j][1] != 0]
     return columns
 
 
-def per_request_workers(result: ServingResult) -> np.ndarray | None:
+def per_request_workers(result: ServingResult | ClusterResult) -> np.ndarray | None:
     """The ``worker`` column of a cluster run: the index each request was routed to (the same at
     every pool), -1 for kv-aware (see ``worker_<N>``); None (the trace's own) otherwise."""
-    cluster = result.cluster if isinstance(result, ModelCluster) else None
+    cluster = result if isinstance(result, ClusterResult) else getattr(result, "cluster", None)
     if cluster is None or cluster.router == "recorded":
         return None
     if cluster.router == KV_AWARE:
-        return np.full(result.hit_tokens.shape[1], -1, np.int64)
+        return np.full(cluster.worker.shape[1], -1, np.int64)
     feasible = [i for i in range(len(cluster.pools)) if _feasible(cluster, i)]
     return cluster.worker[feasible[0]] if feasible else None
 
