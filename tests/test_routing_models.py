@@ -363,7 +363,7 @@ def test_cli_per_request_for_the_engine_semantics_cluster(capsys, tmp_path):
 
     out_csv = tmp_path / "out.csv"
     source = "tests/data/mooncake_small.jsonl"
-    code, out, err = run_stackdist(capsys, "plan", source, "--semantics", "engine", "--workers", "2",
+    code, _out, err = run_stackdist(capsys, "plan", source, "--semantics", "engine", "--workers", "2",
                                    "--router", "kv-aware", "--gpu-blocks", "2,inf", "--shared-blocks", "0,3",
                                    "--per-request", out_csv)
     assert code == 0, err
