@@ -6,11 +6,21 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from naive import mooncake_block_stream, naive_distances, random_trace, real_trace_paths
-from stackdist import COLD, StackDistanceStream, dense_keys, engine_depths, stack_distances
+
+from stackdist import (
+    COLD,
+    StackDistanceStream,
+    dense_keys,
+    engine_depths,
+    stack_distances,
+)
 from stackdist.engine import kernels as _kernels
-from stackdist.engine.reference import Fenwick, FenwickStackDistance, SortedListStackDistance
+from stackdist.engine.reference import (
+    Fenwick,
+    FenwickStackDistance,
+    SortedListStackDistance,
+)
 
 
 def as_optional(distances: np.ndarray) -> list:
@@ -193,18 +203,24 @@ def test_stream_curve_equals_hit_curve_of_the_prefix(size_kind):
         sizes_arg = None if size_kind == "unit" else sizes
         stream = StackDistanceStream()
         cuts = np.sort(rng.integers(0, keys.size + 1, 3))
+        # Past the total size of the distinct keys nothing changes (every reuse hits): capacities
+        # up to it and one past it cover the whole curve of every prefix.
+        top = int(sizes[np.unique(keys, return_index=True)[1]].sum()) + 2 if keys.size else 2
         for part_keys, part_sizes in zip(np.split(keys, cuts), np.split(sizes, cuts)):
             stream.feed(part_keys, None if sizes_arg is None else part_sizes)
             seen = stream.n_accesses
             curve = hit_curve(keys[:seen], None if sizes_arg is None else sizes[:seen])
             low = 0 if size_kind != "varied" else stream.max_object_size
-            for c in range(low, int(sizes.sum()) + 2, 3):
+            for c in sorted({*range(low, top, 3), top - 2, top - 1, top + 5} - set(range(low))):
                 assert stream.hits_at(c) == curve.hits_at(c)
                 assert stream.hit_size_at(c) == curve.hit_size_at(c)
+            exact = np.arange(stream.max_object_size, top)
+            exact_hits = curve.hits_at(exact)
             for target in range(0, seen + 1, 4):
                 expected = curve.min_capacity_for(hits=target)
                 if expected is not None and size_kind == "varied" and target > 0:
-                    expected = next((c for c in range(stream.max_object_size, int(sizes.sum()) + 2) if curve.hits_at(c) >= target), None)
+                    reached = exact[exact_hits >= target]
+                    expected = int(reached[0]) if reached.size else None
                 assert stream.min_capacity_for(hits=target) == expected
 
 
