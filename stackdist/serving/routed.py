@@ -5,10 +5,14 @@ of ``--gpu-blocks`` per worker, in that engine's count), all workers under one s
 event order, :func:`.schedule.event_order`). The router sees the pools as they are when a
 request arrives, so a kv-aware run is one joint simulation of the K pools per pool size.
 
-**The kv-aware router** (NVIDIA Dynamo's KV router: ``lib/llm/src/kv_router/scheduler.rs``,
-``DefaultWorkerSelector::select_worker``, and ``sequence.rs``, ``ActiveSequences``; the same
-formula is in ``lib/kv-router/src/scheduling/selector.rs`` of later versions). At the arrival of
-request r (``P`` prompt tokens) every worker w is scored, lowest cost wins::
+**The kv-aware router** (NVIDIA Dynamo's KV router, github.com/ai-dynamo/dynamo:
+``lib/llm/src/kv_router/scheduler.rs``, ``DefaultWorkerSelector::select_worker``, the logit
+``overlap_score_weight * potential_prefill_blocks + potential_active_blocks``; ``sequence.rs``,
+``ActiveSequences::potential_blocks_and_tokens``; ``KvRouterConfig`` defaults
+``overlap_score_weight = 1.0``, ``router_temperature = 0.0`` (always the lowest cost),
+``router_track_output_blocks = false`` (generated blocks not counted); later versions moved it to
+``lib/kv-router/src/scheduling/selector``). At the arrival of request r (``P`` prompt tokens)
+every worker w is scored, lowest cost wins::
 
     cost_w = W * prefill_blocks_w + active_blocks_w            (W: --router-overlap-weight, Dynamo's
     prefill_blocks_w = (pending_w + P - hit_w) / B               overlap_score_weight, default 1.0)
