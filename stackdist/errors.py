@@ -101,11 +101,15 @@ _STATE: dict[str, Any] = {"prog": "stackdist", "guarded": False, "writing": 0}
 _RETRY_S = 0.02
 
 
-def _in_llvmlite(frame: Any) -> bool:
-    """True inside llvmlite (numba's compiler), whose ctypes callbacks swallow any exception."""
+_UNSAFE = ("importlib._bootstrap", "llvmlite")
+
+
+def _in_unsafe_frame(frame: Any) -> bool:
+    """True inside an import (a C extension's import turns any exception into an ImportError)
+    or llvmlite (numba's compiler, whose ctypes callbacks swallow any exception)."""
     depth = 0
-    while frame is not None and depth < 200:
-        if "llvmlite" in frame.f_code.co_filename:
+    while frame is not None and depth < 400:
+        if any(part in frame.f_code.co_filename for part in _UNSAFE):
             return True
         frame, depth = frame.f_back, depth + 1
     return False
@@ -113,12 +117,12 @@ def _in_llvmlite(frame: Any) -> bool:
 
 def _on_sigint(signum: int, frame: Any) -> None:
     """Ctrl-C: a :class:`KeyboardInterrupt` once the command's guard is in place (the guard
-    prints one line, the writers remove their temporary files); before it (the imports of the
-    entry point) one line and exit 130. Inside numba's compiler, where an exception would be
-    swallowed, the signal is taken again a moment later (an interval timer)."""
+    prints one line, the writers remove their temporary files); before it, one line and exit
+    130. Inside an import or numba's compiler, where an exception would be turned into another
+    or swallowed, the signal is taken again a moment later (an interval timer), once out."""
     import signal
 
-    if _in_llvmlite(frame) and hasattr(signal, "setitimer"):
+    if _in_unsafe_frame(frame) and hasattr(signal, "setitimer"):
         signal.signal(signal.SIGALRM, _on_sigint)
         signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
         return

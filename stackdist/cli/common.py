@@ -21,9 +21,17 @@ from stackdist.errors import (
 )
 from stackdist.version import __version__
 
-from .args import InputPath, OutputPath, access_window, warmup_accesses
+from .args import (
+    WARMUP_HELP,
+    WINDOW_HELP,
+    InputPath,
+    OutputPath,
+    resolve_window,
+    warmup_count,
+    window_spec,
+)
 
-__all__ = ["Parser", "add_trace_arguments", "add_version", "load_curve", "record_line", "run_command", "tool_header"]
+__all__ = ["Parser", "add_trace_arguments", "add_version", "counted_range", "load_curve", "record_line", "run_command", "tool_header"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -53,13 +61,8 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=["csv", "tsv", "jsonl", "npy", "mooncake", "qwen", "tokens"],
                    help="override the format guessed from the extension; mooncake/qwen/tokens replay the request "
                    "trace's block stream (head first, one unit per block)")
-    p.add_argument("--window", metavar="START:STOP",
-                   help="count hits only for accesses START..STOP-1 (Python slice rules; write a negative start "
-                   "as --window=-2:)")
-    p.add_argument("--warmup", metavar="N|P%|DURATION",
-                   help="exclude the first N accesses (or P percent of them) of the window from the counts, or with "
-                   "a request trace (--format mooncake/qwen/tokens) the requests of the first DURATION (e.g. 10m); "
-                   "they still fill the cache (default 0)")
+    p.add_argument("--window", metavar="START:STOP", help=WINDOW_HELP)
+    p.add_argument("--warmup", metavar="N|DURATION|P%", help=WARMUP_HELP)
     p.add_argument("--output", "-o", type=OutputPath, metavar="FILE", default="-", help="write the JSON here (atomically) instead of stdout")
     p.add_argument("--plot", type=OutputPath, metavar="PNG", help="also draw the curve(s) to this PNG (needs matplotlib)")
 
@@ -91,58 +94,39 @@ def record_line(path: str, fmt: str | None, position: int) -> str:
     return where
 
 
-def _warmup_block(requests: Any, text: str | None) -> int | None:
-    """The first counted block when ``--warmup`` is a duration (``90s``, ``10m``, ``1.5h``) on a
-    request trace; None for a count or a percentage (those count accesses)."""
-    import math
-
-    import numpy as np
-
-    raw = (text or "").strip()
-    if not raw or raw.endswith("%") or raw.isdigit() or raw[-1] not in "smh":
-        return None
-    try:
-        seconds = float(raw[:-1]) * {"s": 1.0, "m": 60.0, "h": 3600.0}[raw[-1]]
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        raise UsageError(f"--warmup must be N accesses, P% or (request traces) a duration like 90s, 10m or 1.5h; got {text!r}.")
-    ts = requests.timestamps_s
-    if not ts.size:
-        return 0
-    first = int(np.argmax(np.r_[ts >= ts.min() + seconds, True]))  # the first request at or after the warm-up
-    return int(requests.offsets[min(first, requests.n_requests)])
-
-
 def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def access_range(args: argparse.Namespace, n: int) -> tuple[int, int]:
-    """The counted accesses [start, stop) from ``--window`` and ``--warmup`` (names the flags)."""
-    from stackdist.engine import parse_window
-
-    window = access_window(args.window, "--window")
-    start, stop = parse_window(window, n)
-    start = min(stop, start + warmup_accesses(getattr(args, "warmup", None), stop - start, "--warmup"))
-    return start, stop
+def counted_range(args: argparse.Namespace, n: int, requests: Any = None) -> tuple[int, int]:
+    """The counted accesses [start, stop) of ``n`` from ``--window`` and ``--warmup`` (names the
+    flags): over accesses for a key trace, over the requests of ``requests`` (a request trace,
+    whose timestamps give durations) mapped to their blocks. O(n) with a duration, else O(1)."""
+    spec = window_spec(args.window, "--window")
+    warm = getattr(args, "warmup", None)
+    if requests is None:
+        start, stop = resolve_window(spec, n, None, "--window")
+        return min(stop, start + warmup_count(warm, start, stop, None, "--warmup")), stop
+    ts = requests.timestamps_s
+    first, last = resolve_window(spec, requests.n_requests, ts, "--window")
+    first = min(last, first + warmup_count(warm, first, last, ts, "--warmup"))
+    return int(requests.offsets[first]), int(requests.offsets[last])
 
 
 def load_curve(args: argparse.Namespace) -> Any:
     """Read the trace named by ``args`` and replay it once into a HitCurve (progress on stderr)."""
-    from stackdist.engine import HitCurve, parse_window
+    from stackdist.engine import HitCurve
     from stackdist.engine.keys import first_size_change
     from stackdist.output import Progress, stage
     from stackdist.traces import REQUEST_FORMATS, read_access_trace, read_requests
 
-    access_window(args.window, "--window")  # a bad --window is a usage error before any reading
+    window_spec(args.window, "--window")  # a bad --window is a usage error before any reading
     command = f"stackdist {getattr(args, 'command', '')}".strip()
     stage(command, f"reading {args.trace}")
-    warm_from = None  # with a request trace, --warmup may be a duration (requests before it only fill the cache)
+    requests = None  # a request trace: --window and --warmup count requests (durations from their timestamps)
     if args.format in REQUEST_FORMATS:
         requests = read_requests(args.trace, args.format)
         keys, sizes = requests.block_ids, None
-        warm_from = _warmup_block(requests, getattr(args, "warmup", None))
     else:
         trace = read_access_trace(args.trace, args.format)
         keys, sizes = trace.keys, trace.sizes
@@ -153,11 +137,7 @@ def load_curve(args: argparse.Namespace) -> Any:
                                    "earlier; a key's size must be fixed")
     n = len(keys)
     require_data(n, args.trace, "the trace has no accesses")
-    if warm_from is not None:
-        start, stop = parse_window(access_window(args.window, "--window"), n)
-        start = min(stop, max(start, warm_from))
-    else:
-        start, stop = access_range(args, n)
+    start, stop = counted_range(args, n, requests)
     require_data(stop - start, args.trace, f"no accesses are counted (--window {args.window or ':'}, "
                  f"--warmup {getattr(args, 'warmup', None) or 0}, {n:,} accesses in the trace)")
     stage(command, f"replaying {n:,} accesses (counting {stop - start:,})")

@@ -24,6 +24,8 @@ EXAMPLES_CURVE = """examples:
   stackdist curve trace.jsonl --capacities 1000,2000,4096
   stackdist curve trace.npy --points 200 --window=100000: --csv
   stackdist curve trace.csv --warmup 10% --targets 0.5,0.9 --plot curve.png --output curve.json
+  stackdist curve trace.csv --window=-1000000:               # count the last million accesses only
+  stackdist curve requests.jsonl --format mooncake --window 10m:50% --warmup 5m
   stackdist curve data/traces/mooncake_conversation_trace.jsonl --format mooncake --capacities 1000,10000
 """
 

@@ -45,7 +45,8 @@ class PlanOptions:
     coverage_target: float = 1.0
     warmup_requests: int = 0
     warmup_seconds: float = 0.0
-    window_seconds: float | None = None
+    window_seconds: float | None = None  # --every: also answer per time window of this width
+    count_range: tuple[int, int] | None = None  # --window: the requests [start, stop) counted (warm-up from start)
     tier_targets: Sequence[float] = (0.5, 0.9, 0.99)
     prices_per_gb: dict[str, float] | None = None
     curve_points: int = 120
@@ -73,12 +74,24 @@ def parse_duration(text: str, name: str) -> float:
     return value
 
 
-def warmup_mask(trace: RequestTrace, requests: int = 0, seconds: float = 0.0) -> np.ndarray:
-    """The requests that count: not among the first ``requests`` and not before ``seconds``."""
-    mask = np.ones(trace.n_requests, bool)
-    mask[: max(0, requests)] = False
-    if seconds > 0 and trace.n_requests:
-        mask &= trace.timestamps_s >= trace.timestamps_s.min() + seconds
+def warmup_mask(trace: RequestTrace, requests: int = 0, seconds: float = 0.0,
+                window: tuple[int, int] | None = None) -> np.ndarray:
+    """The requests that count: those of ``window`` (request indices [start, stop), default all)
+    not among its first ``requests`` and not before its first request's time + ``seconds``. O(n).
+
+    >>> from stackdist.traces import RequestTrace
+    >>> t = RequestTrace(np.arange(4), np.arange(5), np.ones(4, np.int64), np.arange(4.0), np.ones(4, np.int64),
+    ...                  np.zeros(4, np.int64), block_size=1)
+    >>> warmup_mask(t, 1, window=(1, 3)).tolist(), warmup_mask(t, seconds=2).tolist()
+    ([False, False, True, False], [False, False, True, True])
+    """
+    n = trace.n_requests
+    start, stop = window if window is not None else (0, n)
+    mask = np.zeros(n, bool)
+    mask[start:stop] = True
+    mask[start: start + max(0, requests)] = False
+    if seconds > 0 and stop > start:
+        mask &= trace.timestamps_s >= trace.timestamps_s[start:stop].min() + seconds
     return mask
 
 
@@ -211,19 +224,22 @@ def build_plan(
     options: PlanOptions,
     progress_factory: Callable[[str], Any] | None = None,
     engine_results: dict[str, ServingResult] | None = None,
+    made_replays: dict[str, PrefixReplay] | None = None,
 ) -> Plan:
     """The whole plan for ``trace``: per curve semantics, the ceilings, working sets, coverage,
     tier plan, curve and (optionally) time windows, plus how the two differ; per engine model
     (``options.engine.models``), the hits at each pool size. ``engine_results`` are engine
-    model runs already made (:func:`~.engine_plan.run_engine_models`), so nothing runs twice."""
+    model runs already made (:func:`~.engine_plan.run_engine_models`), and ``made_replays`` the
+    semantics' replays already made (``plan --dask``: on a cluster), so nothing runs twice."""
     units = _Units(trace.block_size, options.geometry)
-    counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds)
+    counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds, options.count_range)
     report = _header(trace, options, units, counted)
     curves, replays = {}, {}
     for semantics in options.semantics:
-        progress = progress_factory(f"replay ({semantics})") if progress_factory else None
+        made = (made_replays or {}).get(semantics)
+        progress = progress_factory(f"replay ({semantics})") if progress_factory and made is None else None
         try:
-            replay = replay_requests(trace, semantics, progress)
+            replay = made if made is not None else replay_requests(trace, semantics, progress)
         finally:
             if progress is not None:
                 progress.close()
@@ -292,7 +308,8 @@ def _header(trace: RequestTrace, options: PlanOptions, units: _Units, counted: n
             "sliding_bytes_per_token": options.geometry.sliding_bytes_per_token,
             "all_layers_bytes_per_token": options.geometry.all_layers_bytes_per_token,
         },
-        "counted": {"requests": int(counted.sum()), "warmup_requests": options.warmup_requests, "warmup_seconds": options.warmup_seconds},
+        "counted": {"requests": int(counted.sum()), "warmup_requests": options.warmup_requests, "warmup_seconds": options.warmup_seconds,
+                    "window_requests": list(options.count_range) if options.count_range is not None else None},
         "prices_per_gb_usd": dict(PRICES_USD_PER_GB, **(options.prices_per_gb or {})),
         "semantics": {},
     }
