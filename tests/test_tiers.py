@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from naive import mooncake_block_stream, random_trace, real_trace_paths
 
 from kvlab.kvsim import ExclusiveTierCache, TwoTierCache
-from naive import mooncake_block_stream, random_trace, real_trace_paths
 from stackdist import hit_curve
-from stackdist.engine.tiers import compare_organisations, exclusive_grid, exclusive_hits, inclusive_grid, inclusive_tiers
+from stackdist.engine.tiers import (
+    compare_organisations,
+    exclusive_grid,
+    exclusive_hits,
+    inclusive_grid,
+    inclusive_tiers,
+)
 
 
 def two_tier_counts(keys, sizes, gpu, cpu, window=(0, None)):
@@ -58,7 +64,7 @@ def test_min_cpu_capacity_for_targets():
     for _ in range(30):
         keys, sizes = random_trace(rng, max_len=60, max_keys=10)
         total = int(sizes[np.unique(keys, return_index=True)[1]].sum()) if keys.size else 0
-        caps = list(range(0, total + 2))
+        caps = list(range(total + 2))
         for gpu in (0, total // 3, total):
             tier = inclusive_tiers(keys, sizes, [gpu])[0]
             misses = np.asarray(tier.misses_at(np.array(caps)))
