@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from stackdist.serving.cluster import KV_AWARE, ClusterResult
-from stackdist.serving.decode_reuse import continuations, reuse_summary
+from stackdist.serving.decode_reuse import continuations, reuse_pages, reuse_report
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.serving.routed import (
@@ -225,8 +225,7 @@ def _per_worker_run(model: str, trace: RequestTrace, options: EngineOptions, sch
         sub = trace if index.size == trace.n_requests else trace.select(index)
         source: Any = sub
         if options.decode_reuse:  # only a request on the same worker can reuse its KV
-            pages = engine_pages(sub, options.engine_block_size)
-            source = dataclasses.replace(pages, continued_by=continuations(sub, pages))
+            source = reuse_pages(sub, engine_pages(sub, options.engine_block_size))
         parts.append((index, run(source, pools, _subset(schedule, index), options.decode, options.engine_block_size)))
     return _merge(parts, trace.n_requests) if len(parts) != 1 else parts[0][1]
 
@@ -458,9 +457,10 @@ def engine_section(
                    "gib": result.min_feasible_pool * block_bytes / 2**30}
     schedule = options.schedule_source if isinstance(options.schedule, Schedule) else options.schedule
     reuse = None
-    if options.decode_reuse:
-        pages = engine_pages(trace, options.engine_block_size)
-        reuse = reuse_summary(pages, continuations(trace, pages), options.engine_block_size)
+    if options.decode_reuse:  # per worker, as the model runs it (kv-aware: one joint run)
+        kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
+        reuse_workers = None if kv_aware else assign_workers(trace, options, schedule_for(trace, options))
+        reuse = reuse_report(trace, reuse_workers, options.engine_block_size)
     if trace.engine_cached_tokens is not None and (trace.engine_cached_tokens[mask] >= 0).all():
         for i, row in enumerate(rows):
             if row["feasible"]:

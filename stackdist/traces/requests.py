@@ -7,8 +7,8 @@ planner reads it (the placement simulator's workloads convert to and from it).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,10 @@ class RequestTrace:
     strings, or None), ``workers`` (int64 worker each request ran on, or None),
     ``engine_cached_tokens`` (int64 prompt tokens the engine reported serving from cache, or
     None) and ``recorded_schedule_s`` (float64, shape (n, 3): when each request started running,
-    ended prefill and finished, in seconds on the ``timestamps_s`` clock, or None).
+    ended prefill and finished, in seconds on the ``timestamps_s`` clock, or None). Token-id
+    files with output ids add ``answer_block_ids`` (object array: per request, the chained ids,
+    in the trace's block ids, of the full blocks of prompt + answer beyond the full prompt blocks,
+    i.e. the blocks an engine fills while decoding; or None; see :mod:`stackdist.traces.tokens`).
 
     The sum of a request's ``block_tokens`` is at most its ``input_length``: equal when the
     blocks cover the whole prompt (Mooncake, Qwen, token files with ``partial_last_block``),
@@ -67,6 +70,7 @@ class RequestTrace:
     workers: np.ndarray | None = None
     engine_cached_tokens: np.ndarray | None = None
     recorded_schedule_s: np.ndarray | None = None
+    answer_block_ids: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.block_ids = _as_id_array(self.block_ids)
@@ -188,6 +192,7 @@ class RequestTrace:
             workers=pick(self.workers),
             engine_cached_tokens=pick(self.engine_cached_tokens),
             recorded_schedule_s=pick(self.recorded_schedule_s),
+            answer_block_ids=pick(self.answer_block_ids),
         )
 
     def _check(self) -> None:

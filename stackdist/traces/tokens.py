@@ -1,7 +1,18 @@
-"""Reader of token-id request traces: one request's token ids a line, hashed into chained blocks."""
+"""Reader of token-id request traces: one request's token ids a line, hashed into chained blocks.
+
+A line may also carry the answer's token ids, under ``output_ids`` or ``output_token_ids``
+(the names vLLM's ``RequestOutput`` / ``CompletionOutput.token_ids`` exports and OpenAI-style
+logs use; a list of non-negative integers, the last one the final sampled token). Then
+``output_length`` is their count (an ``output_length`` field, if also given, must agree), and the
+trace carries ``answer_block_ids``: the chained ids of the full blocks of prompt + answer
+(without the last token, whose KV is never computed) beyond the prompt's full blocks, so the
+blocks a request fills while decoding are hashed from its real tokens and ``--decode-reuse``
+is exact (:mod:`stackdist.serving.decode_reuse`), with no inference.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -23,6 +34,8 @@ from .requests import RequestTrace, assemble, check_block_size
 
 __all__ = ["read_token_ids"]
 
+OUTPUT_FIELDS = ("output_ids", "output_token_ids")
+
 
 def _token_list(obj: Any) -> tuple[list[int], dict[str, Any]]:
     """(token ids, the object or {}) from a list line or an object with input_ids/token_ids."""
@@ -43,6 +56,20 @@ def _token_list(obj: Any) -> tuple[list[int], dict[str, Any]]:
     return tokens, fields
 
 
+def _outputs(fields: dict[str, Any], tokens: list[int], block_size: int) -> tuple[int, np.ndarray | None]:
+    """(output length, answer block ids or None) of one line (module docstring). O(tokens)."""
+    name = next((n for n in OUTPUT_FIELDS if n in fields), None)
+    if name is None:
+        return count_field(fields, "output_length", default=0), None
+    out = fields[name]
+    if type(out) is not list or not all(type(t) is int and 0 <= t <= INT64_MAX for t in out):
+        raise LineError(f"'{name}' must be a list of non-negative token ids, got {shown(out)}")
+    if "output_length" in fields and count_field(fields, "output_length") != len(out):
+        raise LineError(f"'output_length' is {fields['output_length']} but '{name}' has {len(out)} token ids")
+    written = chain_hashes(tokens + out[:-1], block_size)
+    return len(out), written[len(tokens) // block_size:]
+
+
 def read_token_ids(
     path: str | os.PathLike[str],
     block_size: int = 16,
@@ -53,7 +80,8 @@ def read_token_ids(
 
     A line is a JSON list of token ids, or an object with ``input_ids`` (or ``token_ids``), an
     optional ``timestamp`` (seconds; on every line or on none -- 0.0 when absent) and an
-    optional ``output_length`` (0 when absent). Block ids come from
+    optional ``output_length`` (0 when absent) or the answer's token ids (module docstring).
+    Block ids come from
     :func:`stackdist.traces.blocks.chain_hashes` (uint64). ``input_length`` is the number of tokens.
 
     With ``partial_last_block=False`` (vLLM's behaviour: only full blocks are cached) a
@@ -68,6 +96,12 @@ def read_token_ids(
     >>> t = read_token_ids(path, block_size=2)
     >>> t.n_blocks, bool(t.block_ids[0] == t.block_ids[2]), t.input_length.tolist()
     (4, True, [5, 5])
+    >>> _ = open(path, "w").write('{"input_ids": [1, 2, 3], "output_ids": [4, 5, 6]}\\n[1, 2, 3, 4, 5, 7]\\n')
+    >>> t = read_token_ids(path, block_size=2, partial_last_block=True)
+    >>> t.output_length.tolist(), [len(a) for a in t.answer_block_ids]  # [3, 4] is written while decoding
+    ([3, 0], [1, 0])
+    >>> bool(t.answer_block_ids[0][0] == t.block_ids[3])  # the next prompt's block [3, 4]
+    True
     """
     block_size = check_block_size(block_size)
     pieces: list[np.ndarray] = []
@@ -75,6 +109,7 @@ def read_token_ids(
     times: list[float] = []
     inputs: list[int] = []
     outputs: list[int] = []
+    answers: list[np.ndarray | None] = []
     first_timestamp: tuple[int, bool] | None = None
     skipped = 0
     for lineno, raw in data_lines(path):
@@ -89,7 +124,7 @@ def read_token_ids(
                     f"{'lacks' if has_time else 'has'} it; timestamps must be on every line or on none"
                 )
             timestamp = time_field(fields, "timestamp") if has_time else 0.0
-            output_length = count_field(fields, "output_length", default=0)
+            output_length, answer = _outputs(fields, tokens, block_size)
         except LineError as exc:
             if not skip_bad:
                 raise TraceFormatError(path, lineno, str(exc)) from None
@@ -101,5 +136,12 @@ def read_token_ids(
         times.append(timestamp)
         inputs.append(len(tokens))
         outputs.append(output_length)
+        answers.append(answer)
     block_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint64)
-    return assemble(path, block_ids.astype(np.uint64), n_blocks, times, inputs, outputs, block_size, skipped)
+    trace = assemble(path, block_ids.astype(np.uint64), n_blocks, times, inputs, outputs, block_size, skipped)
+    if all(a is None for a in answers):
+        return trace
+    held = np.empty(len(answers), dtype=object)
+    for i, a in enumerate(answers):  # element by element: equal lengths must not make a 2-d array
+        held[i] = np.zeros(0, np.uint64) if a is None else a
+    return dataclasses.replace(trace, answer_block_ids=held)
