@@ -26,6 +26,7 @@ from .args import (
     fraction_list,
     warmup_accesses,
 )
+from .common import tool_header
 
 __all__ = [
     "SCALED_KEYS",
@@ -305,7 +306,7 @@ def _sampled_report(args: argparse.Namespace, curves: list[Any], targets: list[f
 
     by_rate, by_rate_spread = answers(lambda c, t: c.min_capacity_for(hit_rate=t))
     by_ceiling, by_ceiling_spread = answers(lambda c, t: c.min_capacity_for(hits=t * c.ceiling_hits))
-    return {"kind": "curve", "trace": args.trace, "sampled": True, "sample_rate": main.rate,
+    return {**tool_header("curve"), "trace": args.trace, "sampled": True, "sample_rate": main.rate,
             "sample_size": args.sample_size, "seeds": seeds_of(args), "summary": main.summary(),
             "min_capacity_for_hit_rate": by_rate, "min_capacity_for_hit_rate_spread": by_rate_spread,
             "min_capacity_for_fraction_of_ceiling": by_ceiling,
@@ -316,7 +317,7 @@ def _sampled_report(args: argparse.Namespace, curves: list[Any], targets: list[f
 def _exact_report(args: argparse.Namespace, curve: Any, targets: list[float], info: dict[str, Any] | None) -> dict[str, Any]:
     from stackdist.engine.histogram import exact_count
 
-    report = {"kind": "curve", "trace": args.trace, "sampled": False, "summary": curve.summary(),
+    report = {**tool_header("curve"), "trace": args.trace, "sampled": False, "summary": curve.summary(),
               "min_capacity_for_hit_rate": {f"{t:g}": curve.min_capacity_for(hit_rate=t) for t in targets},
               "min_capacity_for_fraction_of_ceiling": {
                   f"{t:g}": curve.min_capacity_for(hits=exact_count(t, curve.ceiling_hits, "--targets")) for t in targets},
@@ -423,7 +424,7 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
                              "cpu_hits": g["cpu_hits"] / rate} for kind, g in grid.items()})
     assert cpu_caps is not None
     n = stop - start
-    result: dict[str, Any] = {"kind": "tiers", "trace": args.trace, "sampled": is_sampled(args), "sample_rate": rate,
+    result: dict[str, Any] = {**tool_header("tiers"), "trace": args.trace, "sampled": is_sampled(args), "sample_rate": rate,
                               "sample_size": args.sample_size, "seeds": seeds, "accesses": n}
     for kind in grids[0]:
         gpu = np.array([g[kind]["gpu_hits"] for g in grids])
