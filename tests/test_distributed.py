@@ -166,3 +166,26 @@ def test_tiers_on_a_local_cluster_equal_one_process(tmp_path, scheduler):
     assert b.pop("dask")["workers"] == 2
     assert a == b
     assert main(["tiers", *common, "--dask", scheduler, "--sample-rate", "0.5"]) == 2
+
+
+def test_plan_on_a_local_cluster_equals_one_process(tmp_path, scheduler):
+    import json
+
+    from stackdist.cli.main import main
+
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(300):  # sessions behind a few shared prompts: prefix-chained ids
+        prompt, session = int(rng.integers(0, 4)), int(rng.integers(0, 40))
+        ids = [prompt, 10 + prompt] + [1000 + session * 20 + j for j in range(int(rng.integers(0, 6)))]
+        rows.append({"timestamp": i * 100, "input_length": 16 * len(ids) - int(rng.integers(0, 8)), "hash_ids": ids})
+    trace = tmp_path / "m.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    one, two = tmp_path / "a.json", tmp_path / "b.json"
+    common = [str(trace), "--block-size", "16", "--warmup", "20"]
+    assert main(["plan", *common, "--json", str(one)]) == 0
+    assert main(["plan", *common, "--dask", scheduler, "--json", str(two)]) == 0
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert b.pop("dask")["semantics"] == ["engine", "per-access"]
+    assert a == b
+    assert main(["plan", *common, "--dask", scheduler, "--sample-rate", "0.5"]) == 2

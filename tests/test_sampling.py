@@ -267,7 +267,7 @@ def test_plan_sampled_at_rate_one_equals_the_exact_plan(tmp_path):
     for name in ("engine", "per-access"):
         assert s["semantics"][name]["working_set"] == e["semantics"][name]["working_set"]
         assert s["semantics"][name]["curve"] == e["semantics"][name]["curve"]
-    assert main(["plan", str(trace), "--block-size", "16", "--dask", "local:2"]) == 2
+    assert main(["plan", str(trace), "--block-size", "16", "--dask", "local:2", "--sample-rate", "1"]) == 2
 
 
 @pytest.mark.parametrize("seed", range(5))

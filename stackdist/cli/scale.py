@@ -461,7 +461,7 @@ def read_request_trace(args: argparse.Namespace) -> Any:
     return concat_requests(chunks, args.trace)
 
 
-def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[[Any], Any]) -> Any:
+def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]) -> Any:
     """``plan``'s report: ``build(trace)``, or with ``--sample-*`` the plan of each seed's block
     sample (:func:`stackdist.traces.sampled.sample_request_trace`) scaled back by 1/R, the first
     seed's as the answer and the spread of the working sets over the seeds beside it."""
@@ -472,7 +472,9 @@ def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[[Any], An
     from stackdist.traces.sampled import is_chained, sample_request_trace
 
     if getattr(args, "dask", None):
-        raise UsageError("plan: --dask is not supported yet (use curve --dask for the exact distributed curve).")
+        if is_sampled(args):
+            raise UsageError("plan: --dask is exact; it takes no --sample-rate/--sample-size.")
+        return _dask_plan(args, trace, build)
     if not is_sampled(args):
         return build(trace)
     semantics = str(getattr(args, "semantics", "both"))
@@ -572,3 +574,34 @@ def _adjust_section(section: dict[str, Any], est: Any, input_tokens: int, bytes_
     if table and "capacity_blocks" in table:
         caps = np.asarray(table["capacity_blocks"], np.int64)
         table["prefix_token_hit_rate"] = (np.asarray(est.hit_size_at(caps), np.float64) / input_tokens).tolist()
+
+
+def _dask_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]) -> Any:
+    """``plan --dask``: the engine and per-access replays of the request trace cut into time
+    chunks of whole requests, each replayed on a worker and merged
+    (:func:`~stackdist.engine.scale.distributed.distributed_request_depths`), handed to the
+    planner as made; the plan equals the one-process plan (the engines' own models, routing and
+    Belady's bound, when asked for, run here as usual)."""
+    from stackdist.engine import kernels
+    from stackdist.engine.scale.distributed import (
+        close,
+        connect,
+        dask_map,
+        distributed_request_depths,
+    )
+    from stackdist.serving.semantics import PrefixReplay
+
+    names = {n.strip() for n in str(getattr(args, "semantics", "both")).split(",")}
+    wanted = [s for s in ("engine", "per-access") if s in names or "both" in names]
+    client = connect(args.dask)
+    try:
+        workers = max(1, len(client.nthreads()))
+        replays = {}
+        for semantics in wanted:
+            depths = distributed_request_depths(trace.block_ids, trace.offsets, semantics, dask_map(client), max(2, workers))
+            replays[semantics] = PrefixReplay(trace, semantics, depths, kernels.segment_running_max(depths, trace.offsets))
+    finally:
+        close(client)
+    report = build(trace, replays)
+    report["dask"] = {"scheduler": args.dask, "workers": workers, "chunks": max(2, workers), "semantics": wanted}
+    return report
