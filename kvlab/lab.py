@@ -42,8 +42,11 @@ __all__ = [
     "CLIFF_GPU_CAPACITIES",
     "CPU_CLIFF_CAPACITIES",
     "DEFAULT_MEASURED",
+    "LAB_DESCRIPTIONS",
     "LAB_FILES",
+    "MANIFEST",
     "build_lab",
+    "manifest",
     "LabMismatchError",
     "cliff_direct",
     "cliff_from_curve",
@@ -214,15 +217,44 @@ def build_lab(measured: Path = DEFAULT_MEASURED) -> dict[str, bytes]:
     return files
 
 
+MANIFEST = "manifest.json"
+"""Written beside the seven result files, whose formats the lab's spec fixes (no key may be added)."""
+
+LAB_DESCRIPTIONS: dict[str, str] = {
+    "cyclic.json": "scenario --passes fwd,fwd: GPU 21,520 tokens, ten 5011-token documents read twice in order",
+    "baseline.json": "scenario --passes fwd,fwd,rev: the same cache, a third pass in reverse order",
+    "cliff.json": "second-pass hits (documents) at GPU capacities 21,520 ... 50,110 tokens",
+    "offload.json": "scenario GPU 21,520 + CPU 56,000 tokens (inclusive CPU tier), passes fwd,fwd,rev",
+    "cpu_cliff.json": "second-pass misses (documents) at GPU 21,520 and CPU capacities 0 ... 56,000 tokens",
+    "measured.json": "summarize of the measured TTFT file: medians, means and baseline/lmcache ratios per pass",
+    "ttft.jsonl": "a byte-for-byte copy of the measured TTFT input",
+}
+
+
+def manifest(files: dict[str, bytes]) -> bytes:
+    """``manifest.json``: schema version, tool version, and each result file's description and
+    SHA-256 (the result files themselves keep the lab's fixed formats). O(total bytes)."""
+    import hashlib
+
+    from stackdist.cli.common import tool_header  # on use, as write_lab's writer
+
+    return _json_bytes({
+        **tool_header("kvlab-lab-manifest"),
+        "files": {name: {"description": LAB_DESCRIPTIONS.get(name, ""), "bytes": len(data),
+                         "sha256": hashlib.sha256(data).hexdigest()} for name, data in files.items()},
+    })
+
+
 def write_lab(out_dir: Path, files: dict[str, bytes]) -> list[Path]:
-    """Write every file into ``out_dir`` (created if needed) as one unit; return the written paths.
+    """Write every file and :data:`MANIFEST` into ``out_dir`` (created if needed) as one unit;
+    return the result files' paths.
 
     A failure (a full disk, Ctrl-C) leaves ``out_dir`` with its old results, never a mix of new
     and old files (:func:`stackdist.output.write_files_atomic`).
     """
     from stackdist.output import write_files_atomic  # on use: the other kvlab commands do not load stackdist
 
-    return write_files_atomic(out_dir, files)
+    return write_files_atomic(out_dir, {**files, MANIFEST: manifest(files)})[:len(files)]
 
 
 def run_lab(out_dir: Path, measured: Path = DEFAULT_MEASURED) -> list[Path]:

@@ -595,7 +595,7 @@ def test_kvlab_closed_stdout_is_exit_1_without_traceback(tmp_path, argv):
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "stdout is closed" in proc.stderr, proc.stderr
     if "run-lab" in argv:
-        assert len(list((tmp_path / "lab").iterdir())) == 7  # the files are written before stdout
+        assert len(list((tmp_path / "lab").iterdir())) == 8  # the files (and manifest.json) are written before stdout
 
 
 def test_kvlab_ctrl_c_is_one_line_and_exit_130(tmp_path):
@@ -804,3 +804,48 @@ def test_help_documents_one_window_vocabulary(capsys, command):
     code, out, _ = run(capsys, command, "--help")
     text = " ".join(out.split())
     assert code == 0 and "--window=-2:" in text and "10m" in text and "%" in text and "START:STOP" in text
+
+
+def test_lab_folder_has_a_manifest_and_its_result_files_keep_their_fixed_format(tmp_path):
+    """The lab's seven files are fixed by its spec (no key added); manifest.json beside them
+    carries the schema and tool versions and describes (and hashes) each file."""
+    import hashlib
+
+    from kvlab import lab
+    from stackdist.version import __version__
+
+    out = tmp_path / "lab"
+    written = lab.run_lab(out)
+    assert [p.name for p in written] == list(lab.LAB_FILES)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["schema_version"] >= 1 and manifest["tool"]["version"] == __version__
+    assert list(manifest["files"]) == list(lab.LAB_FILES)
+    for name, entry in manifest["files"].items():
+        data = (out / name).read_bytes()
+        assert entry["description"] and entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["bytes"] == len(data)
+        if name.endswith(".json"):
+            assert "schema_version" not in json.loads(data) if isinstance(json.loads(data), dict) else True
+
+
+@pytest.mark.parametrize("argv", [
+    ("curve", "{t}", "--sample-rate", "0.5"),
+    ("curve", "{t}", "--sample-rate", "1", "--sample-seeds", "1"),
+    ("tiers", "{t}", "--gpu", "1", "--sample-rate", "0.5"),
+    ("watch", "{t}", "--no-follow"),
+])
+def test_every_stackdist_json_carries_the_schema_and_tool_version(capsys, t, argv):
+    from stackdist.version import __version__
+
+    code, out, err = run(capsys, *[a.format(t=t) for a in argv])
+    assert code == 0, err
+    for line in out.strip().splitlines() if argv[0] == "watch" else [out]:
+        record = json.loads(line)
+        assert record["schema_version"] >= 1 and record["tool"]["version"] == __version__ and record["kind"] == argv[0]
+
+
+def test_kvlab_placement_calibration_carries_the_schema_version(capsys):
+    from kvlab.placement.__main__ import main as placement_main
+
+    assert placement_main(["calibration"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["schema_version"] >= 1 and report["kind"] == "placement-calibration" and report["fields"]

@@ -20,6 +20,7 @@ from kvlab.lab import (
     CPU_CLIFF_CAPACITIES,
     DEFAULT_MEASURED,
     LAB_FILES,
+    MANIFEST,
     cliff_direct,
     cpu_cliff_direct,
     run_lab,
@@ -75,7 +76,7 @@ def test_run_lab_writes_the_seven_files(tmp_path: Path, repo_root: Path) -> None
     out = tmp_path / "new" / "lab"  # parents are created
     written = run_lab(out)
     assert written == [out / name for name in LAB_FILES]
-    assert sorted(p.name for p in out.iterdir()) == sorted(LAB_FILES)  # and no temporary files
+    assert sorted(p.name for p in out.iterdir()) == sorted((*LAB_FILES, MANIFEST))  # and no temporary files
     expected_json = {
         "cyclic.json": run_scenario(passes=("fwd", "fwd")),
         "baseline.json": run_scenario(passes=("fwd", "fwd", "rev")),
@@ -116,7 +117,7 @@ def test_rerun_overwrites_in_place(tmp_path: Path) -> None:
     (tmp_path / "cliff.json").write_text("stale\n")
     run_lab(tmp_path)
     assert json.loads((tmp_path / "cliff.json").read_text()) == HAND_CLIFF
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(LAB_FILES)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted((*LAB_FILES, MANIFEST))
 
 
 # --------------------------------------------------------------------------------------

@@ -51,7 +51,9 @@ def test_simulate_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_calibration_prints_defaults_next_to_derived(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibration"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)
+    assert report["schema_version"] >= 1 and report["kind"] == "placement-calibration"
+    rows = report["fields"]
     assert {r["field"] for r in rows} >= {"prefill_fixed_ms", "h2d_gbps", "host_floor_ms"}
     assert all(abs(r["default"] - r["derived"]) <= 2e-4 * abs(r["derived"]) for r in rows)
 

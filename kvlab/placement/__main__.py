@@ -206,7 +206,9 @@ def _calibration(args: argparse.Namespace) -> int:
     for name, value in derived.items():
         default = getattr(hf if name in ("host_floor_ms", "launch_overhead_ms", "cached_prefix_penalty_ms") else hardware, name)
         rows.append({"field": name, "default": default, "derived": value})
-    json.dump(rows, sys.stdout, indent=2)
+    from stackdist.cli.common import tool_header
+
+    json.dump({**tool_header("placement-calibration"), "fields": rows}, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return EXIT_OK
 

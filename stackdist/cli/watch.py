@@ -35,6 +35,7 @@ from .args import (
     fraction_list,
     int_list,
 )
+from .common import tool_header
 
 __all__ = ["add_watch_parser", "follow_lines", "prometheus_text", "run_watch"]
 
@@ -169,7 +170,7 @@ class _Watcher:
 
     def snapshot(self, final: bool) -> dict[str, Any]:
         now = self.sampler.curve()
-        record = {"time_s": round(time.time(), 3), "interval": self.intervals, "final": final,
+        record = {**tool_header("watch"), "time_s": round(time.time(), 3), "interval": self.intervals, "final": final,
                   "sampled": self.sampled, "sample_rate": now.rate, "sample_size": self.args.sample_size,
                   "state_bytes": self.sampler.state_nbytes,
                   "window": self._answers(now.since(self.last), self.cover_window, self.n_requests[1]),
