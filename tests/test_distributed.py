@@ -189,3 +189,20 @@ def test_plan_on_a_local_cluster_equals_one_process(tmp_path, scheduler):
     assert b.pop("dask")["semantics"] == ["engine", "per-access"]
     assert a == b
     assert main(["plan", *common, "--dask", scheduler, "--sample-rate", "0.5"]) == 2
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_histogram_merge_equals_the_one_process_histogram(seed):
+    from stackdist.engine.scale.distributed import chunk_histogram, merge_histograms
+
+    rng = np.random.default_rng(200 + seed)
+    n = int(rng.integers(0, 500))
+    keys = rng.zipf(1.3, n) % 80
+    sizes = rng.integers(1, 4, 80)[keys] if seed % 2 else None
+    parts = [chunk_histogram((keys[a:b], None if sizes is None else sizes[a:b])) for a, b in _cuts(rng, n, int(rng.integers(1, 6)))]
+    values, counts, cold = merge_histograms(parts)
+    exact = naive_distances(keys.tolist(), None if sizes is None else sizes.tolist())
+    finite = [d for d in exact if d is not None]
+    want_values, want_counts = np.unique(np.array(finite, np.int64), return_counts=True)
+    assert values.tolist() == want_values.tolist() and counts.tolist() == want_counts.tolist()
+    assert cold == sum(d is None for d in exact)

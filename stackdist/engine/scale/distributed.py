@@ -51,6 +51,7 @@ from ..keys import check_sizes, dense_keys
 
 __all__ = [
     "ChunkSummary",
+    "chunk_histogram",
     "chunk_summary",
     "close",
     "connect",
@@ -59,6 +60,7 @@ __all__ = [
     "distributed_inclusive_tiers",
     "distributed_request_depths",
     "merge_chunks",
+    "merge_histograms",
     "sequential_map",
     "split_even",
     "split_requests",
@@ -127,16 +129,48 @@ def chunk_summary(chunk: Any) -> ChunkSummary:
     return ChunkSummary(distances, keys[keep], None if size_arr is None else size_arr[keep], comp_offsets, first[keep])
 
 
-def merge_chunks(summaries: Sequence[ChunkSummary]) -> np.ndarray:
-    """The sequential merge: replay the compressed sequences in order, resolve every chunk's
-    first occurrences, and return the exact distances of the whole trace. O(m log k) for the m
-    compressed accesses, plus O(n) to assemble.
+def chunk_histogram(chunk: Any) -> tuple[ChunkSummary, np.ndarray, np.ndarray]:
+    """:func:`chunk_summary` for a trace too long to hold its distances: the summary without
+    its per-access distances (an empty array), and the chunk's resolved distances as a
+    histogram (sorted distinct values, counts; the first occurrences are left to
+    :func:`merge_histograms`). O(n log k); what a worker returns is O(distinct keys of the chunk).
 
-    >>> merge_chunks([chunk_summary(np.array([0, 1])), chunk_summary(np.array([0, 0]))]).tolist()[2:]
-    [2, 1]
+    >>> _, values, counts = chunk_histogram(np.array([5, 6, 5, 5]))
+    >>> values.tolist(), counts.tolist()
+    ([1, 2], [1, 1])
     """
-    if not summaries:
-        return np.zeros(0, np.int64)
+    summary = chunk_summary(chunk)
+    d = summary.distances[summary.distances != COLD]
+    values, counts = np.unique(d, return_counts=True)
+    empty = ChunkSummary(np.zeros(0, np.int64), summary.keys, summary.sizes, summary.offsets, summary.is_first)
+    return empty, values.astype(np.int64), counts.astype(np.int64)
+
+
+def merge_histograms(parts: Sequence[tuple[ChunkSummary, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, int]:
+    """The exact distance histogram of the whole trace from :func:`chunk_histogram` parts, by
+    the merge of :func:`merge_chunks` (same proof): (sorted distinct distances, counts, cold
+    misses). O(m log k) for the m compressed accesses; memory O(m), not the trace.
+
+    >>> keys = np.array([0, 1, 0, 2, 1, 0, 3, 0])
+    >>> v, c, cold = merge_histograms([chunk_histogram(keys[:4]), chunk_histogram(keys[4:])])
+    >>> v.tolist(), c.tolist(), cold
+    ([2, 3], [2, 2], 4)
+    """
+    if not parts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), 0
+    firsts = _resolve([p[0] for p in parts])
+    cold = int(np.count_nonzero(firsts == COLD))
+    values = np.concatenate([firsts[firsts != COLD]] + [p[1] for p in parts])
+    counts = np.concatenate([np.ones(int((firsts != COLD).sum()), np.int64)] + [p[2] for p in parts])
+    order = np.argsort(values, kind="stable")
+    values, counts = values[order], counts[order]
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]]) if values.size else np.zeros(0, np.int64)
+    return values[starts], np.add.reduceat(counts, starts) if values.size else counts, cold
+
+
+def _resolve(summaries: Sequence[ChunkSummary]) -> np.ndarray:
+    """The merge's replay of the compressed sequences: the exact distances of every chunk's
+    first occurrences, chunk after chunk. O(m log k)."""
     keys = np.concatenate([s.keys for s in summaries])
     sized = [s.sizes is not None for s in summaries]
     if any(sized) and not all(sized):
@@ -149,16 +183,29 @@ def merge_chunks(summaries: Sequence[ChunkSummary]) -> np.ndarray:
         starts = np.cumsum([0] + [s.keys.shape[0] for s in summaries[:-1]])
         pieces: list[np.ndarray] = [np.zeros(1, np.int64)]
         pieces += [np.asarray(s.offsets)[1:] + b for s, b in zip(summaries, starts)]
-        offsets = np.concatenate(pieces)
-        resolved = engine_depths(keys, offsets, sizes)
+        resolved = engine_depths(keys, np.concatenate(pieces), sizes)
     else:
         resolved = stack_distances(keys, sizes)
+    return resolved[np.concatenate([s.is_first for s in summaries])]
+
+
+def merge_chunks(summaries: Sequence[ChunkSummary]) -> np.ndarray:
+    """The sequential merge: replay the compressed sequences in order, resolve every chunk's
+    first occurrences, and return the exact distances of the whole trace. O(m log k) for the m
+    compressed accesses, plus O(n) to assemble.
+
+    >>> merge_chunks([chunk_summary(np.array([0, 1])), chunk_summary(np.array([0, 0]))]).tolist()[2:]
+    [2, 1]
+    """
+    if not summaries:
+        return np.zeros(0, np.int64)
+    firsts = _resolve(summaries)
     out = []
     pos = 0
     for s in summaries:
         d = s.distances.copy()
-        m = s.keys.shape[0]
-        d[d == COLD] = resolved[pos : pos + m][s.is_first]
+        m = int(np.count_nonzero(s.is_first))
+        d[d == COLD] = firsts[pos : pos + m]
         out.append(d)
         pos += m
     return np.concatenate(out)
