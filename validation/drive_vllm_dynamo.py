@@ -61,6 +61,7 @@ CONFIGS = {
     "kv4": dict(workers=4, router="kv", sessions=5, think=0.3, fork=True, budget=4096, seed=14),
     "burst2": dict(workers=2, router="session", sessions=5, think=0.0, fork=False, budget=256, seed=16),
     "tiny2": dict(workers=2, router="kv", sessions=3, think=0.0, fork=True, budget=512, seed=15, small=True),
+    "tinythink2": dict(workers=2, router="session", sessions=3, think=0.5, fork=False, budget=512, seed=17, small=True),
 }
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
