@@ -33,7 +33,7 @@ from .budget_args import (
     with_budget_pools,
 )
 from .common import add_version, record_line
-from .scale import read_request_trace, sampled_plan
+from .scale import is_sampled, read_request_trace, sampled_plan
 
 MAX_WINDOWS = 10_000
 """The most time windows ``--window`` may cut a trace into."""
@@ -255,14 +255,16 @@ def run_plan(args: argparse.Namespace) -> int:
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
     options = dataclasses.replace(options, routing=_routing_options(args, options))
     results = run_engine_models(trace, options.engine, _stage) if options.engine.models else {}
+    curves: dict[str, Any] = {}  # the exact curves, for the plot (not when sampled: those are of a sample)
     report = sampled_plan(args, trace, lambda t, replays=None: build_plan(t, options, progress_factory=Progress,
-                                                                         engine_results=results, made_replays=replays))
+                                                                         engine_results=results, made_replays=replays,
+                                                                         curves_out=curves))
     if args.per_request:
         _write_per_request(args.per_request, trace, options, results)
     if args.plot:  # files first: a closed stdout never loses them
         from stackdist.render.plot import plot_plan
 
-        plot_plan(args.plot, report, list(options.targets))
+        plot_plan(args.plot, report, list(options.targets), None if is_sampled(args) else curves)
     if args.json is not None and args.json != "-":
         write_json(args.json, report)
     if args.json == "-":
