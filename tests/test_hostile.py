@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from stackdist.cli import main
@@ -689,7 +690,7 @@ def test_every_commands_inputs_are_guarded(capsys, tmp_path, t, req, argv):
     link = tmp_path / "link.csv"
     link.symlink_to(t)
     before = {p: p.read_bytes() for p in (t, req, cal)}
-    code, out, err = run(capsys, *[a.format(t=t, r=req, cal=cal, link=link) for a in argv])
+    code, _, err = run(capsys, *[a.format(t=t, r=req, cal=cal, link=link) for a in argv])
     one_line_error(err, code, 2, "is the input")
     assert {p: p.read_bytes() for p in (t, req, cal)} == before
 
@@ -749,7 +750,7 @@ def test_plan_json_says_why_a_target_is_unreachable(capsys, req):
         assert rows[0.999]["token_hit_rate"] is None
         assert "ceiling" in rows[0.999]["unreachable"]["token_hit_rate"]["reason"]
         assert f"{ceiling:.2%}" in rows[0.999]["unreachable"]["token_hit_rate"]["reason"]
-        assert all(rows[t][k] is None for t, row in rows.items() for k in row["unreachable"])  # a reason only when None
+        assert all(row[k] is None for row in rows.values() for k in row["unreachable"])  # a reason only when None
     needs = report["budgets"]["requirements"]["targets"]
     assert all("reason" in r["unreachable"] for r in needs if not r["reachable"]) and not all(r["reachable"] for r in needs)
 
@@ -849,3 +850,53 @@ def test_kvlab_placement_calibration_carries_the_schema_version(capsys):
     assert placement_main(["calibration"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["schema_version"] >= 1 and report["kind"] == "placement-calibration" and report["fields"]
+
+
+def _many_step_trace(tmp_path):
+    import random
+
+    rng = random.Random(7)
+    lines = [json.dumps({"timestamp": i, "input_length": 512 * 3, "output_length": 1,
+                         "hash_ids": [rng.randrange(300), rng.randrange(300), 1000 + i]}) for i in range(400)]
+    path = tmp_path / "many.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("sampled", [False, True])
+def test_plan_plot_draws_exact_steps_and_sampled_points_as_points(capsys, tmp_path, monkeypatch, sampled):
+    from stackdist.render import plot
+
+    drawn = {}
+    monkeypatch.setattr(plot, "plot_curves", lambda path, series, **kw: drawn.update(series=series, **kw))
+    trace, out = _many_step_trace(tmp_path), tmp_path / "p.json"
+    extra = ["--sample-rate", "0.5"] if sampled else []
+    code, _, err = run(capsys, "plan", trace, "--plot", tmp_path / "p.png", "--json", out, *extra)
+    assert code == 0, err
+    report = json.loads(out.read_text())
+    for (label, x, y), style in zip(drawn["series"], drawn["styles"]):
+        name, metric = label.split(": ")[0], label.split(": ")[1].replace(" (sampled)", "").replace(" ", "_")
+        table = report["semantics"][name]["curve"]
+        if sampled:
+            assert style["sampled"] and list(x) == table["capacity_gib"]  # points at the sampled capacities only
+            continue
+        assert not style["sampled"] and len(x) > len(table["capacity_gib"])  # every step, more than the sample
+        at = np.searchsorted(np.asarray(x), np.asarray(table["capacity_gib"]) * (1 + 1e-12), side="right") - 1
+        assert np.allclose(np.asarray(y)[at], table[metric])  # the steps pass through every sampled (exact) point
+    assert ("exact curves" in drawn["title"]) != sampled
+
+
+def test_sampled_points_are_not_joined(tmp_path):
+    pytest.importorskip("matplotlib")
+    from stackdist.render import plot
+
+    plt = plot.pyplot()
+    lines = []
+    original = plt.Axes.plot
+    try:
+        plt.Axes.plot = lambda self, *a, **kw: lines.append(kw) or original(self, *a, **kw)
+        plot.plot_curves(tmp_path / "x.png", [("s", np.array([0, 1, 2]), np.array([0, 0.5, 0.7]))], xlabel="x",
+                         styles=[{"sampled": True, "ls": "-"}])
+    finally:
+        plt.Axes.plot = original
+    assert lines and lines[0]["ls"] == "none" and lines[0]["marker"]

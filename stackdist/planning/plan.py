@@ -225,12 +225,14 @@ def build_plan(
     progress_factory: Callable[[str], Any] | None = None,
     engine_results: dict[str, ServingResult] | None = None,
     made_replays: dict[str, PrefixReplay] | None = None,
+    curves_out: dict[str, PrefixCurve] | None = None,
 ) -> Plan:
     """The whole plan for ``trace``: per curve semantics, the ceilings, working sets, coverage,
     tier plan, curve and (optionally) time windows, plus how the two differ; per engine model
     (``options.engine.models``), the hits at each pool size. ``engine_results`` are engine
     model runs already made (:func:`~.engine_plan.run_engine_models`), and ``made_replays`` the
-    semantics' replays already made (``plan --dask``: on a cluster), so nothing runs twice."""
+    semantics' replays already made (``plan --dask``: on a cluster), so nothing runs twice.
+    ``curves_out``, when given, receives each semantics' exact curve (for the plot)."""
     units = _Units(trace.block_size, options.geometry)
     counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds, options.count_range)
     report = _header(trace, options, units, counted)
@@ -244,6 +246,8 @@ def build_plan(
             if progress is not None:
                 progress.close()
         curves[semantics], replays[semantics] = PrefixCurve(replay, counted), replay  # every metric reads it
+        if curves_out is not None:
+            curves_out[semantics] = curves[semantics]
         report["semantics"][semantics] = _semantics_report(replay, counted, options, units, curves[semantics])
     if len(curves) == 2:
         report["comparison"] = _comparison(curves, units, options.targets)

@@ -102,6 +102,17 @@ class PrefixCurve:
         hits = self._prefix.at(np.asarray(capacity_blocks, dtype=np.int64))[1]
         return int(hits) if np.ndim(hits) == 0 else hits
 
+    def breakpoints(self) -> np.ndarray:
+        """Every capacity (blocks) at which a hit count changes, from 0: the block and prefix
+        token curves are exact step functions between them (``*_at(breakpoints())`` draws them
+        whole). O(distinct distances).
+
+        >>> c = PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1], [0, 1]], block_size=4), "engine"))
+        >>> c.breakpoints().tolist()
+        [0, 1, 2]
+        """
+        return np.unique(np.concatenate([np.zeros(1, np.int64), self._prefix.values, self._per_block.values]))
+
     def block_hit_rate_at(self, capacity_blocks: Any) -> Any:
         """Block hits / blocks. O(log n) per capacity.
 

@@ -87,6 +87,24 @@ def step_xy(capacities: np.ndarray, values: np.ndarray, right: float | None = No
     return np.r_[x, max(end, float(x[-1]) if x.size else end)], np.r_[y, y[-1] if y.size else 0.0]
 
 
+def thin_steps(capacities: np.ndarray, max_bins: int = 4000) -> np.ndarray:
+    """Indices of the breakpoints to draw a non-decreasing step curve with: all of them up to
+    ``2 * max_bins``, else the first and last in each of ``max_bins`` log-spaced bins (the drawn
+    steps then differ from the exact ones only inside a bin, far below a pixel). O(n).
+
+    >>> thin_steps(np.arange(5)).tolist(), len(thin_steps(np.arange(100_000), 10)) <= 21
+    ([0, 1, 2, 3, 4], True)
+    """
+    x = np.asarray(capacities, dtype=np.float64)
+    if x.size <= 2 * max_bins:
+        return np.arange(x.size)
+    edges = np.geomspace(max(float(x[x > 0].min()), 1e-12), float(x[-1]) * (1 + 1e-12), max_bins)
+    bins = np.searchsorted(edges, x, side="right")
+    first = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
+    last = np.r_[first[1:] - 1, x.size - 1]
+    return np.unique(np.r_[first, last])
+
+
 def _percent_axis(ax: Any, top: float) -> None:
     from matplotlib.ticker import PercentFormatter
 
@@ -127,8 +145,11 @@ def plot_curves(
     fig, ax = plt.subplots(figsize=(9, 5))
     for i, (label, xs, ys) in enumerate(series):
         kw = dict(styles[i]) if styles else {}
-        if kw.pop("sampled", False):  # exact at the marked capacities; the steps between them are a lower bound
-            kw = {"marker": ".", "ms": 3, **kw}
+        if kw.pop("sampled", False):  # exact at these capacities only: points, never joined into a curve
+            kw = {"marker": "o", "ms": 3.5, **kw, "ls": "none"}
+            kw.pop("lw", None)
+            ax.plot(xs, ys, label=label, **kw)
+            continue
         kw.setdefault("where", "post")
         ax.step(xs, ys, label=label, **kw)
     top = max([float(np.max(y)) for _, _, y in series if np.size(y)] + [y for _, y in hlines] + [0.0])
@@ -177,37 +198,60 @@ def plot_hit_curve(path: str | os.PathLike[str], curve: Any, targets: Sequence[f
 
 
 def plot_tiers(path: str | os.PathLike[str], result: dict[str, Any], *, source: str, fmt: str | None = None) -> None:
-    """Total (GPU + CPU) hit rate over the CPU capacity: one colour per GPU capacity, solid for
-    inclusive, dashed for exclusive tiers. The points are the reported grid (markers: sampled)."""
+    """Total (GPU + CPU) hit rate over the CPU capacity: one colour per GPU capacity, circles for
+    inclusive, crosses for exclusive tiers. Only the reported grid is exact, so it is drawn as
+    points (never joined into steps the curve may not have)."""
     n = max(int(result["summary"]["accesses"]), 1)
     series, styles = [], []
-    for kind, ls in (("inclusive", "-"), ("exclusive", "--")):
+    for kind in ("inclusive", "exclusive"):
         grid = result.get(kind)
         if grid is None:
             continue
         for i, g in enumerate(np.asarray(grid["gpu_capacity"]).tolist()):
             y = (np.asarray(grid["gpu_hits"])[i] + np.asarray(grid["cpu_hits"])[i]) / n
             series.append((f"{kind}, GPU {g:,}", np.asarray(grid["cpu_capacity"]), y))
-            styles.append({"ls": ls, "color": f"C{i % 10}", "marker": ".", "ms": 3})
+            styles.append({"sampled": True, "color": f"C{i % 10}", "marker": "o" if kind == "inclusive" else "x"})
     title = f"two-tier hit rate (GPU + CPU): {os.path.basename(source)}, at the {len(series[0][1]) if series else 0} CPU capacities reported"
     plot_curves(path, series, xlabel=f"CPU tier capacity ({_unit(fmt)})", ylabel="hit rate (GPU + CPU)",
                 title=title, styles=styles)
 
 
-def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float]) -> None:
+def _plan_series(name: str, sem: Any, curve: Any, bytes_per_block: float) -> list[tuple[str, np.ndarray, np.ndarray, bool]]:
+    """One semantics' two metrics: exact steps from ``curve.breakpoints()``, or (no curve, e.g. a
+    sampled plan) the report's sampled capacities, to be drawn as points."""
+    metrics = (("prefix_token_hit_rate", "prefix_token_hit_rate_at"), ("block_hit_rate", "block_hit_rate_at"))
+    if curve is None:
+        c = sem["curve"]
+        return [(f"{name}: {m.replace('_', ' ')} (sampled)", np.array(c["capacity_gib"]), np.array(c[m]), True)
+                for m, _ in metrics]
+    caps = curve.breakpoints()
+    right = float(max(caps[-1], 1)) * 1.3 * bytes_per_block / 2**30
+    keep = thin_steps(caps)
+    out = []
+    for metric, method in metrics:
+        x, y = step_xy(caps[keep] * bytes_per_block / 2**30, np.asarray(getattr(curve, method)(caps[keep])), right)
+        out.append((f"{name}: {metric.replace('_', ' ')}", x, y, False))
+    return out
+
+
+def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float], curves: Any = None) -> None:
     """The plan's hit curves against GiB with the ceiling, the targets and the working sets:
     one colour per metric, one line style per semantics (engine wide and solid under a thin
-    dashed per-access line, so neither hides the other). The plan holds the curves at sampled
-    capacities (exact there), so they are drawn as points."""
+    dashed per-access line, so neither hides the other). With ``curves`` (semantics ->
+    :class:`~stackdist.planning.prefix_curve.PrefixCurve`) the curves are drawn exactly, step by
+    step; without (a sampled plan) the report's sampled capacities are drawn as points."""
     series, styles = [], []
+    bytes_per_block = float(report["model"]["bytes_per_block"])
+    exact = bool(curves)
     for name, sem in report["semantics"].items():
-        c = sem["curve"]
         engine = name == "engine"
-        gib = np.array(c["capacity_gib"])
-        for metric, colour in (("prefix_token_hit_rate", "C0"), ("block_hit_rate", "C1")):
-            series.append((f"{name}: {metric.replace('_', ' ')}", gib, np.array(c[metric])))
-            styles.append({"sampled": True, "ls": STYLES.get(name, ":"), "color": colour,
-                           "lw": 3.0 if engine else 1.2, "alpha": 0.45 if engine else 1.0, "zorder": 2 if engine else 3})
+        for (label, x, y, sampled), colour in zip(_plan_series(name, sem, (curves or {}).get(name), bytes_per_block),
+                                                  ("C0", "C1")):
+            series.append((label, x, y))
+            styles.append({"sampled": sampled, "ls": STYLES.get(name, ":"), "color": colour,
+                           "lw": 3.0 if engine else 1.2, "alpha": 0.45 if engine else 1.0, "zorder": 2 if engine else 3,
+                           **({"marker": "o" if engine else "x"} if sampled else {})})
+            exact = exact and not sampled
     first_name, first = next(iter(report["semantics"].items()))
     ceiling = first["summary"]["ceiling_token_hit_rate"]
     hlines = [(f"ceiling {ceiling:.1%} ({first_name})", ceiling)] + [(f"{t:.0%} of ceiling", t * ceiling) for t in targets]
@@ -218,10 +262,11 @@ def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float
     warm = f"{counted.get('warmup_requests', 0):,} requests" + (
         f" / {counted['warmup_seconds']:g} s" if counted.get("warmup_seconds") else "")
     points = len(first["curve"]["capacity_gib"])
+    drawn = "exact curves (every step)" if exact else f"points: exact at the {points} sampled capacities only"
     title = (f"KV-cache hit rate vs capacity: {os.path.basename(str(t['source']))}, model {m['name']}, "
              f"{t['block_size_tokens']}-token blocks\n"
              f"semantics: {', '.join(report['semantics'])} "
-             f"(solid engine, dashed per-access); warm-up {warm} excluded; exact at {points} capacities")
+             f"(solid engine, dashed per-access); warm-up {warm} excluded; {drawn}")
     plot_curves(path, series, xlabel="KV-cache capacity (GiB = 2^30 bytes; symlog axis)",
                 ylabel="hit rate (counted requests)", hlines=hlines, vlines=vlines, title=title, xscale="symlog",
                 styles=styles, legend_loc="center left")
