@@ -129,6 +129,11 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
              f"pool unit: {section['pool_unit']}; {section['engine_block_size_tokens']}-token blocks; schedule {how}; "
              f"decode {'on' if section['decode'] else 'off'}; {section['requests']:,} requests counted",
              f"  {'pool':>12} {'GiB':>9} {'hit tokens':>14} {'prefix token hit rate':>22} {'requests hit':>13}"]
+    reuse: Any = dict(section).get("decode_reuse")
+    if reuse:  # --decode-reuse: how the answers' reuse was found, and where the inference can be wrong
+        lines.insert(2, f"decode reuse {reuse['method']}: {reuse['requests_continued']:,} of {reuse['requests']:,} requests "
+                        f"continued by a later prompt ({reuse['answer_tokens_reusable']:,} answer tokens)"
+                        + ("; can be wrong: " + "; ".join(reuse["known_failure_modes"]) if reuse["known_failure_modes"] else ""))
     for row in section["pools"]:
         gib = "" if row["gib"] is None else f"{row['gib']:.2f}"
         if not row["feasible"]:
