@@ -86,23 +86,7 @@ def add_plan_parser(sub: Any) -> None:
                      help="when requests run: serial (one at a time), model (arrival from the trace, prefill and "
                      "decode at the rates below), recorded (the trace's own times, e.g. Dynamo's) or a CSV "
                      "request,arrival_s,prefill_end_s,finish_s (default: recorded when the trace has it, else model)")
-    eng.add_argument("--workers", default="one", metavar="recorded|K",
-                     help="recorded: each request on the worker the trace names; K: K workers chosen by --router; "
-                     "each worker has its own pool of --gpu-blocks (default: one worker); engine semantics: per worker, "
-                     "in total, and every router at K workers of C blocks against one cache of K x C")
-    eng.add_argument("--router", default="round-robin", choices=list(ROUTING_ROUTERS),
-                     help="how requests are spread over K workers (default round-robin); kv-aware: NVIDIA Dynamo's KV "
-                     "router cost, W x prefill blocks still to compute (after the prefix the worker's engine would "
-                     "report) + active blocks, lowest wins (ties: fewer running, fewer routed, lowest index); "
-                     "simulated jointly with the caches, per pool size")
-    eng.add_argument("--router-overlap-weight", type=float, default=1.0, metavar="W",
-                     help="kv-aware: Dynamo's overlap_score_weight W (default 1.0, Dynamo's); inf: the pure "
-                     "longest-prefix router; 0: load only")
-    eng.add_argument("--shared-blocks", metavar="S1,S2,...",
-                     help="a second tier of S blocks shared by all workers (one LRU, written through; a hit continues "
-                     "the GPU prefix in it; Mooncake Store / LMCache remote style); reports hits by tier at every "
-                     "--gpu-blocks x S (0: none). Blocks of the trace's block size (engine semantics) or "
-                     "--engine-block-size pages (vllm, sglang)")
+    _add_routing_arguments(eng)
     eng.add_argument("--decode-reuse", action="store_true",
                      help="a later request of the same session that extends an earlier prompt and its answer reuses "
                      "the KV the earlier request wrote while decoding (vllm model)")
@@ -142,6 +126,27 @@ def _add_counting_arguments(p: argparse.ArgumentParser) -> None:
                    "negative from the last: --window=-1h:) or a percentage of the requests (25%%); earlier requests "
                    "only fill the cache. (The old --window DURATION is --every DURATION.)")
     p.add_argument("--every", metavar="DURATION", help="also answer per time window of this width (e.g. 10m), and cumulatively")
+
+
+def _add_routing_arguments(eng: Any) -> None:
+    """Workers, routers and the shared tier (both the engine semantics and the engine models)."""
+    eng.add_argument("--workers", default="one", metavar="recorded|K",
+                     help="recorded: each request on the worker the trace names; K: K workers chosen by --router; "
+                     "each worker has its own pool of --gpu-blocks (default: one worker); engine semantics: per worker, "
+                     "in total, and every router at K workers of C blocks against one cache of K x C")
+    eng.add_argument("--router", default="round-robin", choices=list(ROUTING_ROUTERS),
+                     help="how requests are spread over K workers (default round-robin); kv-aware: NVIDIA Dynamo's KV "
+                     "router cost, W x prefill blocks still to compute (after the prefix the worker's engine would "
+                     "report) + active blocks, lowest wins (ties: fewer running, fewer routed, lowest index); "
+                     "simulated jointly with the caches, per pool size")
+    eng.add_argument("--router-overlap-weight", type=float, default=1.0, metavar="W",
+                     help="kv-aware: Dynamo's overlap_score_weight W (default 1.0, Dynamo's); inf: the pure "
+                     "longest-prefix router; 0: load only")
+    eng.add_argument("--shared-blocks", metavar="S1,S2,...",
+                     help="a second tier of S blocks shared by all workers (one LRU, written through; a hit continues "
+                     "the GPU prefix in it; Mooncake Store / LMCache remote style); reports hits by tier at every "
+                     "--gpu-blocks x S (0: none). Blocks of the trace's block size (engine semantics) or "
+                     "--engine-block-size pages (vllm, sglang)")
 
 
 def _options(args: argparse.Namespace) -> PlanOptions:
