@@ -81,12 +81,13 @@ def capacity_ratios(ratio: Sequence[float], prices: Sequence[float] | None = Non
 
 def composition_sweep(
     workload: Workload, budget_blocks: int, steps: int, config: SimConfig,
-    prices: Sequence[float] | None = None,
+    prices: Sequence[float] | None = None, progress: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Simulate every split ``(h, d, s)`` of ``budget_blocks`` in ``steps`` equal parts.
 
     ``(steps + 1) * (steps + 2) / 2`` simulations; splits with no HBM are skipped (a GPU needs
     some HBM for KV). Each point: capacities, cost, TTFT p50/mean/p99, hit rates, migration bytes.
+    ``progress`` (optional) is called after each simulation.
     """
     if steps < 1 or budget_blocks < steps:
         raise ValueError(f"steps must be >= 1 and budget_blocks >= steps, got steps={steps}, budget_blocks={budget_blocks}.")
@@ -107,6 +108,8 @@ def composition_sweep(
                 "hit_rates": summary["hit_rates"],
                 "migration_bytes_total": summary["migration_bytes_total"],
             })
+            if progress is not None:
+                progress()
     return points
 
 
@@ -128,19 +131,22 @@ def pareto_frontier(points: list[dict[str, Any]], x: str = "cost_usd", y: str = 
 
 def slo_capacity(
     workload: Workload, slo_ms: float, hbm_grid: Sequence[int], ssd_multiples: Sequence[float],
-    config: SimConfig, dram_multiple: float = 8.0,
+    config: SimConfig, dram_multiple: float = 8.0, progress: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
     """For each SSD depth (a multiple of HBM), the smallest HBM in ``hbm_grid`` meeting the SLO.
 
     Tiers are ``(h, dram_multiple * h, ssd_multiple * h)``; the SLO is TTFT p99 <= ``slo_ms``.
-    ``None`` when no grid point meets it.
+    ``None`` when no grid point meets it. ``progress`` (optional) is called after each simulation.
     """
     out = []
     for multiple in ssd_multiples:
         found = None
         for h in sorted(hbm_grid):
             caps = (h, round(dram_multiple * h), round(multiple * h))
-            if simulate(workload, replace(config, capacities=caps)).to_dict()["ttft_ms"]["p99"] <= slo_ms:
+            p99 = simulate(workload, replace(config, capacities=caps)).to_dict()["ttft_ms"]["p99"]
+            if progress is not None:
+                progress()
+            if p99 <= slo_ms:
                 found = h
                 break
         out.append({"ssd_multiple": multiple, "dram_multiple": dram_multiple, "min_hbm_blocks": found})
@@ -149,13 +155,18 @@ def slo_capacity(
 
 def max_sessions_meeting_slo(
     make_workload: Callable[[int], Workload], config: SimConfig, slo_ms: float, n_max: int,
+    progress: Callable[[], None] | None = None,
 ) -> int:
     """Largest N <= ``n_max`` whose workload ``make_workload(N)`` meets TTFT p99 <= ``slo_ms``.
 
     Doubling then bisection (assumes the p99 grows with N); 0 if even one session misses it.
+    ``progress`` (optional) is called after each simulation.
     """
     def meets(n: int) -> bool:
-        return simulate(make_workload(n), config).to_dict()["ttft_ms"]["p99"] <= slo_ms
+        p99 = simulate(make_workload(n), config).to_dict()["ttft_ms"]["p99"]
+        if progress is not None:
+            progress()
+        return p99 <= slo_ms
 
     if not meets(1):
         return 0

@@ -42,6 +42,37 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+class _Progress:
+    """Progress on stderr: one line as each stage starts and ends (counts, wall and CPU time) and,
+    within a stage, a line every ``every_s`` seconds of wall time (simulations done so far)."""
+
+    def __init__(self, n_stages: int, every_s: float = 5.0) -> None:
+        self.n_stages, self.every_s, self.stage = n_stages, every_s, 0
+        self.started, self.cpu_started = time.perf_counter(), time.process_time()
+        self.name, self.done, self.total, self.stage_start, self.stage_cpu, self.last = "", 0, 0, 0.0, 0.0, 0.0
+
+    def start(self, name: str, total: int, detail: str = "") -> None:
+        self.stage += 1
+        self.name, self.done, self.total = name, 0, total
+        self.stage_start = self.last = time.perf_counter()
+        self.stage_cpu = time.process_time()
+        _log(f"[{self.stage}/{self.n_stages}] {name}: " + (f"{total} simulations{detail}" if total else detail.strip(" ()")))
+
+    def tick(self, n: int = 1) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if now - self.last >= self.every_s and self.done < self.total:
+            self.last = now
+            _log(f"[{self.stage}/{self.n_stages}] {self.name}: {self.done}/{self.total} simulations, "
+                 f"{now - self.stage_start:.1f} s")
+
+    def end(self) -> None:
+        wall, cpu = time.perf_counter() - self.stage_start, time.process_time() - self.stage_cpu
+        count = f"{self.done} simulations in " if self.total else ""
+        _log(f"[{self.stage}/{self.n_stages}] {self.name}: done, {count}{wall:.1f} s (CPU {cpu:.1f} s); "
+             f"total {time.perf_counter() - self.started:.1f} s")
+
+
 def default_workloads(quick: bool, seed: int = 0, mooncake: list[str] | None = None) -> list[Workload]:
     """The generators at the documented sizes (tiny ones when ``quick``), plus Mooncake files."""
     if quick:
@@ -63,13 +94,17 @@ def capacities_for(workload: Workload, gpu_sessions: float) -> tuple[int, int, i
     return (c0, RATIO[1] * c0, RATIO[2] * c0)
 
 
-def _grid(workload: Workload, caps: tuple[int, int, int], latency: LatencyModel) -> list[dict[str, Any]]:
+def _grid(
+    workload: Workload, caps: tuple[int, int, int], latency: LatencyModel, progress: _Progress | None = None,
+) -> list[dict[str, Any]]:
     rows = []
     for policy in POLICIES:
         for org in ORGS:
             for prefetch in PREFETCHERS:
                 cfg = SimConfig(capacities=caps, policy=policy, organisation=org, prefetch=prefetch, latency=latency)
                 rows.append(simulate(workload, cfg).to_dict())
+                if progress is not None:
+                    progress.tick()
     return rows
 
 
@@ -133,13 +168,23 @@ def _claims(grid: dict[str, list[dict[str, Any]]], capacity: dict[str, Any], con
     return claims
 
 
-def _contended(workload: Workload, caps: tuple[int, int, int], latency: LatencyModel, scales: list[float]) -> list[dict[str, Any]]:
-    """LRU exclusive with each prefetcher while arrivals are compressed by ``scale``."""
+def _contended(
+    workload: Workload, caps: tuple[int, int, int], latency: LatencyModel, scales: list[float],
+    grid_rows: list[dict[str, Any]], progress: _Progress,
+) -> list[dict[str, Any]]:
+    """LRU exclusive with each prefetcher while arrivals are compressed by ``scale``.
+
+    Scale 1 is the grid's LRU exclusive rows (the same simulations), reused.
+    """
     out = []
     for scale in scales:
         squeezed = replace(workload, arrival_s=workload.arrival_s * scale)
         for prefetch in PREFETCHERS:
-            row = simulate(squeezed, SimConfig(capacities=caps, prefetch=prefetch, latency=latency)).to_dict()
+            if scale == 1.0:
+                row = _pick(grid_rows, "lru", "exclusive", prefetch)
+            else:
+                row = simulate(squeezed, SimConfig(capacities=caps, prefetch=prefetch, latency=latency)).to_dict()
+                progress.tick()
             out.append({"arrival_scale": scale, "prefetch": prefetch, "ttft_ms": row["ttft_ms"],
                         "link_wait_ms_mean": row["link_wait_ms_mean"], "gpu_wait_ms_mean": row["gpu_wait_ms_mean"]})
     return out
@@ -151,18 +196,26 @@ def _finite(value: float) -> float | None:
 
 
 def _capacity_claim(
-    workloads: list[Workload], latency: LatencyModel, gpu_sessions: float, slo_ms: float, quick: bool, seed: int,
+    workloads: list[Workload], grid: list[list[dict[str, Any]]], latency: LatencyModel, gpu_sessions: float,
+    progress: _Progress,
 ) -> dict[str, Any]:
+    """Sessions and cost per session, GPU only against tiered, per workload.
+
+    The tiered rows are the grid's (exclusive, no prefetch: the same simulations), reused;
+    only the GPU-only tiers are simulated here.
+    """
     bpt = kv_bytes_per_token()
-    arithmetic = capacity_ratios(RATIO)
     per_workload = {}
-    for w in workloads:
+    for w, rows in zip(workloads, grid):
         caps = capacities_for(w, gpu_sessions)
         footprint = w.session_footprint_blocks()
         block_bytes = w.block_tokens * bpt
         gpu_only = (caps[0], 0, 0)
-        tiered_rows = [simulate(w, SimConfig(capacities=caps, policy=p, latency=latency)).to_dict() for p in POLICIES]
-        gpu_rows = [simulate(w, SimConfig(capacities=gpu_only, policy=p, latency=latency)).to_dict() for p in POLICIES]
+        tiered_rows = [_pick(rows, p) for p in POLICIES]
+        gpu_rows = []
+        for p in POLICIES:
+            gpu_rows.append(simulate(w, SimConfig(capacities=gpu_only, policy=p, latency=latency)).to_dict())
+            progress.tick()
         per_workload[w.name] = {
             "capacities": list(caps),
             "blocks_per_session": footprint,
@@ -175,24 +228,38 @@ def _capacity_claim(
             "miss_rate_gpu_only_by_policy": {p: r["miss_rate"] for p, r in zip(POLICIES, gpu_rows)},
             "miss_rate_tiered_by_policy": {p: r["miss_rate"] for p, r in zip(POLICIES, tiered_rows)},
         }
+    return {"paper": {"sessions_ratio": 73.02, "cost_per_session_ratio": 62.04},
+            "arithmetic_1_8_64": capacity_ratios(RATIO), "per_workload": per_workload}
+
+
+def _slo_sessions(
+    latency: LatencyModel, gpu_sessions: float, slo_ms: float, quick: bool, seed: int, progress: _Progress,
+) -> dict[str, Any]:
+    """Chat sessions (1,000 accesses each; 300 when quick) meeting the TTFT p99 SLO, GPU only and tiered.
+
+    Both searches try mostly the same session counts: each generated workload is kept and reused.
+    """
     chat_per_session = 300 if quick else 1000
     base = chat(n_sessions=6, accesses_per_session=chat_per_session, seed=seed)
     c0 = capacities_for(base, gpu_sessions)[0]
     n_max = 8 if quick else 256
+    made: dict[int, Workload] = {}
 
     def make(n: int) -> Workload:
-        return chat(n_sessions=n, accesses_per_session=chat_per_session, seed=seed)
+        if n not in made:
+            made[n] = chat(n_sessions=n, accesses_per_session=chat_per_session, seed=seed)
+        return made[n]
 
-    slo = {
+    return {
         "slo_ttft_p99_ms": slo_ms,
         "hbm_blocks": c0,
         "n_max": n_max,
-        "sessions_gpu_only": max_sessions_meeting_slo(make, SimConfig(capacities=(c0, 0, 0), latency=latency), slo_ms, n_max),
+        "sessions_gpu_only": max_sessions_meeting_slo(
+            make, SimConfig(capacities=(c0, 0, 0), latency=latency), slo_ms, n_max, progress.tick),
         "sessions_tiered": max_sessions_meeting_slo(
-            make, SimConfig(capacities=(c0, RATIO[1] * c0, RATIO[2] * c0), latency=latency), slo_ms, n_max),
+            make, SimConfig(capacities=(c0, RATIO[1] * c0, RATIO[2] * c0), latency=latency), slo_ms, n_max,
+            progress.tick),
     }
-    return {"paper": {"sessions_ratio": 73.02, "cost_per_session_ratio": 62.04}, "arithmetic_1_8_64": arithmetic,
-            "per_workload": per_workload, "slo_sessions_chat": slo}
 
 
 def run_experiments(
@@ -210,25 +277,40 @@ def run_experiments(
     started = time.time()
     latency = LatencyModel()
     workloads = default_workloads(quick, seed, mooncake)
+    progress = _Progress(len(workloads) + 6)
     grid: dict[str, list[dict[str, Any]]] = {}
+    grid_rows = []
+    per_grid = len(POLICIES) * len(ORGS) * len(PREFETCHERS)
     for w in workloads:
-        _log(f"grid: {w.name} ({w.n_requests} requests, {w.n_accesses} block accesses)")
-        grid[w.name] = _grid(w, capacities_for(w, gpu_sessions), latency)
-    _log("capacity and SLO sessions")
-    capacity = _capacity_claim(workloads, latency, gpu_sessions, slo_ms, quick, seed)
+        progress.start(f"grid {w.name}", per_grid, f" ({w.n_requests} requests, {w.n_accesses} block accesses)")
+        grid_rows.append(_grid(w, capacities_for(w, gpu_sessions), latency, progress))
+        grid[w.name] = grid_rows[-1]
+        progress.end()
+    progress.start("capacity: GPU-only tiers", len(POLICIES) * len(workloads), " (tiered rows reused from the grid)")
+    capacity = _capacity_claim(workloads, grid_rows, latency, gpu_sessions, progress)
+    progress.end()
+    n_max = 8 if quick else 256
+    progress.start("SLO sessions (chat, doubling then bisection)", 2 * (2 * n_max.bit_length()), " at most")
+    capacity["slo_sessions_chat"] = _slo_sessions(latency, gpu_sessions, slo_ms, quick, seed, progress)
+    progress.end()
     chat_w = workloads[0]
     caps = capacities_for(chat_w, gpu_sessions)
-    _log("contended link")
-    contended = _contended(chat_w, caps, latency, [1.0, 1e-3, 1e-4])
+    scales = [1.0, 1e-3, 1e-4]
+    progress.start("contended link", len(PREFETCHERS) * (len(scales) - 1), " (arrival scale 1 reused from the grid)")
+    contended = _contended(chat_w, caps, latency, scales, grid_rows[0], progress)
+    progress.end()
     steps = sweep_steps or (3 if quick else 8)
     budget = max(steps, round(sweep_fraction * chat_w.n_distinct_blocks))
-    _log(f"composition sweep: budget {budget} blocks, {steps} steps")
-    sweep = composition_sweep(chat_w, budget, steps, SimConfig(latency=latency))
+    progress.start("composition sweep", steps * (steps + 1) // 2, f" (budget {budget} blocks, {steps} steps)")
+    sweep = composition_sweep(chat_w, budget, steps, SimConfig(latency=latency), progress=progress.tick)
+    progress.end()
     frontier = pareto_frontier(sweep)
     frontier_mean = pareto_frontier(sweep, y="ttft_mean_ms")
     hbm_grid = sorted({max(1, round(caps[0] * f)) for f in (0.125, 0.25, 0.5, 1, 2, 4)})
-    _log("SLO capacity as the SSD deepens")
-    slo = slo_capacity(chat_w, slo_ms, hbm_grid, [0, 8, 16, 32, 64], SimConfig(latency=latency))
+    ssd_multiples = [0, 8, 16, 32, 64]
+    progress.start("SLO capacity as the SSD deepens", len(hbm_grid) * len(ssd_multiples), " at most")
+    slo = slo_capacity(chat_w, slo_ms, hbm_grid, ssd_multiples, SimConfig(latency=latency), progress=progress.tick)
+    progress.end()
     from stackdist.cli.common import tool_header
 
     results = {
@@ -250,12 +332,14 @@ def run_experiments(
         "elapsed_s": None,
     }
     results["elapsed_s"] = round(time.time() - started, 1)
+    progress.start("outputs", 0, f" (results.json, claims.md{', figures' if plots else ''})")
     write_json(out / "results.json", results)
     write_atomic(out / "claims.md", claims_markdown(results))
     if plots:
         from .plots import write_figures
 
         write_figures(results, out)
+    progress.end()
     _log(f"wrote {out / 'results.json'} in {results['elapsed_s']} s")
     return results
 

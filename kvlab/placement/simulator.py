@@ -34,9 +34,11 @@ True
 
 from __future__ import annotations
 
+import bisect
 import copy
 import heapq
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,11 +46,12 @@ import numpy as np
 
 from .calibration import LatencyModel, kv_bytes_per_token
 from .hierarchy import ORGANISATIONS, TieredCache
+from .kernel import HAVE_NUMBA, CacheTrace, compiled_policy, dense_blocks, replay
 from .links import Link, LinkModel
 from .policies import Policy, make_policy
 from .workloads import Workload
 
-__all__ = ["MODES", "PREFETCHERS", "TIER_NAMES", "SessionPredictor", "SimConfig", "SimResult", "simulate"]
+__all__ = ["MODES", "PREFETCHERS", "TIER_NAMES", "SessionPredictor", "SimConfig", "SimResult", "prefetch_candidates", "simulate"]
 
 MODES = ("prefix", "block")
 PREFETCHERS = ("none", "causal", "oracle")
@@ -171,162 +174,225 @@ class SessionPredictor:
         return [self.last_blocks[s] for s in soonest]
 
 
-class _Run:
-    """One simulation's state: the cache, the links, the GPU, the counters and the per-request outputs."""
+def prefetch_candidates(workload: Workload, config: SimConfig) -> tuple[np.ndarray, np.ndarray]:
+    """The requests whose blocks each prefetch round tries: ``candidates[offsets[r]:offsets[r + 1]]``.
 
-    def __init__(self, workload: Workload, config: SimConfig) -> None:
-        self.workload, self.config = workload, config
-        # A fresh policy per run: an instance in the config is copied so its metadata never leaks.
-        self.policy = make_policy(config.policy) if isinstance(config.policy, str) else copy.deepcopy(config.policy)
-        self.cache = TieredCache(list(config.capacities), self.policy, config.organisation)
-        self.n_tiers = len(config.capacities)
-        self.bytes_per_token = config.bytes_per_token or kv_bytes_per_token()
-        self.links = LinkModel(config.latency, workload.block_tokens * self.bytes_per_token)
-        self.gpu = Link()
-        self.blocks: list[int] = workload.blocks.tolist()
-        self.offsets: list[int] = workload.offsets.tolist()
-        self.arrivals: list[float] = workload.arrival_s.tolist()
-        self.in_tokens: list[int] = workload.input_tokens.tolist()
-        self.out_tokens: list[int] = workload.output_tokens.tolist()
-        self.sessions: list[int] = workload.session.tolist()
-        n = workload.n_requests
-        self.ttft, self.tpot, self.stall, self.wait, self.gpu_wait = (np.zeros(n) for _ in range(5))
-        self.hits = [0] * self.n_tiers
-        self.misses = self.stale = 0
-        self.tiers = np.empty(len(self.blocks), dtype=np.int64) if config.record_tiers else None
-        self.ready: dict[int, float] = {}  # prefetched block -> time (s) its prefetch lands
-        self.predictor = SessionPredictor() if config.prefetch == "causal" else None
+    ``oracle``: the next ``lookahead`` requests; ``causal``: the last request of each of the
+    ``lookahead`` sessions :class:`SessionPredictor` predicts soonest after request r (it reads
+    sessions and arrival times only, so the lists are computed once per workload and lookahead);
+    ``none``: empty. Complexity: O(requests x lookahead) (causal: x sessions).
+    """
+    n, k = workload.n_requests, config.lookahead
+    if config.prefetch == "oracle":
+        counts = np.minimum(k, np.maximum(0, n - 1 - np.arange(n)))
+        offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        starts = np.repeat(np.arange(n) + 1, counts)
+        within = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], counts)
+        return offsets, (starts + within).astype(np.int64)
+    if config.prefetch == "none":
+        return np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
+    key = (id(workload), k)
+    hit = _CAUSAL.get(key)
+    if hit is not None and hit[0]() is workload:
+        return hit[1], hit[2]
+    offsets, candidates = _causal_lists(workload.session.tolist(), workload.arrival_s.tolist(), k)
+    _CAUSAL[key] = (weakref.ref(workload), offsets, candidates)
+    weakref.finalize(workload, _CAUSAL.pop, key, None)
+    return offsets, candidates
 
-    def request(self, r: int) -> None:
-        """Serve request ``r``: lookup, fetches and prefill (TTFT), write-backs, decode, prefetch."""
-        lo, hi = self.offsets[r], self.offsets[r + 1]
-        req = self.blocks[lo:hi]
-        cache, links = self.cache, self.links
-        up0, down0 = list(cache.up), list(cache.down)
-        found, cached_blocks = self.lookup(req)
-        if self.tiers is not None:
-            self.tiers[lo:hi] = found
-        if self.config.check_every and r % self.config.check_every == 0:
-            cache._check()
-        up = [cache.up[k] - up0[k] for k in range(self.n_tiers - 1)]
-        down = [cache.down[k] - down0[k] for k in range(self.n_tiers - 1)]
-        first_token = self.first_token(r, req, cached_blocks, up)
-        links.write_back(first_token, down)
-        context = self.in_tokens[r] + self.out_tokens[r] / 2
-        overflow = max(0, len(req) - self.config.capacities[0])
-        step_stall = links.transfer_ms("h2d", overflow) if overflow and self.n_tiers > 1 else 0.0
-        self.tpot[r] = self.config.latency.decode_ms(context) + step_stall
-        self.stall[r] = step_stall
-        if self.config.prefetch != "none":
-            self.prefetch(r, req, first_token)
 
-    def lookup(self, req: list[int]) -> tuple[list[int], int]:
-        """Run one request's blocks through the cache (``mode``); count hits, misses and stale hits.
+def _causal_lists(sessions: list[int], arrivals: list[float], k: int, alpha: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """:class:`SessionPredictor`'s predictions after every request, as request indices.
 
-        Returns each block's tier before the access (-1 = miss) and the number of cached blocks
-        the request uses (prefix mode: its hit prefix).
-        """
-        cache, hits, n = self.cache, self.hits, len(req)
-        access = cache.access
-        if self.config.mode == "prefix":
-            locate = cache.locate
-            found = [locate(b) for b in req]
-            usable = 0
-            while usable < n and found[usable] >= 0:
-                usable += 1
-            for i in range(n - 1, -1, -1):
-                access(req[i], i < usable)
-            for i in range(usable):
-                hits[found[i]] += 1
-            self.stale += sum(1 for i in range(usable, n) if found[i] >= 0)
-            self.misses += n - usable
-            return found, usable
-        found = [access(b) for b in req]
-        cached_blocks = 0
-        for t in found:
-            if t >= 0:
-                hits[t] += 1
-                cached_blocks += 1
-        self.misses += n - cached_blocks
-        return found, cached_blocks
-
-    def first_token(self, r: int, req: list[int], cached_blocks: int, up: list[int]) -> float:
-        """Queue request ``r``'s fetches (after any prefetch of its blocks lands) and its prefill;
-        record its TTFT, link wait and GPU wait; return the first token's time (s)."""
-        arrival = self.arrivals[r]
-        start = arrival
-        if self.ready:
-            for b in req:
-                landed = self.ready.pop(b, None)
-                if landed is not None and landed > start:
-                    start = landed
-        transfer_end = self.links.fetch(start, up)
-        # At least one token is always prefilled (the engine recomputes the last one).
-        cached_tokens = min(self.in_tokens[r] - 1, cached_blocks * self.workload.block_tokens)
-        new_tokens = self.in_tokens[r] - cached_tokens
-        prefill_s = self.config.latency.prefill_ms(new_tokens, cached_tokens) / 1e3
-        first_token = self.gpu.send(transfer_end, prefill_s) if self.config.gpu_queue else transfer_end + prefill_s
-        self.gpu_wait[r] = max(0.0, (first_token - transfer_end - prefill_s) * 1e3)
-        self.ttft[r] = (first_token - arrival) * 1e3
-        waited = (transfer_end - arrival) * 1e3 - self.links.fetch_ms(up)
-        self.wait[r] = waited if waited > 1e-9 else 0.0  # float noise of the subtraction
-        return first_token
-
-    def prefetch(self, r: int, req: list[int], t: float) -> None:
-        """Promote the blocks predicted for the next requests (held below the top tier, at most the
-        top tier's capacity); queue their transfers from time ``t`` (s) and note when they land."""
-        config, cache = self.config, self.cache
-        if self.predictor is not None:
-            self.predictor.observe(self.sessions[r], self.arrivals[r], req)
-            candidates = self.predictor.predict(config.lookahead)
+    The sessions stay sorted by its key ``(predicted next arrival, -last arrival)``, ties in
+    the order the sessions first appeared (``heapq.nsmallest`` is stable), so each request
+    moves one entry: O(requests x (log sessions + k)) instead of a scan of every session.
+    """
+    order: list[tuple[float, float, int]] = []  # (next arrival, -last arrival, first-seen index)
+    index: dict[int, int] = {}
+    keys: list[tuple[float, float, int]] = []
+    last_request: list[int] = []
+    gaps: list[float | None] = []
+    offsets = np.zeros(len(sessions) + 1, np.int64)
+    lists: list[int] = []
+    for r, (session, arrival) in enumerate(zip(sessions, arrivals)):
+        i = index.get(session)
+        if i is None:
+            i = index[session] = len(keys)
+            keys.append((math.inf, -arrival, i))
+            last_request.append(r)
+            gaps.append(None)
         else:
-            last = min(self.workload.n_requests, r + 1 + config.lookahead)
-            candidates = [self.blocks[self.offsets[q] : self.offsets[q + 1]] for q in range(r + 1, last)]
-        up0, down0 = list(cache.prefetch_up), list(cache.prefetch_down)
-        moved = _promote(cache, candidates, config.capacities[0])
-        if not moved:
-            return
-        up = [cache.prefetch_up[k] - up0[k] for k in range(len(up0))]
-        down = [cache.prefetch_down[k] - down0[k] for k in range(len(down0))]
-        done = self.links.fetch(t, up)
-        self.links.write_back(t, down)
-        for b in moved:
-            self.ready[b] = done
-
-    def result(self) -> SimResult:
-        """The counts and latencies gathered so far."""
-        config, workload = self.config, self.workload
-        cfg = {
-            "capacities": list(config.capacities),
-            "policy": self.policy.describe(),
-            "organisation": config.organisation,
-            "mode": config.mode,
-            "prefetch": config.prefetch,
-            "lookahead": config.lookahead,
-            "block_tokens": workload.block_tokens,
-            "bytes_per_token": self.bytes_per_token,
-            "gpu_queue": config.gpu_queue,
-        }
-        return SimResult(
-            workload=workload.name, config=cfg, requests=workload.n_requests, block_accesses=len(self.blocks),
-            hits=self.hits, misses=self.misses, stale_hits=self.stale,
-            migration_bytes=_migration_bytes(self.cache, self.links.block_bytes), ttft_ms=self.ttft,
-            tpot_ms=self.tpot, stall_ms=self.stall, link_wait_ms=self.wait, gpu_wait_ms=self.gpu_wait,
-            tiers=self.tiers,
-        )
+            del order[bisect.bisect_left(order, keys[i])]
+            previous = -keys[i][1]
+            gap = arrival - previous
+            old = gaps[i]
+            gaps[i] = gap = gap if old is None else alpha * gap + (1 - alpha) * old
+            keys[i] = (arrival + gap, -arrival, i)
+            last_request[i] = r
+        bisect.insort(order, keys[i])
+        lists += [last_request[entry[2]] for entry in order[:k]]
+        offsets[r + 1] = len(lists)
+    return offsets, np.array(lists, dtype=np.int64)
 
 
-def simulate(workload: Workload, config: SimConfig) -> SimResult:
+_CAUSAL: dict[tuple[int, int], tuple[Any, np.ndarray, np.ndarray]] = {}
+
+
+def _lookup(cache: TieredCache, req: list[int], prefix: bool, totals: list[int]) -> tuple[list[int], int]:
+    """One request's blocks through the Python cache; ``totals`` = hits per tier, misses, stale.
+
+    Returns each block's tier before the access (-1 = miss) and the cached blocks it uses.
+    """
+    n, n_tiers, access = len(req), len(totals) - 2, cache.access
+    if prefix:
+        locate = cache.locate
+        found = [locate(b) for b in req]
+        usable = 0
+        while usable < n and found[usable] >= 0:
+            usable += 1
+        for i in range(n - 1, -1, -1):
+            access(req[i], i < usable)
+        for i in range(usable):
+            totals[found[i]] += 1
+        totals[n_tiers + 1] += sum(1 for i in range(usable, n) if found[i] >= 0)
+        totals[n_tiers] += n - usable
+        return found, usable
+    found = [access(b) for b in req]
+    cached = 0
+    for t in found:
+        if t >= 0:
+            totals[t] += 1
+            cached += 1
+    totals[n_tiers] += n - cached
+    return found, cached
+
+
+def _python_trace(workload: Workload, config: SimConfig, policy: Policy) -> tuple[CacheTrace, TieredCache]:
+    """The reference: the requests through :class:`TieredCache` (and ``_check()`` every ``check_every``)."""
+    cache = TieredCache(list(config.capacities), policy, config.organisation)
+    blocks, offsets = workload.blocks.tolist(), workload.offsets.tolist()
+    n, n_tiers = workload.n_requests, len(config.capacities)
+    out = np.zeros((n, 2 + 4 * (n_tiers - 1)), np.int64)
+    found_all = np.empty(len(blocks), dtype=np.int64) if config.record_tiers else None
+    cand_offsets, candidates = (a.tolist() for a in prefetch_candidates(workload, config))
+    ready: dict[int, int] = {}  # prefetched block -> the round that brought it up
+    waits: list[int] = []
+    wait_offsets = [0]
+    totals = [0] * (n_tiers + 2)
+    for r in range(n):
+        req = blocks[offsets[r] : offsets[r + 1]]
+        rounds = [q for q in (ready.pop(b, None) for b in req) if q is not None] if ready else []
+        waits += sorted(set(rounds))
+        wait_offsets.append(len(waits))
+        before = [list(c) for c in cache.moves()]
+        found, out[r, 0] = _lookup(cache, req, config.mode == "prefix", totals)
+        if found_all is not None:
+            found_all[offsets[r] : offsets[r + 1]] = found
+        if config.check_every and r % config.check_every == 0:
+            cache._check()
+        rounds_of = [blocks[offsets[q] : offsets[q + 1]] for q in candidates[cand_offsets[r] : cand_offsets[r + 1]]]
+        if config.prefetch != "none":
+            moved = _promote(cache, rounds_of, config.capacities[0])
+            ready.update((b, r) for b in moved)
+            out[r, 1] = len(moved)
+        out[r, 2:] = [now - was for counter, was_counter in zip(cache.moves(), before)
+                      for now, was in zip(counter, was_counter)]
+    links = n_tiers - 1
+    parts = [out[:, 2 + row * links : 2 + (row + 1) * links] for row in range(4)]
+    trace = CacheTrace(
+        cached=out[:, 0], up=parts[0], down=parts[1], prefetch_up=parts[2], prefetch_down=parts[3], moved=out[:, 1],
+        wait_offsets=np.array(wait_offsets, np.int64), waits=np.array(waits, np.int64), hits=totals[:n_tiers],
+        misses=totals[n_tiers], stale=totals[n_tiers + 1], found=found_all,
+    )
+    return trace, cache
+
+
+def _compiled_trace(workload: Workload, config: SimConfig, code: tuple[int, float]) -> CacheTrace:
+    dense, n_blocks = dense_blocks(workload.blocks, workload)
+    cand_offsets, candidates = prefetch_candidates(workload, config)
+    return replay(dense, n_blocks, workload.offsets, tuple(config.capacities), code, config.organisation == "exclusive",
+                  config.mode == "prefix", cand_offsets, candidates, record=config.record_tiers)
+
+
+def _timing(workload: Workload, config: SimConfig, trace: CacheTrace, links: LinkModel) -> list[np.ndarray]:
+    """The request-level time model over the cache's counts: TTFT, TPOT, stall, link wait, GPU wait.
+
+    Per request: wait for the prefetch rounds holding its blocks, fetch its lower-tier blocks,
+    prefill on the GPU (a FIFO server), write back, decode; then queue its prefetch round.
+    """
+    n, latency, gpu = workload.n_requests, config.latency, Link()
+    ttft, tpot, stall, wait, gpu_wait = (np.zeros(n) for _ in range(5))
+    up, down, pup, pdown = (a.tolist() for a in (trace.up, trace.down, trace.prefetch_up, trace.prefetch_down))
+    cached, moved = trace.cached.tolist(), trace.moved.tolist()
+    wait_offsets, waits = trace.wait_offsets.tolist(), trace.waits.tolist()
+    arrivals, in_tokens = workload.arrival_s.tolist(), workload.input_tokens.tolist()
+    out_tokens, lengths = workload.output_tokens.tolist(), np.diff(workload.offsets).tolist()
+    done = [0.0] * n  # when each prefetch round lands
+    block_tokens, cap0, tiered = workload.block_tokens, config.capacities[0], len(config.capacities) > 1
+    for r in range(n):
+        arrival = start = arrivals[r]
+        for w in range(wait_offsets[r], wait_offsets[r + 1]):
+            start = max(start, done[waits[w]])
+        transfer_end = links.fetch(start, up[r])
+        # At least one token is always prefilled (the engine recomputes the last one).
+        cached_tokens = min(in_tokens[r] - 1, cached[r] * block_tokens)
+        new_tokens = in_tokens[r] - cached_tokens
+        prefill_s = latency.prefill_ms(new_tokens, cached_tokens) / 1e3
+        first_token = gpu.send(transfer_end, prefill_s) if config.gpu_queue else transfer_end + prefill_s
+        gpu_wait[r] = max(0.0, (first_token - transfer_end - prefill_s) * 1e3)
+        ttft[r] = (first_token - arrival) * 1e3
+        waited = (transfer_end - arrival) * 1e3 - links.fetch_ms(up[r])
+        wait[r] = waited if waited > 1e-9 else 0.0  # float noise of the subtraction
+        links.write_back(first_token, down[r])
+        context = in_tokens[r] + out_tokens[r] / 2
+        overflow = max(0, lengths[r] - cap0)
+        step_stall = links.transfer_ms("h2d", overflow) if overflow and tiered else 0.0
+        tpot[r] = latency.decode_ms(context) + step_stall
+        stall[r] = step_stall
+        if moved[r]:
+            done[r] = links.fetch(first_token, pup[r])
+            links.write_back(first_token, pdown[r])
+    return [ttft, tpot, stall, wait, gpu_wait]
+
+
+def simulate(workload: Workload, config: SimConfig, engine: str = "auto") -> SimResult:
     """Run ``workload`` through the tiers of ``config``; return counts and latencies.
+
+    ``engine``: ``"compiled"`` (:mod:`kvlab.placement.kernel`: the built-in policies, numba),
+    ``"python"`` (:class:`~kvlab.placement.hierarchy.TieredCache`, the reference; also any
+    other :class:`~kvlab.placement.policies.Policy`, and ``check_every``) or ``"auto"`` (compiled
+    when it applies). Both give identical results (tested).
 
     Complexity: O(total block accesses x policy cost), one pass.
     """
-    run = _Run(workload, config)
-    for r in range(workload.n_requests):
-        run.request(r)
-    if config.check_every:
-        run.cache._check()
-    return run.result()
+    if engine not in ("auto", "compiled", "python"):
+        raise ValueError(f"engine must be auto, compiled or python; got {engine!r}.")
+    # A fresh policy per run: an instance in the config is copied so its metadata never leaks.
+    policy = make_policy(config.policy) if isinstance(config.policy, str) else copy.deepcopy(config.policy)
+    code = compiled_policy(policy) if engine != "python" and not config.check_every and HAVE_NUMBA else None
+    if engine == "compiled" and code is None:
+        raise ValueError("the compiled engine needs numba, a built-in policy and check_every=0.")
+    if code is not None:
+        trace = _compiled_trace(workload, config, code)
+    else:
+        trace, cache = _python_trace(workload, config, policy)
+        if config.check_every:
+            cache._check()
+    bytes_per_token = config.bytes_per_token or kv_bytes_per_token()
+    links = LinkModel(config.latency, workload.block_tokens * bytes_per_token)
+    ttft, tpot, stall, wait, gpu_wait = _timing(workload, config, trace, links)
+    cfg = {
+        "capacities": list(config.capacities), "policy": policy.describe(), "organisation": config.organisation,
+        "mode": config.mode, "prefetch": config.prefetch, "lookahead": config.lookahead,
+        "block_tokens": workload.block_tokens, "bytes_per_token": bytes_per_token, "gpu_queue": config.gpu_queue,
+    }
+    return SimResult(
+        workload=workload.name, config=cfg, requests=workload.n_requests, block_accesses=workload.n_accesses,
+        hits=trace.hits, misses=trace.misses, stale_hits=trace.stale,
+        migration_bytes=_migration_bytes(trace, links.block_bytes), ttft_ms=ttft,
+        tpot_ms=tpot, stall_ms=stall, link_wait_ms=wait, gpu_wait_ms=gpu_wait, tiers=trace.found,
+    )
 
 
 def _promote(cache: TieredCache, candidates: list[list[int]], budget: int) -> list[int]:
@@ -345,12 +411,13 @@ def _promote(cache: TieredCache, candidates: list[list[int]], budget: int) -> li
     return moved
 
 
-def _migration_bytes(cache: TieredCache, block_bytes: int) -> dict[str, int]:
+def _migration_bytes(trace: CacheTrace, block_bytes: int) -> dict[str, int]:
     """Bytes per link and direction, demand and prefetch kept apart."""
     out: dict[str, int] = {}
-    for link, name in enumerate(LINK_NAMES[: len(cache.up)]):
-        out[f"{name}_up_demand"] = cache.up[link] * block_bytes
-        out[f"{name}_down_demand"] = cache.down[link] * block_bytes
-        out[f"{name}_up_prefetch"] = cache.prefetch_up[link] * block_bytes
-        out[f"{name}_down_prefetch"] = cache.prefetch_down[link] * block_bytes
+    totals = [a.sum(axis=0).tolist() for a in (trace.up, trace.down, trace.prefetch_up, trace.prefetch_down)]
+    for link, name in enumerate(LINK_NAMES[: trace.up.shape[1]]):
+        out[f"{name}_up_demand"] = int(totals[0][link]) * block_bytes
+        out[f"{name}_down_demand"] = int(totals[1][link]) * block_bytes
+        out[f"{name}_up_prefetch"] = int(totals[2][link]) * block_bytes
+        out[f"{name}_down_prefetch"] = int(totals[3][link]) * block_bytes
     return out
