@@ -138,7 +138,11 @@ def read_token_ids(
         outputs.append(output_length)
         answers.append(answer)
     block_ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint64)
-    trace = assemble(path, block_ids.astype(np.uint64), n_blocks, times, inputs, outputs, block_size, skipped)
+    return _with_answers(assemble(path, block_ids.astype(np.uint64), n_blocks, times, inputs, outputs, block_size, skipped), answers)
+
+
+def _with_answers(trace: RequestTrace, answers: list[np.ndarray | None]) -> RequestTrace:
+    """``trace`` with ``answer_block_ids`` when any line had output ids (others: none). O(requests)."""
     if all(a is None for a in answers):
         return trace
     held = np.empty(len(answers), dtype=object)
