@@ -288,6 +288,8 @@ def _one_size(pages: EnginePages, model: str, schedule: Schedule, decode: bool, 
     if model == "vllm":
         tbl_off, n_final, kind, ev = pool_inputs(pages, schedule, decode, B)
         N = int(tbl_off[-1]) + 1 if pool is None else int(pool)
+        if N >= 2**31 - 2 or pages.n_keys >= 2**31:
+            raise ValueError(f"num_gpu_blocks and page ids must fit in int32; got {N} blocks, {pages.n_keys} page ids")
         cont = pages.continued_by if pages.continued_by is not None else np.full(n, -1, np.int64)
         failed = _vllm_routed(pages.key, pages.offsets, pages.input_tokens, tbl_off, n_final, kind, ev.request, ev.k,
                               max(pages.n_keys, 1), N, B, k, assign, W, longest, cont, hits, out_w)
