@@ -240,6 +240,8 @@ def _load(args: argparse.Namespace) -> Any:
                                    "a key's size must be fixed")
         trace = access_as_requests(access, args.block_size)
     else:
+        if args.format == "tokens" and any(m in ENGINE_MODELS for m in _models(args.semantics)):
+            args.partial_last_block = True  # the engine models count the whole prompt, its last partial block too
         trace = read_request_trace(args)  # streamed inputs (globs, -, .gz/.zst) too
     if args.reblock is not None:
         if trace.block_size % args.reblock:
