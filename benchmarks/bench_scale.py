@@ -90,6 +90,54 @@ def request_log(n_accesses: int, seed: int = 0, prompts: int = 300, chunk: int =
     return np.concatenate(out).astype(np.int64)
 
 
+def request_chunks(n_accesses: int, seed: int = 0, prompts: int = 300, window: int = 3000, turns: float = 6.5,
+                   requests_per_step: int = 1 << 16):
+    """The same kind of request log as :func:`request_log`, vectorized for 10^9 accesses: yields
+    int64 block-id arrays (whole requests, the last cut at ``n_accesses``). Request ``r`` picks a
+    shared prompt by Zipf(1.1) (``p * 64 + j``, 8-40 blocks) and a session uniformly among
+    ``window`` open ones (the window slides by one session every ``turns`` requests, so a session
+    gets about ``turns`` turns); its history grows by 2-30 blocks a turn up to 500
+    (``2**20 + session * 512 + j``). O(accesses); state O(window)."""
+    rng = np.random.default_rng(seed)
+    prompt_len = rng.integers(8, 41, prompts)
+    history = np.zeros(window + requests_per_step, np.int64)  # by session - base, carried over
+    base, r0, total = 0, 0, 0
+    while total < n_accesses:
+        k = requests_per_step
+        r = r0 + np.arange(k)
+        first = (r / turns).astype(np.int64)  # the oldest open session of each request
+        session = first + rng.integers(0, window, k)
+        p = np.minimum(rng.zipf(1.1, k), prompts) - 1
+        new = rng.integers(2, 31, k)
+        slot = session - base
+        order = np.lexsort((r, slot))
+        grown = np.zeros(k, np.int64)
+        s_sorted, n_sorted = slot[order], new[order]
+        start = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
+        cum = np.cumsum(n_sorted)
+        group_start = np.maximum.accumulate(np.where(start, np.arange(k), 0))
+        grown[order] = cum - np.r_[0, cum][group_start]
+        hist = np.minimum(history[slot] + grown, 500)
+        last = np.zeros(k, bool)
+        last[order[np.r_[s_sorted[1:] != s_sorted[:-1], True]]] = True
+        history[slot[last]] = hist[last]
+        plen = prompt_len[p]
+        lengths = plen + hist
+        offsets = np.r_[0, np.cumsum(lengths)]
+        j = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
+        in_prompt = j < np.repeat(plen, lengths)
+        ids = np.where(in_prompt, np.repeat(p * 64, lengths) + j,
+                       (1 << 20) + np.repeat(session * 512, lengths) + j - np.repeat(plen, lengths))
+        ids = ids[: n_accesses - total]
+        total += ids.size
+        yield ids.astype(np.int64)
+        r0 += k
+        shift = int((r0) / turns) - base  # sessions that closed: slide the carried history
+        if shift > 0:
+            history = np.r_[history[shift:], np.zeros(shift, np.int64)]
+            base += shift
+
+
 def _tree_rss(proc: Any) -> int:
     """Resident bytes of a process and its children (Dask workers included), 0 when gone."""
     try:
@@ -98,10 +146,11 @@ def _tree_rss(proc: Any) -> int:
         return 0
 
 
-def run_cli(argv: list[str]) -> dict[str, Any]:
-    """One ``stackdist curve`` process: its JSON, wall seconds and peak resident memory (MiB) of
-    it and its children, sampled every 50 ms (``ru_maxrss`` would report the forking parent's),
-    and CPU seconds (user + system, the process and the children it waited for: the Dask workers)."""
+def run_cli(argv: list[str], command: list[str] | None = None) -> dict[str, Any]:
+    """One ``stackdist curve`` process (or ``command`` + ``argv``): its JSON, wall seconds and
+    peak resident memory (MiB) of it and its children, sampled every 50 ms (``ru_maxrss`` would
+    report the forking parent's), and CPU seconds (user + system, the process and the children
+    it waited for: the Dask workers)."""
     import psutil
 
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
@@ -111,8 +160,8 @@ def run_cli(argv: list[str]) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "stackdist", "curve", *argv, "-o", out], env=env,
-                            stderr=subprocess.PIPE)
+    head = [sys.executable, "-m", "stackdist", "curve"] if command is None else command
+    proc = subprocess.Popen([*head, *argv, "-o", out], env=env, stderr=subprocess.PIPE)
     watched, peak = psutil.Process(proc.pid), 0
     while proc.poll() is None:
         peak = max(peak, _tree_rss(watched))
@@ -185,6 +234,82 @@ def acceptance(n: int, dask: bool = True) -> dict[str, Any]:
                   f"{row['sampled_wall_s']:5.1f} s ({row['sampled_cpu_s']:4.1f} cpu)  {row['speedup']:5.1f}x wall "
                   f"{row['cpu_speedup']:5.1f}x cpu  MAE {row['mae']:.4f}"
                   + (f"  dask {row['dask_wall_s']:.1f} s equal {row['dask_equal_hits']}" if dask else ""), flush=True)
+    return rows
+
+
+def dask_histogram_run(files: list[str], capacities: list[int], workers: int = 2) -> dict[str, Any]:
+    """Exact hits at ``capacities`` on a local cluster of ``workers`` processes: each worker
+    reads its files and replays them alone (:func:`~stackdist.engine.scale.distributed.chunk_histogram`),
+    the client merges (:func:`~stackdist.engine.scale.distributed.merge_histograms`)."""
+    import distributed
+
+    from stackdist.engine.scale.distributed import chunk_histogram, merge_histograms
+
+    def read_and_replay(path: str) -> Any:
+        return chunk_histogram(np.load(path))
+
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        parts = client.gather(client.map(read_and_replay, files, pure=False))
+    values, counts, cold = merge_histograms(parts)
+    cum = np.cumsum(counts)
+    idx = np.searchsorted(values, np.asarray(capacities, np.int64), side="right") - 1
+    hits = np.where(idx < 0, 0, cum[np.maximum(idx, 0)])
+    merged = int(sum(p[0].keys.shape[0] for p in parts))
+    n = int(cum[-1] if cum.size else 0) + cold
+    return {"curve": {"capacity": list(capacities), "hits": hits.tolist()}, "accesses": n, "merge_accesses": merged,
+            "merge_share": merged / max(n, 1)}
+
+
+def huge(n: int, folder: Path, stream_exact: bool = True) -> dict[str, Any]:
+    """The issue's large run on ``n`` accesses of :func:`request_chunks`, saved as ``.npy`` files
+    of 2**24 accesses read back as one trace (a glob): exact in one process (the plain replay,
+    memory O(trace), and the streamed rate-1 hashed stack, memory O(distinct keys)), sampled at
+    0.01 and 0.001 (3 seeds, streamed), exact on a two-worker local Dask cluster (workers read
+    the files; histograms merged)."""
+    t0 = time.perf_counter()
+    files, buf, part = [], [], 0
+    for ids in request_chunks(n, seed=11):
+        buf.append(ids)
+        if sum(b.size for b in buf) >= 1 << 24:
+            files.append(str(folder / f"part-{part:05d}.npy"))
+            np.save(files[-1], np.concatenate(buf))
+            buf, part = [], part + 1
+    if buf:
+        files.append(str(folder / f"part-{part:05d}.npy"))
+        np.save(files[-1], np.concatenate(buf))
+    rows: dict[str, Any] = {"accesses": n, "files": len(files), "generate_s": time.perf_counter() - t0}
+    glob_arg = str(folder / "part-*.npy")
+    print(f"  generated {n:,} accesses in {len(files)} files, {rows['generate_s']:.0f} s", flush=True)
+
+    def keep(label: str, got: dict[str, Any], truth: np.ndarray | None) -> None:
+        row = {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"], "peak_rss_mib": got["peak_rss_mib"]}
+        rep = got["report"]
+        if truth is not None:
+            est = np.array(rep["curve"]["hits"], np.float64)
+            row["mae"] = float(np.abs(est - truth).mean() / n)
+            row["equal_hits"] = bool(np.array_equal(np.round(est), truth))
+            if "hit_rate_min" in rep["curve"]:
+                row["mean_error_bar_width"] = float((np.array(rep["curve"]["hit_rate_max"]) - np.array(rep["curve"]["hit_rate_min"])).mean())
+        for key in ("merge_share", "accesses"):
+            if key in rep:
+                row[key] = rep[key]
+        rows[label] = row
+        print(f"  {label:28s} {row['wall_s']:7.1f} s wall {row['cpu_s']:7.1f} s cpu {row['peak_rss_mib']:8.0f} MiB  "
+              + (f"MAE {row['mae']:.5f} equal {row['equal_hits']}" if "mae" in row else ""), flush=True)
+
+    exact = run_cli([glob_arg, "--points", "40"])
+    caps = exact["report"]["curve"]["capacity"]
+    truth = np.array(exact["report"]["curve"]["hits"], np.float64)
+    rows["ceiling_hit_rate"] = exact["report"]["summary"]["ceiling_hit_rate"]
+    keep("exact, one process", exact, None)
+    cap_arg = ",".join(map(str, caps))
+    for label, flags in (("rate 0.01 (3 seeds)", ["--sample-rate", "0.01"]), ("rate 0.001 (3 seeds)", ["--sample-rate", "0.001"])):
+        keep(label, run_cli([glob_arg, "--capacities", cap_arg, *flags]), truth)
+    keep("dask local:2 (histograms)", run_cli([json.dumps(files), cap_arg],
+                                              [sys.executable, str(Path(__file__).resolve()), "--dask-files"]), truth)
+    if stream_exact:
+        keep("exact, streamed (rate 1)", run_cli([glob_arg, "--capacities", cap_arg, "--sample-rate", "1", "--sample-seeds", "1"]), truth)
     return rows
 
 
@@ -272,7 +397,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="3e7,1e8", help="comma-separated access counts (default 3e7,1e8)")
     parser.add_argument("--quick", action="store_true", help="no Dask run")
-    parser.add_argument("--output", default=str(RESULTS))
+    parser.add_argument("--output", "-o", default=str(RESULTS))
+    parser.add_argument("--huge", type=lambda t: int(float(t)), metavar="N",
+                        help="only the large run (exact, sampled, Dask) on N accesses in files, added to --output "
+                        "(--quick: without the streamed rate-1 exact run)")
+    parser.add_argument("--dask-files", nargs=2, metavar=("FILES_JSON", "CAPS"), help=argparse.SUPPRESS)
     parser.add_argument("--acceptance", type=lambda t: int(float(t)), metavar="N",
                         help="only the held-out check (exact vs --sample-rate 0.01 vs --dask local:2) on every input form "
                         "of an N-access trace, added to --output")
@@ -280,6 +409,17 @@ def main() -> int:
                         help="only the plan-level (prefix token hit rate) errors on the shared traces, added to --output")
     args = parser.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
+    if args.dask_files:
+        files, caps = json.loads(args.dask_files[0]), [int(c) for c in args.dask_files[1].split(",")]
+        write_json(args.output, dask_histogram_run(files, caps))
+        return 0
+    if args.huge:
+        print(f"{args.huge:,} accesses, exact / sampled / Dask:")
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_SCALE_TMP")) as tmp:
+            got = huge(args.huge, Path(tmp), not args.quick)
+        old = json.loads(Path(args.output).read_text()) if Path(args.output).exists() else {}
+        write_json(args.output, {**old, "huge": got})
+        return 0
     if args.acceptance:
         print(f"held-out check on {args.acceptance:,} accesses, every input form:")
         old = json.loads(Path(args.output).read_text()) if Path(args.output).exists() else {}

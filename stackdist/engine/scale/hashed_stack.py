@@ -206,7 +206,8 @@ def shards_replay(values, salt, sizes, unit, limit, thresh, table_h, table_id, h
                 counts[2] += 1
             table_h[pos] = h
             table_id[pos] = k
-            _heap_push(heap_h, heap_id, counts[0], h, k)
+            if limit >= 0:  # only fixed size evicts by largest hash
+                _heap_push(heap_h, heap_id, counts[0], h, k)
             counts[0] += 1
             out_d[n_out] = COLD
             size_of[k] = s
