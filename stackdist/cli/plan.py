@@ -257,6 +257,8 @@ def run_plan(args: argparse.Namespace) -> int:
     check_outputs([("--json", args.json), ("--plot", args.plot), ("--per-request", args.per_request)],
                   [args.trace, args.model_config, args.schedule])
     options = _options(args)
+    if args.plot and not options.semantics:  # before any work
+        raise UsageError("--plot draws the hit curves: it needs --semantics engine or per-access (or both) too.")
     trace = _load(args)
     options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
