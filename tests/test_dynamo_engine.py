@@ -98,3 +98,49 @@ def test_exact_once_the_edited_answers_are_known(name):
         sched = type(schedule)(schedule.arrival_s[index], schedule.prefill_end_s[index], schedule.finish_s[index])
         predicted[index] = simulate_vllm(dataclasses.replace(pages, continued_by=cont), [None], sched, decode=True).hit_tokens[0]
     assert dict(zip(labels, predicted.tolist())) == engine
+
+
+def _line(rid, received, request_extra=None, worker=None, bare=False, schema="dynamo.request.trace.v1", hashes=(1, 2)):
+    request = {"request_id": rid, "input_tokens": 20, "output_tokens": 3, "cached_tokens": 16, "request_received_ms": received,
+               "ttft_ms": 10.0, "prefill_time_ms": 4.0, "total_time_ms": 50.0,
+               "worker": worker or {"prefill_worker_id": 5, "decode_worker_id": 5},
+               "replay": {"trace_block_size": 16, "input_length": 20, "input_sequence_hashes": list(hashes)}}
+    for k, v in (request_extra or {}).items():
+        if v is None:
+            request.pop(k, None)
+        else:
+            request[k] = v
+    event = {"schema": schema, "event_type": "request_end", "request": request}
+    return json.dumps(event if bare else {"timestamp": 1, "event": event})
+
+
+def _read(tmp_path, *lines):
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return read_dynamo(path)
+
+
+def test_reader_prefers_the_wait_time_and_survives_missing_times(tmp_path):
+    t = _read(tmp_path, _line("a", 1000, {"prefill_wait_time_ms": 2.0}), _line("b", 2000, {"prefill_time_ms": None}),
+              _line("c", 3000, {"ttft_ms": None}), _line("d", 4000, {"total_time_ms": None, "output_tokens": None}))
+    s = t.recorded_schedule_s * 1000
+    assert np.allclose(s[:, 0], [2.0, 1010.0, 2000.0, 3006.0])  # wait; no prefill time: start at the first token
+    assert np.allclose(s[:, 1:], [[10, 50], [1010, 1050], [2004, 2050], [3010, 3010]], atol=0.01) and t.output_length.tolist() == [3, 3, 3, 0]
+    assert (s[:, 0] < s[:, 1]).all() and (s[:, 1] < s[:, 2]).all()
+
+
+def test_reader_separates_data_parallel_ranks_and_reads_bare_agent_events(tmp_path):
+    w = [{"prefill_worker_id": 5, "prefill_dp_rank": r, "decode_worker_id": 5} for r in (0, 1)]
+    t = _read(tmp_path, _line("a", 1000, worker=w[0]), _line("b", 2000, worker=w[1], bare=True, schema="dynamo.agent.trace.v1"),
+              _line("c", 3000, {"cached_tokens": None, "input_tokens": None}, worker=w[1]))
+    assert t.workers.tolist() == [0, 1, 1] and t.engine_cached_tokens.tolist() == [16, 16, -1]
+    assert t.input_length.tolist() == [20, 20, 20]
+
+
+def test_a_one_token_answer_replays(capsys, tmp_path):
+    """ttft == total (one output token) used to make the whole plan exit 1."""
+    path = tmp_path / "d.jsonl"
+    path.write_text(_line("a", 1000, {"output_tokens": 1, "total_time_ms": 10.0}) + "\n" + _line("b", 2000) + "\n")
+    code, _, err = run_stackdist(capsys, "plan", path, "--format", "dynamo", "--semantics", "vllm", "--gpu-blocks", "inf",
+                                 "--workers", "recorded", "--decode-reuse")
+    assert code == 0, err

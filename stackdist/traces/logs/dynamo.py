@@ -1,15 +1,21 @@
 """Reader of NVIDIA Dynamo request traces (``dynamo.request.trace.v1`` JSONL).
 
-One event a line; only ``request_end`` events are kept (others are skipped and not counted as
-malformed). The file is in end order, so requests are ordered by ``request_received_ms``. Each
-request's ``replay.input_sequence_hashes`` are prefix-chained hashes of its prompt in blocks of
+One event a line (``{"timestamp": ..., "event": {...}}``, or the event object itself); only
+``request_end`` events of ``dynamo.request.trace.v1`` (or ``dynamo.agent.trace.v1``, whose
+request object is the same) are kept (others are skipped and not counted as malformed). The
+file is in end order, so requests are ordered by ``request_received_ms``. Each request's
+``replay.input_sequence_hashes`` are prefix-chained hashes of its prompt in blocks of
 ``replay.trace_block_size`` tokens (16), the final partial block included, so
-``len(hashes) == ceil(input_length / block size)``. The worker is
-``worker.prefill_worker_id``; the session is ``agent_context.session_id``; the engine's own hit
-count is ``cached_tokens``. The recorded schedule: a request starts running when it was
-received plus its queueing time (``ttft_ms - prefill_time_ms``, at least 0), ends prefill at
-``request_received_ms + ttft_ms`` and finishes at ``request_received_ms + total_time_ms``
-(then :func:`fcfs_starts` and :func:`strict_schedule` remove rounding ties).
+``len(hashes) == ceil(input_length / block size)``. The worker is ``worker.prefill_worker_id``
+(with ``prefill_dp_rank``, when a rank other than 0 appears: each data-parallel rank has its
+own KV cache, see :func:`_workers`); the session is ``agent_context.session_id``; the engine's
+own hit count is ``cached_tokens`` (-1 when absent). Dynamo omits what it did not observe:
+``input_tokens`` falls back to ``replay.input_length``, a missing ``output_tokens`` is 0, and
+missing times are handled by :func:`_schedule_ms`. The recorded schedule: a request starts
+running when it was received plus its queueing time (``prefill_wait_time_ms`` when given, else
+``ttft_ms - prefill_time_ms``, at least 0), ends prefill at ``request_received_ms + ttft_ms``
+and finishes at ``request_received_ms + total_time_ms`` (then :func:`fcfs_starts` and
+:func:`strict_schedule` remove rounding ties).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from ..requests import RequestTrace
 __all__ = ["fcfs_starts", "read_dynamo", "strict_schedule"]
 
 _SCHEMA = "dynamo.request.trace.v1"
+_SCHEMAS = (_SCHEMA, "dynamo.agent.trace.v1")  # the agent trace's request_end events have the same request object
 
 
 def _number(obj: dict[str, Any], name: str, default: float | None = None) -> float:
@@ -63,27 +70,56 @@ def _hashes(replay: dict[str, Any], input_length: int) -> tuple[list[int], int]:
     return hashes, block
 
 
+def _optional(obj: dict[str, Any], name: str) -> float | None:
+    """A non-negative number field, or None when absent or null (Dynamo omits what it did not observe)."""
+    return None if obj.get(name) is None else _number(obj, name)
+
+
+def _schedule_ms(request: dict[str, Any], received: float) -> tuple[float, float, float]:
+    """(start, prefill end, finish) in ms: start = received + ``prefill_wait_time_ms`` (receipt to
+    prefill start) when given, else received + ``ttft_ms - prefill_time_ms`` (at least 0); a
+    missing ``ttft_ms`` is the wait plus the prefill time (no queueing when the wait is missing too)
+    and a missing ``total_time_ms`` the ttft."""
+    wait, prefill = _optional(request, "prefill_wait_time_ms"), _optional(request, "prefill_time_ms") or 0.0
+    ttft, total = _optional(request, "ttft_ms"), _optional(request, "total_time_ms")
+    if ttft is None:
+        ttft = min((wait or 0.0) + prefill, total if total is not None else float("inf"))
+    total = ttft if total is None else total
+    if ttft > total:
+        raise LineError(f"ttft_ms must be at most total_time_ms; got {ttft} and {total}")
+    start = received + (min(wait, ttft) if wait is not None else max(ttft - prefill, 0.0))
+    return start, received + ttft, received + total
+
+
 def _request(event: dict[str, Any]) -> dict[str, Any]:
     """One request_end event's fields, checked."""
     request = _object(event, "request")
     worker = _object(request, "worker")
     replay = _object(request, "replay")
     context = event.get("agent_context") or {}
-    input_length = count_field(request, "input_tokens")
+    input_length = count_field(request, "input_tokens") if request.get("input_tokens") is not None else count_field(replay, "input_length")
     hashes, block = _hashes(replay, input_length)
     received = _number(request, "request_received_ms")
-    ttft, prefill = _number(request, "ttft_ms"), _number(request, "prefill_time_ms", 0.0)
-    total = _number(request, "total_time_ms")
-    if ttft > total:
-        raise LineError(f"ttft_ms must be at most total_time_ms; got {ttft} and {total}")
+    rank = worker.get("prefill_dp_rank")
     return {
         "id": str(field(request, "request_id")), "input": input_length,
-        "output": count_field(request, "output_tokens", default=0),
-        "cached": count_field(request, "cached_tokens") if "cached_tokens" in request else -1, "received_ms": received,
-        "schedule_ms": (received + max(ttft - prefill, 0.0), received + ttft, received + total),
-        "worker": int(count_field(worker, "prefill_worker_id")), "session": str(context.get("session_id", "")),
-        "hashes": hashes, "block": block,
+        "output": count_field(request, "output_tokens", default=0) if request.get("output_tokens") is not None else 0,
+        "cached": count_field(request, "cached_tokens") if request.get("cached_tokens") is not None else -1,
+        "received_ms": received, "schedule_ms": _schedule_ms(request, received),
+        "worker": int(count_field(worker, "prefill_worker_id")), "rank": 0 if rank is None else count_field(worker, "prefill_dp_rank"),
+        "session": str(context.get("session_id", "")), "hashes": hashes, "block": block,
     }
+
+
+def _workers(rows: list[dict[str, Any]]) -> np.ndarray:
+    """The pool each request ran in: ``prefill_worker_id``, or, when some request names a data-
+    parallel rank other than 0 (each rank has its own KV cache), the index of its (worker, rank)
+    pair in sorted order. O(requests log requests)."""
+    if all(r["rank"] == 0 for r in rows):
+        return np.array([r["worker"] for r in rows], np.int64)
+    pairs = sorted({(r["worker"], r["rank"]) for r in rows})
+    index = {p: i for i, p in enumerate(pairs)}
+    return np.array([index[(r["worker"], r["rank"])] for r in rows], np.int64)
 
 
 def _events(path: str | os.PathLike[str], skip_bad: bool) -> tuple[list[dict[str, Any]], int]:
@@ -91,8 +127,8 @@ def _events(path: str | os.PathLike[str], skip_bad: bool) -> tuple[list[dict[str
     for lineno, raw in data_lines(path):
         try:
             line = json_object(raw)
-            event = _object(line, "event")
-            if event.get("schema", _SCHEMA) != _SCHEMA or event.get("event_type") != "request_end":
+            event = _object(line, "event") if "event" in line or "request" not in line else line  # bare events too
+            if event.get("schema", _SCHEMA) not in _SCHEMAS or event.get("event_type") != "request_end":
                 continue
             rows.append(_request(event))
         except LineError as exc:
@@ -138,11 +174,11 @@ def read_dynamo(path: str | os.PathLike[str], skip_bad: bool = False) -> Request
         output_length=np.array([r["output"] for r in rows], np.int64), block_size=block, source=os.fspath(path),
         session_ids=np.array([sessions.setdefault(r["session"], len(sessions)) for r in rows], np.int64),
         skipped=skipped, request_labels=np.array([r["id"] for r in rows], dtype=object),
-        workers=np.array([r["worker"] for r in rows], np.int64),
+        workers=_workers(rows),
         engine_cached_tokens=np.array([r["cached"] for r in rows], np.int64),
         recorded_schedule_s=strict_schedule(
             fcfs_starts(np.array([[(t - start) / 1000 for t in r["schedule_ms"]] for r in rows]).reshape(-1, 3),
-                        np.array([r["worker"] for r in rows], np.int64)),
+                        _workers(rows)),
             np.array([r["output"] for r in rows], np.int64)),
     )
 
