@@ -153,6 +153,7 @@ class EngineModelPlan(TypedDict):
     input_tokens: int
     pools: list[PoolRow]
     min_feasible_pool: dict[str, Any] | None
+    cluster: ClusterPlan | None  # K workers / a shared tier (planning/engine_plan.py), else None
 
 
 class TTFTSummary(TypedDict):

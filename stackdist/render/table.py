@@ -74,8 +74,9 @@ def render_plan_table(report: Plan) -> str:
                          f"hit rate; {lru}")
     for section in report.get("engine_models", {}).values():
         lines += ["", *_engine_lines(section)]
-        if section.get("cluster"):  # K workers / shared tier of the model (render/cluster.py)
-            lines += ["", *cluster_lines(section["cluster"])]  # type: ignore[typeddict-item]
+        cluster = section.get("cluster")
+        if cluster:  # K workers / shared tier of the model (render/cluster.py)
+            lines += ["", *cluster_lines(cluster)]
     if "cluster" in report:
         lines += ["", *cluster_lines(report["cluster"])]
     if "budgets" in report:
