@@ -28,8 +28,8 @@ exact on every request when answers are reused verbatim.
 Where the inference can be wrong (:data:`FAILURE_MODES`): an answer edited before the next turn
 (thinking tokens stripped, as Qwen3's chat template does; a tool call re-rendered) makes ``q``'s
 pages differ from what ``r`` wrote, yet the lengths may still fit, so the reuse is over-counted
-(on the committed traces with 40 % of answers carrying 8-300 stripped thinking tokens: +1.1
-and +2.4 percentage points of input tokens; the engine always lay between the plan with and
+(on the committed traces with 30-50 % of answers carrying 8-300 stripped thinking tokens: +1.1
+to +4.3 percentage points of input tokens; the engine always lay between the plan with and
 without ``--decode-reuse``); a continuation in another session is missed when the trace has
 sessions; with disaggregated prefill the answer's KV is on the decode worker, which the
 per-worker model does not follow. :func:`reuse_report` reports how often it fires.
