@@ -16,7 +16,7 @@ reader's default); otherwise the hash-id inference below is used.
 
 **Inferred, from hash ids.** A hash-id trace (Mooncake, Dynamo) covers prompts only, so the
 continuation is inferred: request ``q`` continues request ``r`` when ``q`` comes later (in the
-same session, where the trace has sessions), its prompt extends ``r``'s prompt (it holds
+same session, where the trace has sessions and some session holds two requests), its prompt extends ``r``'s prompt (it holds
 ``r``'s last full page at the same position: with prefix-chained page ids that means every
 full page of ``r`` is a page of ``q``), and it is at least as long as ``r``'s prompt plus its
 answer. The first such ``q`` is taken. Then the blocks ``r`` fills while decoding (the pages
@@ -84,6 +84,8 @@ def continuations(trace: RequestTrace, pages: EnginePages) -> np.ndarray:
     order = np.argsort(pages.key, kind="stable")  # pages of one id, in request order
     sorted_keys = pages.key[order]
     sessions = trace.session_ids
+    if sessions is not None and np.unique(sessions).size == n > 1:
+        sessions = None  # every request its own session: the ids carry no session (e.g. per-request ids)
     wanted = pages.input_tokens + pages.output_tokens
     for r in np.flatnonzero((full > 0) & (pages.output_tokens > 1)).tolist():
         k = pages.key[pages.offsets[r] + full[r] - 1]

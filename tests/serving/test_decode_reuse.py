@@ -156,3 +156,16 @@ def test_token_traces_equal_vllm_exactly(name):
         sched = Schedule(times[index, 0], times[index, 1], times[index, 2])
         predicted[index] = simulate_vllm(reuse_pages(sub, engine_pages(sub)), [None], sched, decode=True).hit_tokens[0]
     assert predicted.tolist() == [r["cached_tokens"] for r in rows]
+
+
+def test_inference_sessions_when_they_mean_something():
+    from stackdist.traces import RequestTrace
+
+    blocks, outputs = [[1, 2], [1, 2, 3, 4]], [20, 5]
+    same = RequestTrace.from_blocks(blocks, block_size=16, output_length=outputs)
+    for sessions, expect in (([0, 0], [1, -1]), ([0, 1], [1, -1]), (None, [1, -1])):
+        t = same if sessions is None else type(same)(**{**vars(same), "session_ids": np.array(sessions)})
+        assert continuations(t, engine_pages(t)).tolist() == expect  # [0, 1]: unique ids say nothing
+    three = RequestTrace.from_blocks(blocks + [[9]], block_size=16, output_length=outputs + [1])
+    t = type(three)(**{**vars(three), "session_ids": np.array([0, 1, 1])})
+    assert continuations(t, engine_pages(t)).tolist() == [-1, -1, -1]  # another session: missed
