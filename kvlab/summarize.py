@@ -264,6 +264,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         print(f"{parser.prog}: error: OUTPUT.json {args.output} is the input {args.input}; refusing to overwrite "
               "the input (choose another output file)", file=sys.stderr)
         return 2
+    if not args.output.strip() or os.path.isdir(args.output):
+        print(f"{parser.prog}: error: OUTPUT.json {args.output!r} is {'a folder' if args.output.strip() else 'empty'}; "
+              "give a file name", file=sys.stderr)
+        return 2
     try:
         summary = summarize(args.input)
     except SummaryError as error:

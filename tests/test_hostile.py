@@ -900,3 +900,39 @@ def test_sampled_points_are_not_joined(tmp_path):
     finally:
         plt.Axes.plot = original
     assert lines and lines[0]["ls"] == "none" and lines[0]["marker"]
+
+
+# ------------------------------------------------------------------ found by validation/hostile_sweep.py
+def test_plan_plot_without_a_curve_semantics_is_a_usage_error_before_any_work(capsys, req, tmp_path):
+    code, _, err = run(capsys, "plan", req, "--semantics", "vllm", "--plot", tmp_path / "p.png")
+    one_line_error(err, code, 2, "--plot", "--semantics")
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_an_unexpected_exception_is_one_line_not_a_traceback(capsys, t, monkeypatch):
+    from stackdist.cli import curve
+
+    def boom(_args):
+        raise StopIteration
+
+    monkeypatch.setattr(curve, "run_curve", boom)
+    monkeypatch.delenv("STACKDIST_DEBUG", raising=False)
+    code, _, err = run(capsys, "curve", t)
+    one_line_error(err, code, 1, "internal error", "StopIteration")
+
+
+@pytest.mark.parametrize("content", ["", "\n\n"])
+def test_watch_on_an_empty_trace_is_exit_1(capsys, tmp_path, content):
+    path = tmp_path / "e.csv"
+    path.write_text(content)
+    code, out, err = run(capsys, "watch", path, "--no-follow")
+    one_line_error(err, code, 1, "nothing to answer from")
+    assert out == ""
+
+
+@pytest.mark.parametrize("output", ["{dir}", ""])
+def test_kvlab_summarize_output_folder_or_empty_is_a_usage_error(capsys, tmp_path, output):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(TTFT_LINES)
+    code, _, err = kv(capsys, "summarize", inp, output.format(dir=tmp_path))
+    one_line_error(err, code, 2, "OUTPUT.json")

@@ -226,3 +226,8 @@ def run_guarded(prog: str, run: Callable[[], int], outputs: Iterable[tuple[str, 
             _quiet_stdout()
             return EXIT_BROKEN_PIPE
         return fail(EXIT_DATA, _os_message(exc))
+    except Exception as exc:  # a bug: still one line and a nonzero exit, never a traceback (STACKDIST_DEBUG=1 shows it)
+        if os.environ.get("STACKDIST_DEBUG"):
+            raise
+        return fail(EXIT_DATA, f"internal error ({type(exc).__name__}: {exc}); please report it with the command line "
+                    "(set STACKDIST_DEBUG=1 for the traceback)")

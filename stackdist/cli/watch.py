@@ -7,7 +7,8 @@ infinite-cache ceiling and, for request traces, the request coverage, each for t
 interval (``window``) and for everything so far (``cumulative``). ``--prometheus FILE`` also
 rewrites a Prometheus text-format file atomically (``kv_working_set_bytes{target="0.95"}``) for a
 node exporter's textfile collector. The replay is per-access LRU (block by block for request
-traces); memory is O(distinct keys), or O(S) with ``--sample-size S``. Ctrl-C stops cleanly: the
+traces), or for request traces with ``--semantics engine`` the engine's prefix semantics (a
+block counts as a hit when its whole prefix hits: its effective depth); memory is O(distinct keys), or O(S) with ``--sample-size S``. Ctrl-C stops cleanly: the
 lines already read are replayed and a last line is written.
 """
 
@@ -24,7 +25,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from stackdist.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError
+from stackdist.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError, require_data
 from stackdist.output import write_atomic
 
 from .args import (
@@ -57,6 +58,9 @@ def add_watch_parser(sub: Any) -> None:
     w.add_argument("--format", choices=["csv", "tsv", "jsonl", "mooncake", "qwen", "tokens"],
                    help="the trace format (default: from the extension; csv for standard input)")
     w.add_argument("--block-size", type=bounded_int("--block-size", 1), help="tokens per block (request formats)")
+    w.add_argument("--semantics", choices=["per-access", "engine"], default="per-access",
+                   help="request traces: per-access LRU block by block (default), or engine: each request reads the "
+                   "cache as it found it, a block hits when its whole prefix does, committed tail first")
     w.add_argument("--interval", type=finite_float("--interval", 0, 86400, lo_open=True), default=10.0,
                    metavar="SECONDS", help="seconds between answers (default 10)")
     w.add_argument("--targets", default="0.5,0.9,0.95,0.99", help="hit-rate targets (default 0.5,0.9,0.95,0.99)")
@@ -140,10 +144,14 @@ class _Watcher:
             self.sampler.feed(keys, sizes)
             return
         trace = parse_request_lines(self.args.trace, lines, self.args.format, self.args.block_size)
-        d = self.sampler.feed(trace.block_ids)
-        assert d is not None
-        rate = self.sampler.rate
-        scaled = np.where((d >= 0) & (d != np.iinfo(np.int64).max), np.ceil(d / rate), -1).astype(np.int64)
+        if getattr(self.args, "semantics", "per-access") == "engine":  # effective depths, already scaled
+            d = self.sampler.feed_requests(trace.block_ids, trace.offsets)
+            scaled = np.where((d >= 0) & (d != np.iinfo(np.int64).max), d, -1)
+        else:
+            got = self.sampler.feed(trace.block_ids)
+            assert got is not None
+            rate = self.sampler.rate
+            scaled = np.where((got >= 0) & (got != np.iinfo(np.int64).max), np.ceil(got / rate), -1).astype(np.int64)
         lengths = np.diff(trace.offsets)
         has = lengths > 0
         needs = np.full(trace.n_requests, -1, np.int64)
@@ -240,6 +248,8 @@ def run_watch(args: argparse.Namespace) -> int:
         raise UsageError("watch: give --format (csv, tsv, jsonl, mooncake, qwen or tokens) for this file name.")
     if args.trace == "-" and args.format is None:
         args.format = "csv"
+    if getattr(args, "semantics", "per-access") == "engine" and args.format not in _REQUEST_FORMATS:
+        raise UsageError("watch: --semantics engine needs a request trace (--format mooncake, qwen or tokens).")
     watcher = _Watcher(args)
     out = sys.stdout if args.output == "-" else open(args.output, "a", encoding="utf-8")  # noqa: SIM115
     stop = threading.Event()
@@ -284,7 +294,9 @@ def _loop(watcher: _Watcher, lines: queue.Queue, out: IO[str], args: argparse.Na
             raise item
         if item is _EOF:
             watcher.flush()
-            _emit(out, watcher.snapshot(final=True), args.prometheus)
+            record = watcher.snapshot(final=True)
+            require_data(record["cumulative"]["accesses"], args.trace, "the trace ended with no accesses")
+            _emit(out, record, args.prometheus)
             return EXIT_OK
         if item:
             watcher.pending.append(item)

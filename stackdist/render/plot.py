@@ -240,6 +240,8 @@ def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float
     dashed per-access line, so neither hides the other). With ``curves`` (semantics ->
     :class:`~stackdist.planning.prefix_curve.PrefixCurve`) the curves are drawn exactly, step by
     step; without (a sampled plan) the report's sampled capacities are drawn as points."""
+    if not report["semantics"]:
+        raise UsageError("--plot draws the hit curves: it needs --semantics engine or per-access (or both) too.")
     series, styles = [], []
     bytes_per_block = float(report["model"]["bytes_per_block"])
     exact = bool(curves)
