@@ -374,3 +374,24 @@ def test_cli_per_request_for_the_engine_semantics_cluster(capsys, tmp_path):
     assert [int(r["worker_2"]) for r in engine] == want.worker[0].tolist()
     assert [int(r["hit_tokens_inf"]) for r in engine] == want.gpu_hit_tokens[2].tolist()
     assert [int(r["shared_hit_tokens_2_3"]) for r in engine] == want.shared_hit_tokens[1].tolist()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_vllm_infinite_pool_bitmap_equals_the_block_pool(seed):
+    """vLLM's inf pool (a cached-key bitmap) against the block pool at a size that never evicts,
+    decode reuse included (random continuations), kv-aware and static, timed schedules."""
+    import dataclasses
+
+    rng = np.random.default_rng(300 + seed)
+    trace = random_trace(300 + seed, n_requests=int(rng.integers(5, 30)))
+    pages = engine_pages(trace)
+    n = trace.n_requests
+    later = [int(rng.integers(r + 1, n)) if r + 1 < n and rng.random() < 0.5 else -1 for r in range(n)]
+    pages = dataclasses.replace(pages, continued_by=np.array(later, np.int64))
+    never = int((-(-(trace.input_length + trace.output_length) // 16)).sum()) + 1
+    schedule = _schedule(trace, rng, True)
+    k = 1 + seed % 3
+    for route in ("kv-aware", rng.integers(0, k, n)):
+        got = simulate_routed(pages, "vllm", k, route, [None, never], [0], schedule, True, overlap_weight=[1.0, math.inf][seed % 2])
+        assert got.worker[0].tolist() == got.worker[1].tolist()
+        assert got.gpu_hit_tokens[0].tolist() == got.gpu_hit_tokens[1].tolist()

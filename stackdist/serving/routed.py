@@ -48,7 +48,14 @@ router scores GPU hits only, so the tier is a pass over the arrivals after the G
 Pools with a zero-size tier report no shared hits.
 
 **Infinite pools** (``None``) hold every block the whole trace writes on every worker (no
-eviction, as in the one-pool models). Memory per pool size: O(K x (pool + page ids)).
+eviction, as in the one-pool models). For vLLM that pool is replayed as a bitmap of cached keys
+per worker, exactly: with ``N - 1`` at least every block the trace ever allocates, the free queue
+(always [uncached blocks][cached blocks]) has an uncached block at its head whenever one is
+popped (the blocks in use or cached are at most the pops so far, fewer than ``N - 1``), so no
+cached block is ever evicted and no allocation fails; a key is then cached on w iff it was hashed
+there before (prompt pages at arrival, decode-reuse blocks at finish) and the hit is the run of
+cached keys under the cap. Memory per pool size: O(K x (pool + page ids)) (vLLM at inf:
+O(K x page ids) bytes).
 Complexity: per pool size O(events + K x pages) (each arrival probes every worker along its
 prompt), plus O(pages) per shared size. Tested equal to a direct simulation built from the
 reference engines (tests/serving/serving_reference.py) in tests/test_routing_models.py.
@@ -191,6 +198,52 @@ def _vllm_routed(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N
 
 
 @njit(cache=True, nogil=True)
+def _vllm_routed_inf(key, off, P, n_final, ev_kind, ev_req, n_keys, B, K, assign, W, longest, cont, hits, out_w):  # type: ignore[no-untyped-def]
+    """K vLLM pools that never evict (module docstring, *Infinite pools*): a cached-key bitmap per
+    worker; prompt pages cached at arrival, decode-reuse blocks at finish."""
+    cached = np.zeros((K, n_keys), np.uint8)
+    act = np.zeros((K, n_keys), np.int32)
+    active = np.zeros(K, np.int64)
+    pending = np.zeros(K, np.int64)
+    running = np.zeros(K, np.int64)
+    routed = np.zeros(K, np.int64)
+    h = np.zeros(K, np.int64)
+    for e in range(len(ev_kind)):
+        r = ev_req[e]
+        kind = ev_kind[e]
+        a, b = off[r], off[r + 1]
+        cap = (P[r] - 1) // B
+        if kind == 3:
+            w = assign[r]
+            for v in range(K):
+                if w >= 0 and v != w:
+                    continue
+                j = 0
+                while j < cap and cached[v, key[a + j]]:
+                    j += 1
+                h[v] = B * j
+            if w < 0:
+                w = _pick(h, key, a, b, act, active, pending, running, routed, P[r], W, longest, B)
+            out_w[r] = w
+            hits[r] = h[w]
+            for j in range(P[r] // B):
+                cached[w, key[a + j]] = 1
+            routed[w] += 1
+            pending[w] += P[r] - hits[r]
+            _track(w, 1, key, a, b, act, active, running)
+        elif kind == 2:
+            pending[out_w[r]] -= P[r] - hits[r]
+        elif kind == 0:
+            w = out_w[r]
+            q = cont[r]
+            if q >= 0:
+                for j in range(P[r] // B, min(n_final[r], off[q + 1] - off[q])):
+                    cached[w, key[off[q] + j]] = 1
+            _track(w, -1, key, a, b, act, active, running)
+    return -1
+
+
+@njit(cache=True, nogil=True)
 def _sglang_routed(key, off, P, ev_kind, ev_req, n_keys, N, B, K, assign, W, longest, heap_cap,
                    hits, out_w):  # type: ignore[no-untyped-def]
     """K SGLang trees of ``N`` pages under one event order; returns the failing request or -1."""
@@ -291,8 +344,12 @@ def _one_size(pages: EnginePages, model: str, schedule: Schedule, decode: bool, 
         if N >= 2**31 - 2 or pages.n_keys >= 2**31:
             raise ValueError(f"num_gpu_blocks and page ids must fit in int32; got {N} blocks, {pages.n_keys} page ids")
         cont = pages.continued_by if pages.continued_by is not None else np.full(n, -1, np.int64)
-        failed = _vllm_routed(pages.key, pages.offsets, pages.input_tokens, tbl_off, n_final, kind, ev.request, ev.k,
-                              max(pages.n_keys, 1), N, B, k, assign, W, longest, cont, hits, out_w)
+        if pool is None:
+            failed = _vllm_routed_inf(pages.key, pages.offsets, pages.input_tokens, n_final, kind, ev.request,
+                                      max(pages.n_keys, 1), B, k, assign, W, longest, cont, hits, out_w)
+        else:
+            failed = _vllm_routed(pages.key, pages.offsets, pages.input_tokens, tbl_off, n_final, kind, ev.request, ev.k,
+                                  max(pages.n_keys, 1), N, B, k, assign, W, longest, cont, hits, out_w)
     else:
         written, kind, ev = tree_inputs(pages, schedule, decode, B)
         N = int(((written + B - 1) // B).sum()) + 1 if pool is None else int(pool)
