@@ -144,3 +144,18 @@ def test_a_one_token_answer_replays(capsys, tmp_path):
     code, _, err = run_stackdist(capsys, "plan", path, "--format", "dynamo", "--semantics", "vllm", "--gpu-blocks", "inf",
                                  "--workers", "recorded", "--decode-reuse")
     assert code == 0, err
+
+
+def test_an_answer_decoded_on_another_worker_is_not_reused(tmp_path):
+    """Disaggregated prefill: the answer's KV stays on the decode worker."""
+    lines = []
+    for i, decode in enumerate((5, 6)):
+        first = _line(f"a{i}", 1000 + 10_000 * i, {"output_tokens": 40, "input_tokens": 20},
+                      worker={"prefill_worker_id": 5, "decode_worker_id": decode}, hashes=(1 + 100 * i, 2 + 100 * i))
+        nxt = json.loads(_line(f"b{i}", 5000 + 10_000 * i, {"input_tokens": 70}))
+        nxt["event"]["request"]["replay"].update(input_length=70, input_sequence_hashes=[1 + 100 * i, 3 + 100 * i, 4 + 100 * i, 5, 6])
+        nxt["event"]["agent_context"] = {"session_id": "s"}
+        lines += [first.replace('"request_end"', '"request_end", "agent_context": {"session_id": "s"}'), json.dumps(nxt)]
+    t = _read(tmp_path, *lines)
+    assert t.decode_workers.tolist() == [5, 5, 6, 5]
+    assert continuations(t, engine_pages(t)).tolist() == [1, -1, -1, -1]

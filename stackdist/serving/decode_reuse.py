@@ -31,8 +31,8 @@ pages differ from what ``r`` wrote, yet the lengths may still fit, so the reuse 
 (on the committed traces with 30-50 % of answers carrying 8-300 stripped thinking tokens: +1.1
 to +4.3 percentage points of input tokens; the engine always lay between the plan with and
 without ``--decode-reuse``); a continuation in another session is missed when the trace has
-sessions; with disaggregated prefill the answer's KV is on the decode worker, which the
-per-worker model does not follow. :func:`reuse_report` reports how often it fires.
+sessions; under disaggregated prefill the answer's KV is on the decode worker, so an answer
+decoded on another worker than its prefill (Dynamo's ``decode_worker_id``) is not reused. :func:`reuse_report` reports how often it fires.
 
 >>> from stackdist.traces import RequestTrace
 >>> from stackdist.serving.pages import engine_pages
@@ -58,8 +58,9 @@ FAILURE_MODES = (
     ("an answer edited before the next turn (thinking tokens stripped, a tool call re-rendered) is still counted "
      "as reused when the next prompt is long enough: over-counts"),
     "a continuation in another session (a sub-agent forked from its parent's context) is missed: under-counts",
-    ("disaggregated prefill/decode: the answer's KV is on the decode worker, the model keeps it on the prefill "
-     "worker: over-counts when they differ"),
+    ("disaggregated prefill/decode in a trace that does not name the decode worker: the answer's KV is on the "
+     "decode worker, not in the prefill worker's pool: over-counts (Dynamo logs name it; an answer decoded on "
+     "another worker is then not reused)"),
 )
 
 
@@ -87,7 +88,10 @@ def continuations(trace: RequestTrace, pages: EnginePages) -> np.ndarray:
     if sessions is not None and np.unique(sessions).size == n > 1:
         sessions = None  # every request its own session: the ids carry no session (e.g. per-request ids)
     wanted = pages.input_tokens + pages.output_tokens
-    for r in np.flatnonzero((full > 0) & (pages.output_tokens > 1)).tolist():
+    here = np.ones(n, bool)  # disaggregated prefill: an answer decoded elsewhere is not in this pool
+    if trace.decode_workers is not None and trace.workers is not None:
+        here = trace.decode_workers == trace.workers
+    for r in np.flatnonzero((full > 0) & (pages.output_tokens > 1) & here).tolist():
         k = pages.key[pages.offsets[r] + full[r] - 1]
         lo, hi = np.searchsorted(sorted_keys, k, "left"), np.searchsorted(sorted_keys, k, "right")
         for q in owner[order[lo:hi]].tolist():

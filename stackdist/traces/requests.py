@@ -44,6 +44,8 @@ class RequestTrace:
     files with output ids add ``answer_block_ids`` (object array: per request, the chained ids,
     in the trace's block ids, of the full blocks of prompt + answer beyond the full prompt blocks,
     i.e. the blocks an engine fills while decoding; or None; see :mod:`stackdist.traces.tokens`).
+    Dynamo logs add ``decode_workers`` (int64, the worker that decoded each request, in the ids
+    of ``workers``: another one under disaggregated prefill, where the answer's KV stays there).
 
     The sum of a request's ``block_tokens`` is at most its ``input_length``: equal when the
     blocks cover the whole prompt (Mooncake, Qwen, token files with ``partial_last_block``),
@@ -71,6 +73,7 @@ class RequestTrace:
     engine_cached_tokens: np.ndarray | None = None
     recorded_schedule_s: np.ndarray | None = None
     answer_block_ids: np.ndarray | None = None
+    decode_workers: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.block_ids = _as_id_array(self.block_ids)
@@ -193,6 +196,7 @@ class RequestTrace:
             engine_cached_tokens=pick(self.engine_cached_tokens),
             recorded_schedule_s=pick(self.recorded_schedule_s),
             answer_block_ids=pick(self.answer_block_ids),
+            decode_workers=pick(self.decode_workers),
         )
 
     def _check(self) -> None:

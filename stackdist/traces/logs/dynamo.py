@@ -101,25 +101,32 @@ def _request(event: dict[str, Any]) -> dict[str, Any]:
     hashes, block = _hashes(replay, input_length)
     received = _number(request, "request_received_ms")
     rank = worker.get("prefill_dp_rank")
+    decode = count_field(worker, "decode_worker_id") if worker.get("decode_worker_id") is not None else None
+    decode_rank = count_field(worker, "decode_dp_rank") if worker.get("decode_dp_rank") is not None else None
     return {
         "id": str(field(request, "request_id")), "input": input_length,
         "output": count_field(request, "output_tokens", default=0) if request.get("output_tokens") is not None else 0,
         "cached": count_field(request, "cached_tokens") if request.get("cached_tokens") is not None else -1,
         "received_ms": received, "schedule_ms": _schedule_ms(request, received),
         "worker": int(count_field(worker, "prefill_worker_id")), "rank": 0 if rank is None else count_field(worker, "prefill_dp_rank"),
+        "decode": (decode, decode_rank),
         "session": str(context.get("session_id", "")), "hashes": hashes, "block": block,
     }
 
 
-def _workers(rows: list[dict[str, Any]]) -> np.ndarray:
-    """The pool each request ran in: ``prefill_worker_id``, or, when some request names a data-
+def _workers(rows: list[dict[str, Any]], decode: bool = False) -> np.ndarray:
+    """The pool each request was prefilled in (or, with ``decode``, decoded in; a missing decode
+    worker or rank is the prefill one): ``prefill_worker_id``, or, when some request names a data-
     parallel rank other than 0 (each rank has its own KV cache), the index of its (worker, rank)
     pair in sorted order. O(requests log requests)."""
-    if all(r["rank"] == 0 for r in rows):
-        return np.array([r["worker"] for r in rows], np.int64)
-    pairs = sorted({(r["worker"], r["rank"]) for r in rows})
-    index = {p: i for i, p in enumerate(pairs)}
-    return np.array([index[(r["worker"], r["rank"])] for r in rows], np.int64)
+    pre = [(r["worker"], r["rank"]) for r in rows]
+    dec = [(p[0] if r["decode"][0] is None else r["decode"][0], p[1] if r["decode"][1] is None else r["decode"][1])
+           for p, r in zip(pre, rows)]
+    chosen = dec if decode else pre
+    if all(rank == 0 for _, rank in pre + dec):
+        return np.array([w for w, _ in chosen], np.int64)
+    index = {p: i for i, p in enumerate(sorted(set(pre + dec)))}
+    return np.array([index[p] for p in chosen], np.int64)
 
 
 def _events(path: str | os.PathLike[str], skip_bad: bool) -> tuple[list[dict[str, Any]], int]:
@@ -174,7 +181,7 @@ def read_dynamo(path: str | os.PathLike[str], skip_bad: bool = False) -> Request
         output_length=np.array([r["output"] for r in rows], np.int64), block_size=block, source=os.fspath(path),
         session_ids=np.array([sessions.setdefault(r["session"], len(sessions)) for r in rows], np.int64),
         skipped=skipped, request_labels=np.array([r["id"] for r in rows], dtype=object),
-        workers=_workers(rows),
+        workers=_workers(rows), decode_workers=_workers(rows, decode=True),
         engine_cached_tokens=np.array([r["cached"] for r in rows], np.int64),
         recorded_schedule_s=strict_schedule(
             fcfs_starts(np.array([[(t - start) / 1000 for t in r["schedule_ms"]] for r in rows]).reshape(-1, 3),
