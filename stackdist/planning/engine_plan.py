@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from stackdist.serving.cluster import KV_AWARE, ClusterResult
-from stackdist.serving.decode_reuse import continuations, reuse_pages, reuse_report
+from stackdist.serving.decode_reuse import reuse_pages, reuse_report
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.serving.routed import (
@@ -197,7 +197,8 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
             raise ValueError("--decode-reuse is modelled for the vllm model only")
         if progress is not None:
             k = options.workers if kv_aware else len(np.unique(workers))
-            progress(f"{model} model, {len(pools)} pool sizes, {k} worker(s), router {options.router}")
+            routed = f", router {options.router}" if isinstance(options.workers, int) and options.workers > 1 else ""
+            progress(f"{model} model, {len(pools)} pool sizes, {k} worker(s){routed}")
         cluster: ClusterResult | None
         if kv_aware:
             cluster = _kv_aware_run(model, trace, options, schedule, pools)
@@ -240,7 +241,7 @@ def _kv_aware_run(model: str, trace: RequestTrace, options: EngineOptions, sched
     the earlier request's worker holds the answer's KV, whichever worker the later one lands on)."""
     pages = engine_pages(trace, options.engine_block_size)
     if options.decode_reuse:
-        pages = dataclasses.replace(pages, continued_by=continuations(trace, pages))
+        pages = reuse_pages(trace, pages)
     return simulate_routed(pages, model, int(options.workers), KV_AWARE, pools, _shared(options), schedule,
                            options.decode, options.overlap_weight, options.engine_block_size)
 

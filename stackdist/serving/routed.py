@@ -138,7 +138,7 @@ def _track(w, sign, key, a, b, act, active, running):  # type: ignore[no-untyped
 
 
 @njit(cache=True, nogil=True)
-def _vllm_routed(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N, B, K, assign, W, longest,
+def _vllm_routed(key, off, ntr, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N, B, K, assign, W, longest,
                  cont, hits, out_w):  # type: ignore[no-untyped-def]
     """K vLLM pools of ``N`` blocks under one event order; returns the failing request or -1."""
     HEAD = N
@@ -163,7 +163,7 @@ def _vllm_routed(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N
         r = ev_req[e]
         kind = ev_kind[e]
         tb = tbl_off[r]
-        a, b = off[r], off[r + 1]
+        a, b = off[r], off[r] + ntr[r]  # the prompt's pages (the router's blocks)
         if kind == 3:
             w = assign[r]
             if w < 0:
@@ -198,7 +198,7 @@ def _vllm_routed(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N
 
 
 @njit(cache=True, nogil=True)
-def _vllm_routed_inf(key, off, P, n_final, ev_kind, ev_req, n_keys, B, K, assign, W, longest, cont, hits, out_w):  # type: ignore[no-untyped-def]
+def _vllm_routed_inf(key, off, ntr, P, n_final, ev_kind, ev_req, n_keys, B, K, assign, W, longest, cont, hits, out_w):  # type: ignore[no-untyped-def]
     """K vLLM pools that never evict (module docstring, *Infinite pools*): a cached-key bitmap per
     worker; prompt pages cached at arrival, decode-reuse blocks at finish."""
     cached = np.zeros((K, n_keys), np.uint8)
@@ -211,7 +211,7 @@ def _vllm_routed_inf(key, off, P, n_final, ev_kind, ev_req, n_keys, B, K, assign
     for e in range(len(ev_kind)):
         r = ev_req[e]
         kind = ev_kind[e]
-        a, b = off[r], off[r + 1]
+        a, b = off[r], off[r] + ntr[r]  # the prompt's pages (the router's blocks)
         cap = (P[r] - 1) // B
         if kind == 3:
             w = assign[r]
@@ -244,7 +244,7 @@ def _vllm_routed_inf(key, off, P, n_final, ev_kind, ev_req, n_keys, B, K, assign
 
 
 @njit(cache=True, nogil=True)
-def _sglang_routed(key, off, P, ev_kind, ev_req, n_keys, N, B, K, assign, W, longest, heap_cap,
+def _sglang_routed(key, off, ntr, P, ev_kind, ev_req, n_keys, N, B, K, assign, W, longest, heap_cap,
                    hits, out_w):  # type: ignore[no-untyped-def]
     """K SGLang trees of ``N`` pages under one event order; returns the failing request or -1."""
     n_req = len(P)
@@ -269,7 +269,7 @@ def _sglang_routed(key, off, P, ev_kind, ev_req, n_keys, N, B, K, assign, W, lon
     for e in range(len(ev_kind)):
         r = ev_req[e]
         kind = ev_kind[e]
-        a, b = off[r], off[r + 1]
+        a, b = off[r], off[r] + ntr[r]  # the prompt's pages (the router's blocks)
         if kind == 3:
             w = assign[r]
             if w < 0:
@@ -338,6 +338,7 @@ def _one_size(pages: EnginePages, model: str, schedule: Schedule, decode: bool, 
     B, n = pages.page_tokens, pages.n_requests
     hits, out_w = np.zeros(n, np.int64), np.full(n, -1, np.int64)
     longest, W = math.isinf(weight), 0.0 if math.isinf(weight) else float(weight)
+    ntr = np.minimum(np.diff(pages.offsets), (pages.input_tokens + B - 1) // B)  # prompt pages (not answer blocks)
     if model == "vllm":
         tbl_off, n_final, kind, ev = pool_inputs(pages, schedule, decode, B)
         N = int(tbl_off[-1]) + 1 if pool is None else int(pool)
@@ -345,15 +346,15 @@ def _one_size(pages: EnginePages, model: str, schedule: Schedule, decode: bool, 
             raise ValueError(f"num_gpu_blocks and page ids must fit in int32; got {N} blocks, {pages.n_keys} page ids")
         cont = pages.continued_by if pages.continued_by is not None else np.full(n, -1, np.int64)
         if pool is None:
-            failed = _vllm_routed_inf(pages.key, pages.offsets, pages.input_tokens, n_final, kind, ev.request,
+            failed = _vllm_routed_inf(pages.key, pages.offsets, ntr, pages.input_tokens, n_final, kind, ev.request,
                                       max(pages.n_keys, 1), B, k, assign, W, longest, cont, hits, out_w)
         else:
-            failed = _vllm_routed(pages.key, pages.offsets, pages.input_tokens, tbl_off, n_final, kind, ev.request, ev.k,
+            failed = _vllm_routed(pages.key, pages.offsets, ntr, pages.input_tokens, tbl_off, n_final, kind, ev.request, ev.k,
                                   max(pages.n_keys, 1), N, B, k, assign, W, longest, cont, hits, out_w)
     else:
         written, kind, ev = tree_inputs(pages, schedule, decode, B)
         N = int(((written + B - 1) // B).sum()) + 1 if pool is None else int(pool)
-        failed = _sglang_routed(pages.key, pages.offsets, pages.input_tokens, kind, ev.request, max(pages.n_keys, 1),
+        failed = _sglang_routed(pages.key, pages.offsets, ntr, pages.input_tokens, kind, ev.request, max(pages.n_keys, 1),
                                 N, B, k, assign, W, longest, 2 * (8 * n + 8) + 16, hits, out_w)
     if failed >= 0:
         hits[:], out_w[:] = -1, -1
