@@ -66,6 +66,13 @@ def _block_stream(path: Path) -> np.ndarray:
     return out
 
 
+def real_trace_capacities(n_keys: int) -> tuple[int, ...]:
+    """The capacities at which the real traces are replayed through the references (test_curve,
+    test_plan, test_cli): nothing, a few blocks, a few thousand, a third of the distinct blocks and
+    all of them (every capacity, 0 and 1 included, is checked on the small random traces)."""
+    return (0, 37, 2000, n_keys // 3, n_keys)
+
+
 @functools.cache
 def real_lru_flags(path: Path, capacity: int) -> np.ndarray:
     """Per-access hit flags of kvlab's ``LRUCache(capacity)`` over a Mooncake trace's block stream.

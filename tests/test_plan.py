@@ -11,6 +11,7 @@ from naive import (
     mooncake_block_stream,
     random_requests,
     real_lru_flags,
+    real_trace_capacities,
     real_trace_paths,
     request_trace,
 )
@@ -108,7 +109,7 @@ def test_real_traces_both_semantics_against_direct(path):
         curve = PrefixCurve(replay_requests(trace, semantics))
         # The capacities of test_curve's real-trace check: the per-access references are the same
         # LRUCache replays of the block stream (direct_requests' per-access rule), run once.
-        for c in (0, 1, 37, 2000, n_keys // 3):
+        for c in real_trace_capacities(n_keys):
             if semantics == "engine":
                 direct = direct_requests(requests, c, semantics)
             else:
