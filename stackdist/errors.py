@@ -7,6 +7,9 @@ question (a malformed trace names its file and line; an empty trace; an infeasib
 (141, as a process killed by SIGPIPE) when the reader of stdout went away. Output files are
 always written before stdout, so a closed stdout never loses them.
 
+Ctrl-C: :func:`install_interrupt_handler` (every entry point, before the heavy imports) makes it
+one line and :data:`EXIT_INTERRUPTED` at any moment, never a traceback.
+
 Empty or unanswerable input (an empty file, a window or warm-up that leaves nothing counted,
 every line skipped) is one :class:`EmptyInputError` (exit 1), raised by :func:`require_data`.
 
@@ -123,13 +126,28 @@ def _on_sigint(signum: int, frame: Any) -> None:
     import signal
 
     if _in_unsafe_frame(frame) and hasattr(signal, "setitimer"):
+        if not _STATE.get("pending"):
+            import atexit
+
+            atexit.register(_cancel_retry)  # the timer must not outlive the handler (SIGALRM would kill the process)
+        _STATE["pending"] = True
         signal.signal(signal.SIGALRM, _on_sigint)
         signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
         return
+    _cancel_retry()
     if _STATE["writing"] or _STATE["guarded"]:
         raise KeyboardInterrupt
     print(f"{_STATE['prog']}: interrupted", file=sys.stderr, flush=True)
     raise SystemExit(EXIT_INTERRUPTED)
+
+
+def _cancel_retry() -> None:
+    """Stop a pending retry of a deferred Ctrl-C (see :func:`_on_sigint`). O(1)."""
+    if _STATE.get("pending"):
+        import signal
+
+        _STATE["pending"] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def install_interrupt_handler(prog: str, guarded: bool = True) -> Callable[[], None]:
@@ -150,6 +168,7 @@ def install_interrupt_handler(prog: str, guarded: bool = True) -> Callable[[], N
     _STATE.update(prog=prog, guarded=guarded)
 
     def restore() -> None:
+        _cancel_retry()
         _STATE.update(prog=previous_state["prog"], guarded=previous_state["guarded"])
         try:
             signal.signal(signal.SIGINT, previous)
