@@ -132,8 +132,8 @@ def _add_routing_arguments(eng: Any) -> None:
     """Workers, routers and the shared tier (both the engine semantics and the engine models)."""
     eng.add_argument("--workers", default="one", metavar="recorded|K",
                      help="recorded: each request on the worker the trace names; K: K workers chosen by --router; "
-                     "each worker has its own pool of --gpu-blocks (default: one worker); engine semantics: per worker, "
-                     "in total, and every router at K workers of C blocks against one cache of K x C")
+                     "each worker has its own pool of --gpu-blocks (default: one worker); reported per worker, in total, "
+                     "and (K > 1) every router at K workers of C blocks against one cache of K x C")
     eng.add_argument("--router", default="round-robin", choices=list(ROUTING_ROUTERS),
                      help="how requests are spread over K workers (default round-robin); kv-aware: NVIDIA Dynamo's KV "
                      "router cost, W x prefill blocks still to compute (after the prefix the worker's engine would "
