@@ -97,6 +97,7 @@ def test_working_set_and_tier_plan():
     assert plan["tiers"][0]["gib"] == pytest.approx(sizes[0] * 4 * DEFAULT_MODEL.kv_bytes_per_token / 2**30)
 
 
+@pytest.mark.xdist_group("real_lru")  # one worker: the memoised naive.real_lru_flags replays are shared
 @pytest.mark.parametrize("path", real_trace_paths(), ids=lambda p: p.stem)
 def test_real_traces_both_semantics_against_direct(path):
     trace = read_mooncake(path)
