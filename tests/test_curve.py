@@ -151,6 +151,7 @@ def test_property_hits_equal_lru(accesses, capacities):
     assert curve.hits_at(10**9) == curve.ceiling_hits
 
 
+@pytest.mark.xdist_group("real_lru")  # one worker: the memoised naive.real_lru_flags replays are shared
 @pytest.mark.parametrize("path", real_trace_paths(), ids=lambda p: p.stem)
 def test_real_trace_curve_equals_lru_at_a_spread_of_capacities(path):
     ids = mooncake_block_stream(path)
