@@ -6,13 +6,14 @@ The reference is a plain-Python SHARDS: a list stack over the sampled keys, a di
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 from naive import naive_distances
 
-from stackdist.engine import HitCurve
+from stackdist.engine import HitCurve, dense_keys
 from stackdist.engine.scale.sampling import (
     COLD,
     ShardsSampler,
@@ -314,3 +315,48 @@ def test_plan_sampling_with_shards_adj_recovers_a_hot_prefix(tmp_path):
         assert got["sampled"] and "SHARDS_adj" in got["sampling"]["correction"]
         errors.append(abs(got["semantics"]["engine"]["summary"]["ceiling_token_hit_rate"] - truth))
     assert max(errors) < 0.05
+
+
+def _request_trace(rng, n_requests, keys=40):
+    lengths = rng.integers(0, 7, n_requests)
+    ids = [rng.choice(keys, size=k, replace=False) for k in lengths]
+    return (np.concatenate(ids) if ids else np.zeros(0, np.int64)).astype(np.int64), np.r_[0, np.cumsum(lengths)].astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("rate", [1.0, 0.5])
+def test_engine_semantics_on_the_sample_are_the_sub_traces_exact_depths(seed, rate):
+    from stackdist.engine import engine_depths
+    from stackdist.engine.kernels import segment_running_max
+
+    rng = np.random.default_rng(300 + seed)
+    ids, offsets = _request_trace(rng, int(rng.integers(0, 60)))
+    sampler = ShardsSampler(rate=rate, seed=seed)
+    got = []
+    cut = sorted({0, len(offsets) - 1, *rng.integers(0, len(offsets), 3).tolist()})
+    for a, b in itertools.pairwise(cut):  # whole requests, in a few batches
+        got.append(sampler.feed_requests(ids[offsets[a] : offsets[b]], offsets[a : b + 1] - offsets[a]))
+    got = np.concatenate(got) if got else np.zeros(0, np.int64)
+    keep = sample_mask(ids, rate, seed) if ids.size else np.zeros(0, bool)
+    sub_offsets = np.r_[0, np.cumsum(keep)][offsets].astype(np.int64)
+    depths = np.asarray(engine_depths(ids[keep], sub_offsets)) if keep.any() else np.zeros(0, np.int64)
+    eff = segment_running_max(depths, sub_offsets) if depths.size else depths
+    want = np.full(ids.size, -1, np.int64)
+    want[keep] = np.where(eff == COLD, COLD, np.ceil(eff / rate - 1e-9)).astype(np.int64)
+    assert got.tolist() == want.tolist()
+    curve = sampler.curve()
+    assert curve.n_accesses == ids.size
+    if rate == 1.0:
+        exact = HitCurve(dense_keys(ids), None, eff, (0, ids.size)) if ids.size else None
+        for cap in (0, 1, 3, 10, 100):
+            assert curve.hits_at(cap) == (exact.hits_at(cap) if exact is not None else 0)
+
+
+def test_engine_semantics_fixed_size_keeps_at_most_s_keys():
+    rng = np.random.default_rng(9)
+    ids, offsets = _request_trace(rng, 2000, keys=500)
+    sampler = ShardsSampler(max_keys=30, seed=2)
+    d = sampler.feed_requests(ids, offsets)
+    assert sampler.n_sampled_keys <= 30 and sampler.rate < 0.2 and d.shape == ids.shape
+    big = ShardsSampler(max_keys=10_000, seed=2)
+    assert big.feed_requests(ids, offsets).tolist() == ShardsSampler(rate=1.0, seed=2).feed_requests(ids, offsets).tolist()

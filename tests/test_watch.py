@@ -18,15 +18,15 @@ import pytest
 
 from stackdist.cli.main import main
 from stackdist.cli.watch import _Watcher, follow_lines, prometheus_text
-from stackdist.engine import HitCurve
+from stackdist.engine import HitCurve, dense_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _args(**kw):
-    base = dict(trace="t.csv", format="csv", block_size=None, interval=1.0, targets="0.5,0.9", capacities="2,5",
-                bytes_per_unit=None, output="-", prometheus=None, sample_rate=None, sample_size=None, seed=0,
-                poll=0.05, no_follow=True)
+    base = {"trace": "t.csv", "format": "csv", "block_size": None, "interval": 1.0, "targets": "0.5,0.9", "capacities": "2,5",
+                "bytes_per_unit": None, "output": "-", "prometheus": None, "sample_rate": None, "sample_size": None, "seed": 0,
+                "poll": 0.05, "no_follow": True}
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -160,7 +160,7 @@ def test_tiers_sampled_at_rate_one_equals_the_exact_grid(tmp_path):
     assert s["sampled"] and s["seeds"] == [0, 1, 2]
     for kind in ("inclusive", "exclusive"):
         assert s[kind]["gpu_hits"] == e[kind]["gpu_hits"] and s[kind]["cpu_hits"] == e[kind]["cpu_hits"]
-    assert main([*common, "--dask", "local:2"]) == 2
+    assert main([*common, "--dask", "local:2", "--sample-rate", "1"]) == 2  # --dask is exact: no sampling
 
 
 def test_sampling_on_workers_equals_one_process(tmp_path):
@@ -179,3 +179,26 @@ def test_sampling_on_workers_equals_one_process(tmp_path):
         alone = sampled_curve(keys, rate=0.3, seed=seed)
         caps = np.arange(0, 700, 23)
         assert curve.n_accesses == 6000 and np.array_equal(curve.hits_at(caps), alone.hits_at(caps))
+
+
+def test_engine_semantics_count_prefix_hits_of_request_traces():
+    from stackdist.engine import engine_depths
+    from stackdist.engine.kernels import segment_running_max
+
+    rng = np.random.default_rng(4)
+    rows, ids, offsets = [], [], [0]
+    for i in range(200):
+        blocks = [int(rng.integers(0, 3)), 10 + int(rng.integers(0, 20))] + [100 + i]
+        rows.append(json.dumps({"timestamp": i, "input_length": 16 * len(blocks), "hash_ids": blocks}).encode())
+        ids += blocks
+        offsets.append(len(ids))
+    w = _Watcher(_args(format="mooncake", block_size=16, semantics="engine", capacities="2,5,30"))
+    w.feed(list(enumerate(rows[:120], 1)))
+    w.feed(list(enumerate(rows[120:], 121)))
+    record = w.snapshot(final=True)["cumulative"]
+    eff = segment_running_max(np.asarray(engine_depths(ids, offsets)), np.array(offsets))
+    exact = HitCurve(dense_keys(np.array(ids)), None, eff, (0, len(ids)))
+    for cap in (2, 5, 30):
+        assert record["hit_rate"][str(cap)] == pytest.approx(exact.hit_rate_at(cap))
+    assert record["working_set"]["0.5"] == exact.min_capacity_for(hit_rate=0.5)
+    assert main(["watch", "x.csv", "--semantics", "engine", "--no-follow"]) == 2

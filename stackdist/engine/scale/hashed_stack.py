@@ -16,7 +16,7 @@ import numpy as np
 
 from ..kernels import COLD, njit
 
-__all__ = ["HashedStack", "compact_slots", "hash_values", "multi_filter", "shards_replay"]
+__all__ = ["HashedStack", "compact_slots", "hash_values", "multi_filter", "shards_engine_replay", "shards_replay"]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -256,6 +256,101 @@ def shards_replay(values, salt, sizes, unit, limit, thresh, table_h, table_id, h
     return n_out, -1
 
 
+@njit(cache=True, nogil=True)
+def _evict_largest(limit, thresh, table_h, table_id, heap_h, heap_id, free, counts, slot_of, size_of, key_at, tree, t, total):
+    """Fixed size: evict the keys with the largest hashes until at most ``limit`` remain, the
+    threshold falling below each; returns the live size left. O(log S) each."""
+    mask = table_h.shape[0] - 1
+    while limit >= 0 and counts[0] > limit:
+        gone_h = heap_h[0]
+        gone = heap_id[0]
+        _heap_pop(heap_h, heap_id, counts[0])
+        counts[0] -= 1
+        thresh[0] = gone_h - np.uint64(1)
+        q = np.int64(gone_h & np.uint64(mask))
+        while table_h[q] != gone_h or table_id[q] < 0:
+            q = (q + 1) & mask
+        _table_delete(table_h, table_id, q, mask)
+        p = slot_of[gone]
+        if p >= 0:
+            _fen_remove(tree, p, t, size_of[gone])
+            key_at[p] = -1
+            total -= size_of[gone]
+        slot_of[gone] = -1
+        free[counts[1]] = gone
+        counts[1] += 1
+    return total
+
+
+@njit(cache=True, nogil=True)
+def shards_engine_replay(values, offsets, salt, limit, thresh, table_h, table_id, heap_h, heap_id, free, counts,
+                         slot_of, size_of, key_at, tree, scalars, out_d, out_t, ids):
+    """Engine semantics on a SHARDS sample (unit blocks): per request ``values[offsets[r]:
+    offsets[r+1]]``, every sampled block's depth in the sampled stack as the request found it
+    (``out_d``: COLD if new, -1 if not sampled; ``out_t``: the threshold it was read under), then
+    its sampled blocks committed tail first (as :func:`stackdist.engine.kernels.arrival_depths`
+    does on the whole trace); fixed size (``limit >= 0``) evicts after each request. The state
+    must have room for every sampled block of the chunk as a new key (the caller grows it).
+    O(log S) per sampled block.
+    """
+    mask = table_h.shape[0] - 1
+    cap = key_at.shape[0]
+    t = scalars[0]
+    total = scalars[1]
+    for r in range(offsets.shape[0] - 1):
+        lo = offsets[r]
+        hi = offsets[r + 1]
+        cut = thresh[0]
+        for i in range(lo, hi):
+            out_t[i] = cut
+            h = _mix(values[i], salt)
+            if h > cut:
+                out_d[i] = -1
+                ids[i] = -1
+                continue
+            pos = np.int64(h & np.uint64(mask))
+            while table_id[pos] >= 0 and table_h[pos] != h:
+                pos = (pos + 1) & mask
+            k = table_id[pos]
+            if k < 0:
+                if counts[1] > 0:
+                    counts[1] -= 1
+                    k = free[counts[1]]
+                else:
+                    k = counts[2]
+                    counts[2] += 1
+                table_h[pos] = h
+                table_id[pos] = k
+                if limit >= 0:
+                    _heap_push(heap_h, heap_id, counts[0], h, k)
+                counts[0] += 1
+                slot_of[k] = -1
+                size_of[k] = 1
+            p = slot_of[k]
+            out_d[i] = COLD if p < 0 else total - _fen_prefix(tree, p) + 1
+            ids[i] = k
+        for i in range(hi - 1, lo - 1, -1):
+            k = ids[i]
+            if k < 0:
+                continue
+            p = slot_of[k]
+            if p >= 0:
+                _fen_remove(tree, p, t, 1)
+                key_at[p] = -1
+                total -= 1
+            if t == cap:
+                t = compact_slots(slot_of, size_of, key_at, tree, t)
+            _fen_append(tree, t, 1)
+            slot_of[k] = t
+            key_at[t] = k
+            total += 1
+            t += 1
+        total = _evict_largest(limit, thresh, table_h, table_id, heap_h, heap_id, free, counts, slot_of, size_of,
+                               key_at, tree, t, total)
+    scalars[0] = t
+    scalars[1] = total
+
+
 class HashedStack:
     """The state of :func:`shards_replay`: keys by hash in a linear-probing table, a max-heap of
     the sampled hashes, free ids, and a Fenwick tree over recency slots (layout as in
@@ -332,6 +427,21 @@ class HashedStack:
                 return out_i[:done], out_d[:done], out_t[:done], int(error if error < 0 else error + start)
             start += -2 - int(error)
             self.grow(2 * max(int(self.counts[2]), 32))
+
+
+    def run_requests(self, values: np.ndarray, offsets: np.ndarray, salt: np.uint64, thresh: np.ndarray, limit: int
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Run :func:`shards_engine_replay` on whole requests (``offsets`` into ``values``),
+        growing the state first: (per-block depths, -1 for the unsampled, and thresholds)."""
+        n = values.shape[0]
+        if n:
+            sampled, _ = multi_filter(values, np.array([salt], np.uint64), thresh[:1].copy())
+            self.grow(int(self.counts[2]) + sampled.shape[0] + 1)
+        out_d, out_t, ids = np.empty(n, np.int64), np.empty(n, np.uint64), np.empty(n, np.int64)
+        shards_engine_replay(values, np.asarray(offsets, np.int64), salt, limit, thresh, self.table_h, self.table_id,
+                             self.heap_h, self.heap_id, self.free, self.counts, self.slot_of, self.size_of, self.key_at,
+                             self.tree, self.scalars, out_d, out_t, ids)
+        return out_d, out_t
 
 
 @njit(cache=True, nogil=True)

@@ -288,6 +288,39 @@ class ShardsSampler:
         out[idx] = d
         return out
 
+    def feed_requests(self, keys: Any, offsets: Any) -> np.ndarray:
+        """Engine semantics (unit blocks): replay whole requests (``offsets`` into ``keys``) on
+        the sample, each request's sampled blocks read against the stack as the request found
+        it, then committed tail first; the curve counts each sampled block at its *effective*
+        depth (the running maximum over the request's sampled blocks: the capacity at which it
+        is in the request's hit prefix). Returns every block's scaled effective depth (-1 not
+        sampled, COLD-scaled stays COLD). Valid for prefix-chained traces: see
+        :mod:`stackdist.traces.sampled`. O(len) plus O(log S) per sampled block.
+
+        >>> s = ShardsSampler(rate=1.0); s.feed_requests([1, 2, 1, 2], [0, 2, 4]).tolist()[2:]
+        [1, 2]
+        """
+        from ..kernels import segment_running_max
+
+        values = _key_values(keys)
+        offs = np.asarray(offsets, np.int64)
+        if offs.ndim != 1 or offs.size == 0 or offs[0] != 0 or offs[-1] != values.shape[0] or np.any(np.diff(offs) < 0):
+            raise ValueError("offsets must be non-decreasing, start at 0 and end at the number of blocks.")
+        limit = -1 if self.max_keys is None else self.max_keys
+        d, t = self._stack.run_requests(values, offs, self._salt, self._thresh, limit)
+        n = values.shape[0]
+        self.n_accesses += n
+        self.total_size += n
+        kept = d >= 0
+        idx = np.flatnonzero(kept)
+        kept_before = np.r_[0, np.cumsum(kept)].astype(np.int64)
+        eff = segment_running_max(d[idx], kept_before[offs]) if idx.size else d[idx]
+        self._account(eff, t[idx], None)
+        out = np.full(n, SKIP, np.int64)
+        r = rate_of_threshold(t[idx])
+        out[idx] = np.where(eff == COLD, COLD, np.ceil(eff / r - 1e-9)).astype(np.int64)
+        return out
+
     def add_unsampled(self, n: int, total_size: int) -> None:
         """Count ``n`` accesses (of ``total_size``) that a worker already filtered out: the same
         curve as feeding them, since unsampled keys never touch the sample. O(1)."""
