@@ -45,8 +45,11 @@ def exclusive_counts(keys, sizes, capacities):
 @pytest.mark.parametrize("size_kind", ["unit", "equal", "varied"])
 def test_inclusive_equals_two_tier_cache_at_every_grid_point(size_kind):
     rng = np.random.default_rng({"unit": 21, "equal": 22, "varied": 23}[size_kind])
-    for _ in range(40):
+    # 25 traces of each size kind on a 14 x 14 grid (test_outcomes_access_by_access checks every
+    # access's tier against TwoTierCache on 30 more)
+    for _ in range(25):
         keys, sizes = random_trace(rng, max_len=60, max_keys=10, size_kind=size_kind)
+        key_list, size_list = keys.tolist(), sizes.tolist()
         total = int(sizes[np.unique(keys, return_index=True)[1]].sum()) if keys.size else 0
         caps = list(range(0, total + 2, max(1, total // 12))) + [total, total + 1]
         start = int(rng.integers(0, keys.size + 1))
@@ -54,7 +57,7 @@ def test_inclusive_equals_two_tier_cache_at_every_grid_point(size_kind):
         grid = inclusive_grid(tiers, caps)
         for i, gpu in enumerate(caps):
             for j, cpu in enumerate(caps):
-                direct = two_tier_counts(keys.tolist(), sizes.tolist(), gpu, cpu, (start, None))
+                direct = two_tier_counts(key_list, size_list, gpu, cpu, (start, None))
                 got = (grid["gpu_hits"][i, j], grid["cpu_hits"][i, j], grid["misses"][i, j])
                 assert got == (direct["gpu"], direct["cpu"], direct["miss"]), (gpu, cpu)
 
