@@ -32,14 +32,14 @@ from .simulator import SimConfig, simulate
 from .workloads import Workload
 
 __all__ = [
-    "tier_cost_usd",
-    "sessions_per_gpu",
-    "cost_per_session_usd",
     "capacity_ratios",
     "composition_sweep",
-    "pareto_frontier",
-    "slo_capacity",
+    "cost_per_session_usd",
     "max_sessions_meeting_slo",
+    "pareto_frontier",
+    "sessions_per_gpu",
+    "slo_capacity",
+    "tier_cost_usd",
 ]
 
 def tier_cost_usd(capacities: Sequence[int], block_bytes: int, prices: Sequence[float] | None = None) -> float:
@@ -94,7 +94,7 @@ def composition_sweep(
     points = []
     unit = budget_blocks / steps
     for i in range(1, steps + 1):
-        for j in range(0, steps + 1 - i):
+        for j in range(steps + 1 - i):
             hbm, upper = round(i * unit), round((i + j) * unit)  # monotone rounding: no negative tier
             caps = (hbm, upper - hbm, budget_blocks - upper)
             summary = simulate(workload, replace(config, capacities=caps)).to_dict()

@@ -111,7 +111,9 @@ def dense_blocks(blocks: np.ndarray, owner: Any = None) -> tuple[np.ndarray, int
 
 
 # --------------------------------------------------------------------------------------------- heap
-@njit(cache=True, nogil=True)
+# The heap's leaves are inlined by numba (``inline="always"``: measured 25-30% faster on the agent
+# workload; inlining the callers too made the compile blow up).
+@njit(cache=True, nogil=True, inline="always")
 def _less(key, k, x, y):  # pragma: no cover - compiled
     if key[k, x, 0] != key[k, y, 0]:
         return key[k, x, 0] < key[k, y, 0]
@@ -122,7 +124,7 @@ def _less(key, k, x, y):  # pragma: no cover - compiled
     return x < y
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _sift_up(key, heap, pos, k, i):  # pragma: no cover - compiled
     b = heap[k, i]
     while i > 0:
@@ -137,7 +139,7 @@ def _sift_up(key, heap, pos, k, i):  # pragma: no cover - compiled
     pos[k, b] = i
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _sift_down(key, heap, size, pos, k, i):  # pragma: no cover - compiled
     n = size[k]
     b = heap[k, i]
