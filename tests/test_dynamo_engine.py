@@ -159,3 +159,16 @@ def test_an_answer_decoded_on_another_worker_is_not_reused(tmp_path):
     t = _read(tmp_path, *lines)
     assert t.decode_workers.tolist() == [5, 5, 6, 5]
     assert continuations(t, engine_pages(t)).tolist() == [1, -1, -1, -1]
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_the_plan_flags_edited_answers_exactly_on_the_edited_traces(name, capsys, tmp_path):
+    js = tmp_path / "plan.json"
+    code, out, err = run_stackdist(capsys, "plan", DATA / name, "--format", "dynamo", "--semantics", "vllm", "--gpu-blocks",
+                                   "inf", "--workers", "recorded", "--decode-reuse", "--json", js)
+    assert code == 0, err
+    reuse = json.loads(js.read_text())["engine_models"]["vllm"]["decode_reuse"]
+    assert reuse["method"].startswith("inferred") and reuse["known_failure_modes"]
+    flagged = reuse["requests_next_prompt_shorter_than_prompt_plus_answer"]
+    assert (flagged == 0) == MANIFEST["traces"][name]["unambiguous"]
+    assert ("answers look edited before reuse" in out) == (flagged > 0)

@@ -135,6 +135,10 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
         lines.insert(2, f"decode reuse {reuse['method']}: {reuse['requests_continued']:,} of {reuse['requests']:,} requests "
                         f"continued by a later prompt ({reuse['answer_tokens_reusable']:,} answer tokens)"
                         + ("; can be wrong: " + "; ".join(reuse["known_failure_modes"]) if reuse["known_failure_modes"] else ""))
+        if reuse.get("requests_next_prompt_shorter_than_prompt_plus_answer"):
+            lines.insert(3, f"decode reuse: {reuse['requests_next_prompt_shorter_than_prompt_plus_answer']:,} next prompt(s) extend "
+                            "the earlier prompt by less than its answer: answers look edited before reuse (e.g. thinking "
+                            "stripped), so the inferred reuse may over-count (the plan without --decode-reuse is the floor)")
     for row in section["pools"]:
         gib = "" if row["gib"] is None else f"{row['gib']:.2f}"
         if not row["feasible"]:

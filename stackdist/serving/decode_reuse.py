@@ -71,15 +71,22 @@ def exact_answers(trace: RequestTrace, pages: EnginePages) -> bool:
 
 def continuations(trace: RequestTrace, pages: EnginePages) -> np.ndarray:
     """For every request, the index of the later request that continues it, or -1 (module
-    docstring; with real answer ids, the later request sharing most of the answer's blocks).
+    docstring; with real answer ids, the later request holding the answer's blocks).
     O(pages log pages) to index the pages, plus the candidates scanned.
     """
-    n = pages.n_requests
-    out = np.full(n, -1, np.int64)
-    if n == 0:
-        return out
     if exact_answers(trace, pages):
         return _exact_continuations(trace, pages)
+    return _inferred(trace, pages)[0]
+
+
+def _inferred(trace: RequestTrace, pages: EnginePages) -> tuple[np.ndarray, int]:
+    """(the inferred continuations, how many requests' next prompt extends their prompt but is
+    shorter than prompt + answer: edited answers, or not continuations at all)."""
+    n = pages.n_requests
+    out = np.full(n, -1, np.int64)
+    short = 0
+    if n == 0:
+        return out, short
     full = pages.full_pages
     owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(pages.offsets))
     order = np.argsort(pages.key, kind="stable")  # pages of one id, in request order
@@ -94,11 +101,15 @@ def continuations(trace: RequestTrace, pages: EnginePages) -> np.ndarray:
     for r in np.flatnonzero((full > 0) & (pages.output_tokens > 1) & here).tolist():
         k = pages.key[pages.offsets[r] + full[r] - 1]
         lo, hi = np.searchsorted(sorted_keys, k, "left"), np.searchsorted(sorted_keys, k, "right")
+        first_short = False
         for q in owner[order[lo:hi]].tolist():
-            if q > r and pages.input_tokens[q] >= wanted[r] and (sessions is None or sessions[q] == sessions[r]):
-                out[r] = q
-                break
-    return out
+            if q > r and (sessions is None or sessions[q] == sessions[r]):
+                if pages.input_tokens[q] >= wanted[r]:
+                    out[r] = q
+                    break
+                first_short = first_short or pages.input_tokens[q] > pages.input_tokens[r]
+        short += int(first_short and out[r] < 0)
+    return out, short
 
 
 def _exact_continuations(trace: RequestTrace, pages: EnginePages) -> np.ndarray:
@@ -194,21 +205,26 @@ def reuse_report(trace: RequestTrace, workers: np.ndarray | None, block_size: in
     """
     n = trace.n_requests
     groups = [np.arange(n)] if workers is None else [np.flatnonzero(workers == w) for w in np.unique(workers)]
-    continued, tokens, exact = 0, 0, True
+    continued, tokens, exact, short = 0, 0, True, 0
     for index in groups:
         sub = trace if index.size == n else trace.select(index)
         pages = engine_pages(sub, block_size)
         exact = exact and exact_answers(sub, pages)
-        summary = reuse_summary(pages, continuations(sub, pages), block_size)
+        found, shorter = (continuations(sub, pages), 0) if exact_answers(sub, pages) else _inferred(sub, pages)
+        summary = reuse_summary(pages, found, block_size)
         continued += summary["requests_continued"]
         tokens += summary["answer_tokens_reusable"]
+        short += shorter
+    exact = exact and n > 0
     return {
-        "method": "exact (output token ids)" if exact and n else "inferred from prompts (hash ids)",
+        "method": "exact (output token ids)" if exact else "inferred from prompts (hash ids)",
         "requests": int(n),
         "requests_continued": continued,
         "answer_tokens_reusable": tokens,
-        "rule": "exact: each answer block is cached under the hash of its real tokens" if exact and n else
+        "rule": "exact: each answer block is cached under the hash of its real tokens" if exact else
                 "a later request of the same session whose prompt extends the earlier prompt and is at least as long "
                 "as it plus its answer reuses the answer's blocks (the first such request)",
-        "known_failure_modes": [] if exact and n else list(FAILURE_MODES),
+        "known_failure_modes": [] if exact else list(FAILURE_MODES),
+        # evidence of edited answers: the next prompt extends the earlier one by less than its answer
+        "requests_next_prompt_shorter_than_prompt_plus_answer": None if exact else short,
     }

@@ -169,3 +169,13 @@ def test_inference_sessions_when_they_mean_something():
     three = RequestTrace.from_blocks(blocks + [[9]], block_size=16, output_length=outputs + [1])
     t = type(three)(**{**vars(three), "session_ids": np.array([0, 1, 1])})
     assert continuations(t, engine_pages(t)).tolist() == [-1, -1, -1]  # another session: missed
+
+
+def test_report_counts_next_prompts_shorter_than_prompt_plus_answer():
+    from stackdist.traces import RequestTrace
+
+    # r0: 2 pages, 40-token answer; r1 extends r0 but by 16 tokens < 40: an edited answer (or no continuation)
+    t = RequestTrace.from_blocks([[1, 2], [1, 2, 3], [7], [7, 8, 9, 10, 11]], block_size=16, output_length=[40, 1, 20, 1])
+    report = reuse_report(t, None)
+    assert report["requests_next_prompt_shorter_than_prompt_plus_answer"] == 1 and report["requests_continued"] == 1
+    assert continuations(t, engine_pages(t)).tolist() == [-1, -1, 3, -1]
