@@ -369,7 +369,10 @@ def shared_trace_errors(rates: tuple[float, ...] = (0.1, 0.01, 0.001)) -> list[d
 
 def shared_prefix_errors(rates: tuple[float, ...] = (0.1, 0.01, 0.001)) -> list[dict[str, Any]]:
     """Plan-level error on the shared traces: the prefix token hit rate of each semantics at 40
-    capacities, from the block sample (traces/sampled.py) against the exact replay."""
+    capacities, from the block sample (traces/sampled.py) against the exact replay: with
+    SHARDS_adj (what ``plan --sample-*`` reports, cli/scale_plan.py's shards_adjusted) and, beside
+    it, the plain ratio estimator (the sub-trace's own plan)."""
+    from stackdist.engine.scale.sampling import weighted_estimate
     from stackdist.planning.prefix_curve import PrefixCurve
     from stackdist.serving.semantics import replay_requests
     from stackdist.traces.sampled import is_chained, sample_request_trace
@@ -382,14 +385,18 @@ def shared_prefix_errors(rates: tuple[float, ...] = (0.1, 0.01, 0.001)) -> list[
             caps = np.unique(np.geomspace(1, max(exact.saturation_blocks, 2), 40).astype(np.int64))
             truth = np.asarray(exact.prefix_token_hit_rate_at(caps))
             for rate in rates:
-                errors = []
+                errors, adjusted = [], []
                 for seed in (0, 1, 2):
                     sub, r = sample_request_trace(trace, rate=rate, seed=seed)
-                    est = PrefixCurve(replay_requests(sub, semantics))
-                    got = np.asarray(est.prefix_token_hit_rate_at(np.round(caps * r).astype(np.int64)))
+                    replay = replay_requests(sub, semantics)
+                    got = np.asarray(PrefixCurve(replay).prefix_token_hit_rate_at(np.round(caps * r).astype(np.int64)))
                     errors.append(float(np.abs(got - truth).mean()))
+                    est = weighted_estimate(replay.effective, sub.block_tokens, r, trace.n_blocks, float(trace.block_tokens.sum()))
+                    adj = np.asarray(est.hit_size_at(caps)) / trace.input_length.sum()
+                    adjusted.append(float(np.abs(adj - truth).mean()))
                 rows.append({"trace": path.name, "semantics": semantics, "chained": is_chained(trace), "rate": rate,
-                             "mae_seed0": errors[0], "mae_max_over_seeds": max(errors)})
+                             "mae_seed0": adjusted[0], "mae_max_over_seeds": max(adjusted),
+                             "ratio_estimator_mae_seed0": errors[0], "ratio_estimator_mae_max_over_seeds": max(errors)})
     return rows
 
 
@@ -429,7 +436,8 @@ def main() -> int:
         rows = shared_prefix_errors()
         for row in rows:
             print(f"{row['trace']:36s} {row['semantics']:10s} rate {row['rate']:<6g} prefix-token MAE {row['mae_seed0']:.4f} "
-                  f"(max over 3 seeds {row['mae_max_over_seeds']:.4f})")
+                  f"(max over 3 seeds {row['mae_max_over_seeds']:.4f}); ratio estimator {row['ratio_estimator_mae_seed0']:.4f} "
+                  f"({row['ratio_estimator_mae_max_over_seeds']:.4f})")
         old = json.loads(Path(args.output).read_text()) if Path(args.output).exists() else {}
         write_json(args.output, {**old, "shared_traces_prefix": rows})
         return 0

@@ -1,0 +1,107 @@
+"""The request-trace side of ``plan``'s scale flags: SHARDS_adj on a sampled plan
+(:func:`shards_adjusted`) and the exact plan on Dask (:func:`dask_plan`). No maths here: the
+estimate is :func:`stackdist.engine.scale.sampling.weighted_estimate`, the distributed replay
+:func:`stackdist.engine.scale.distributed.distributed_request_depths`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["dask_plan", "shards_adjusted"]
+
+
+def shards_adjusted(report: dict[str, Any], trace: Any, sub: Any, rate: float) -> dict[str, Any]:
+    """A sampled plan (already scaled by 1/R) with SHARDS_adj on its prefix token hits, per
+    semantics: the ceiling token hit rate, the working sets (token hit rate and fraction of the
+    ceiling targets) and the curve's ``prefix_token_hit_rate`` are re-estimated from the
+    sub-trace's effective depths with the block tokens the sample misses (or over-counts: a hot
+    prefix block sampled or not) added at the smallest depth
+    (:func:`~stackdist.engine.scale.sampling.weighted_estimate`), over the full trace's exact
+    input tokens. The claim that makes it valid is in :mod:`stackdist.traces.sampled`.
+    O(sampled blocks log) per semantics."""
+    from stackdist.engine.scale.sampling import weighted_estimate
+    from stackdist.planning import warmup_mask
+    from stackdist.serving.semantics import replay_requests
+
+    counted_info = report.get("counted", {})
+    window = counted_info.get("window_requests")  # --window START:STOP, when the planner reports one
+    counted = warmup_mask(trace, int(counted_info.get("warmup_requests") or 0), float(counted_info.get("warmup_seconds") or 0.0),
+                          *([tuple(window)] if window else []))
+    full_blocks = np.repeat(counted, trace.blocks_per_request())
+    sub_blocks = np.repeat(counted, sub.blocks_per_request())
+    input_tokens = max(int(trace.input_length[counted].sum()), 1)
+    bytes_per_block, block_size = float(report["model"]["bytes_per_block"]), int(trace.block_size)
+    for name, section in report.get("semantics", {}).items():
+        replay = replay_requests(sub, name)
+        est = weighted_estimate(replay.effective[sub_blocks], sub.block_tokens[sub_blocks], rate, int(full_blocks.sum()),
+                                float(trace.block_tokens[full_blocks].sum()))
+        _adjust_section(section, est, input_tokens, bytes_per_block, block_size)
+    return report
+
+
+def _adjust_section(section: dict[str, Any], est: Any, input_tokens: int, bytes_per_block: float, block_size: int) -> None:
+    """One semantics' report section re-read from the SHARDS_adj estimate ``est`` (in place)."""
+    values = est.values
+    hits = np.asarray(est.hit_size_at(values), np.float64) if values.size else np.zeros(0)
+    ceiling = float(hits[-1]) if hits.size else 0.0
+
+    def smallest(need: float) -> dict[str, Any] | None:
+        if need <= 0:
+            return {"blocks": 0, "tokens": 0, "gib": 0.0}
+        i = int(np.searchsorted(hits, need - 1e-9 * input_tokens, side="left"))
+        if i >= hits.size:
+            return None
+        blocks = int(values[i])
+        return {"blocks": blocks, "tokens": blocks * block_size, "gib": blocks * bytes_per_block / 2**30}
+
+    section["summary"]["ceiling_token_hit_rate"] = ceiling / input_tokens
+    section["summary"]["shards_adj_tokens"] = float(est.total_size - est.sampled_size_weight)
+    for row in section.get("working_set", []):
+        target = float(row["target"])
+        for kind, need in (("token_hit_rate", target * input_tokens), ("fraction_of_ceiling", target * ceiling)):
+            row[kind] = smallest(need)
+            reasons = row.setdefault("unreachable", {})
+            if row[kind] is not None:
+                reasons.pop(kind, None)
+            elif kind not in reasons:  # the sub-trace's own reason stays when it had one
+                reasons[kind] = {"reason": f"the sampled estimate (SHARDS_adj) does not reach {target:g}"}
+    table = section.get("curve")
+    if table and "capacity_blocks" in table:
+        caps = np.asarray(table["capacity_blocks"], np.int64)
+        table["prefix_token_hit_rate"] = (np.asarray(est.hit_size_at(caps), np.float64) / input_tokens).tolist()
+
+
+def dask_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]) -> Any:
+    """``plan --dask``: the engine and per-access replays of the request trace cut into time
+    chunks of whole requests, each replayed on a worker and merged
+    (:func:`~stackdist.engine.scale.distributed.distributed_request_depths`), handed to the
+    planner as made; the plan equals the one-process plan (the engines' own models, routing and
+    Belady's bound, when asked for, run here as usual)."""
+    from stackdist.engine import kernels
+    from stackdist.engine.scale.distributed import (
+        close,
+        connect,
+        dask_map,
+        distributed_request_depths,
+    )
+    from stackdist.serving.semantics import PrefixReplay
+
+    names = {n.strip() for n in str(getattr(args, "semantics", "both")).split(",")}
+    wanted = [s for s in ("engine", "per-access") if s in names or "both" in names]
+    client = connect(args.dask)
+    try:
+        workers = max(1, len(client.nthreads()))
+        replays = {}
+        for semantics in wanted:
+            depths = distributed_request_depths(trace.block_ids, trace.offsets, semantics, dask_map(client), max(2, workers))
+            replays[semantics] = PrefixReplay(trace, semantics, depths, kernels.segment_running_max(depths, trace.offsets))
+    finally:
+        close(client)
+    report = build(trace, replays)
+    report["dask"] = {"scheduler": args.dask, "workers": workers, "chunks": max(2, workers), "semantics": wanted}
+    return report
