@@ -216,25 +216,26 @@ def test_counting_table_layouts_agree_with_numpy(total_size):
 
 
 @pytest.mark.parametrize("size_kind", ["unit", "varied"])
-def test_pipelined_counting_equals_plain_build(monkeypatch, size_kind):
-    from stackdist.engine import histogram as curve_module
+def test_counting_during_the_replay_equals_a_plain_build(monkeypatch, size_kind):
+    # The replay counts each distance COUNT_LAG accesses late: windows and chunks (also shorter
+    # than the lag) must not lose or double-count one.
+    from stackdist.engine import distances as distances_module
+    from stackdist.engine.curve import HitCurve
+    from stackdist.engine.histogram import Histogram
+    from stackdist.engine.kernels import COLD
 
     rng = np.random.default_rng(14)
-    keys = rng.integers(0, 300, 20_000)
+    keys = rng.integers(0, 300, 5_000)
     sizes = None if size_kind == "unit" else (keys % 7 + 1)
-    windows = [None, (5000, 12_345), (19_000, None)]
-    plain = [hit_curve(keys, sizes, window=w) for w in windows]
-    monkeypatch.setattr(curve_module, "_PIPELINE_MIN", 1)
-    monkeypatch.setattr(curve_module, "_PIPELINE_CHUNK", 777)
-    chunks = []
-    add = curve_module.CountingTable.add
-    monkeypatch.setattr(curve_module.CountingTable, "add", lambda self, d, s: (chunks.append(len(d)), add(self, d, s)))
-    for w, expected in zip(windows, plain):
-        chunks.clear()
-        piped = hit_curve(keys, sizes, window=w)
-        assert len(chunks) > 1 and sum(chunks) == piped.n_accesses  # counted chunk by chunk, window only
-        for name in ("values", "cum_hits", "cum_sizes"):
-            assert getattr(piped.histogram, name).tolist() == getattr(expected.histogram, name).tolist()
-        assert piped.cold_misses == expected.cold_misses
+    for chunk in (None, 777, 7):
+        if chunk:
+            monkeypatch.setattr(distances_module, "_CHUNK", chunk)
+        for w in (None, (1000, 3_345), (4_990, None), (17, 18), (5, 5)):
+            curve = HitCurve.from_trace(keys, sizes, window=w, progress=(lambda done, total: None) if chunk else None)
+            start, stop = curve.window
+            expected = Histogram.build(curve.distances[start:stop], None if sizes is None else sizes[start:stop])
+            for name in ("values", "cum_hits", "cum_sizes"):
+                assert getattr(curve.histogram, name).tolist() == getattr(expected, name).tolist()
+            assert curve.cold_misses == int(np.count_nonzero(curve.distances[start:stop] == COLD))
     probe = [0, 5, 50, 300, 2000]
     assert hit_curve(keys, sizes).hits_at(probe).tolist() == [lru_hits(keys.tolist(), None if sizes is None else sizes.tolist(), c)[0] for c in probe]

@@ -132,9 +132,10 @@ class HitCurve:
         start, stop = window
         self._window_sizes = None if sizes is None else sizes[start:stop]
         self.n_accesses = stop - start
-        self.total_size = self.n_accesses if self._window_sizes is None else check_total_size(self._window_sizes)
         self._levels = _size_levels(dense, sizes, size_of_key)
         self.max_object_size = int(self._levels[-1]) if self._levels.size else 0
+        self.total_size = (self.n_accesses if self._window_sizes is None
+                           else check_total_size(self._window_sizes, self.max_object_size))
         self._histogram = histogram or Histogram.build(distances[start:stop], self._window_sizes, self.total_size)
         self.cold_misses = self.n_accesses - (int(self._histogram.cum_hits[-1]) if self._histogram.values.size else 0)
         self._level_cache: dict[int, Histogram] = {}

@@ -32,25 +32,39 @@ class ReplayState:
     """The mutable replay state of :mod:`.kernels` (its layout is documented there), grown as
     keys appear. Package-internal: shared by the batch replays here and :mod:`.stream`.
 
-    ``sized``: keep per-slot sizes (a sized replay); ``track_sizes``: keep ``size_of`` (always
-    when sized; a unit-size batch replay can do without it). ``size_of`` is then an empty array.
+    ``sized``: keep per-slot sizes (a sized replay); ``track_sizes``: keep ``size_of`` (a key's
+    size as first seen; a batch replay can do without it, its caller has the sizes).
+    ``max_size`` / ``max_total``: the largest size and the largest possible live total, when
+    known, choose the narrowest per-slot and pyramid integers (int64 when unknown, as in a
+    stream). ``slots_per_key``: capacity per key (more slots, fewer compactions).
     """
 
-    def __init__(self, n_keys: int = 0, sized: bool = True, track_sizes: bool = True, max_size: int | None = None) -> None:
+    def __init__(self, n_keys: int = 0, sized: bool = True, track_sizes: bool = True, max_size: int | None = None,
+                 max_total: int | None = None, slots_per_key: int = 2) -> None:
         self.sized = sized
-        self.track_sizes = sized or track_sizes
-        cap = _round_to_word(max(2 * n_keys, 64))
+        self.track_sizes = track_sizes
+        self.slots_per_key = slots_per_key
+        cap = _round_slots(slots_per_key * n_keys, sized)
         self.slot_of: np.ndarray = np.full(n_keys, -1, _slot_dtype(cap))
-        self.size_of = np.zeros(n_keys if self.track_sizes else 0, np.int64)
-        self.words = np.zeros(cap >> kernels.WORD_SHIFT, np.uint64)
-        self.slot_size: np.ndarray = np.zeros(cap if sized else 0, _size_dtype(max_size))
-        self.leaf_shift = int(kernels.sized_leaf_shift(self.slot_size)) if sized else kernels.WORD_SHIFT
-        self.tree = np.zeros((cap >> self.leaf_shift) + 1, np.int64)
+        self.size_of = np.zeros(n_keys if track_sizes else 0, np.int64)
+        self.words = _aligned_zeros(cap >> kernels.WORD_SHIFT, np.uint64)
+        self.slot_size: np.ndarray = _aligned_zeros(cap if sized else 0, _size_dtype(max_size))
+        self.tree_dtype: type = np.int32 if sized and max_total is not None and max_total < 2**31 else np.int64
+        self.tree: np.ndarray = self._pyramid(cap)
         self.scalars = np.zeros(2, np.int64)
+
+    def _pyramid(self, cap: int) -> np.ndarray:
+        """Zeroed counts for ``cap`` slots: the pyramid (sized) or the Fenwick tree over words
+        (unit; layouts: :mod:`.kernels`)."""
+        if not self.sized:
+            return _aligned_zeros((cap >> kernels.WORD_SHIFT) + 1, np.int64)
+        group = int(kernels.line_shift(self.slot_size))
+        shift = int(kernels.line_shift(np.zeros(0, self.tree_dtype)))
+        return _aligned_zeros(int(kernels.level_offsets(cap, group, shift)[-1]) + 1, self.tree_dtype)  # + a spare entry
 
     @property
     def capacity(self) -> int:
-        """Slots (64 per word)."""
+        """Slots (a multiple of 64 when sized, 512 for unit sizes)."""
         return self.words.shape[0] << kernels.WORD_SHIFT
 
     def reserve(self, n_keys: int) -> None:
@@ -62,48 +76,76 @@ class ReplayState:
             if self.track_sizes:
                 self.size_of = np.concatenate([self.size_of, np.zeros(grow - old, np.int64)])
         if self.capacity < 2 * n_keys:
-            cap = _round_to_word(2 * max(n_keys, self.capacity))
+            cap = _round_slots(2 * max(n_keys, self.capacity), self.sized)
             if _slot_dtype(cap) != self.slot_of.dtype:
                 self.slot_of = self.slot_of.astype(_slot_dtype(cap))
-            words = np.zeros(cap >> kernels.WORD_SHIFT, np.uint64)
+            words = _aligned_zeros(cap >> kernels.WORD_SHIFT, np.uint64)
             words[: self.words.shape[0]] = self.words
             self.words = words
             if self.sized:
-                slot_size = np.zeros(cap, self.slot_size.dtype)
+                slot_size = _aligned_zeros(cap, self.slot_size.dtype)
                 slot_size[: self.slot_size.shape[0]] = self.slot_size
                 self.slot_size = slot_size
-            self.tree = np.zeros((cap >> self.leaf_shift) + 1, np.int64)
+            self.tree = self._pyramid(cap)
             kernels.compact(self.slot_of, self.words, self.tree, self.slot_size, self.scalars)
 
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.slot_of, self.size_of, self.words, self.tree, self.slot_size))
 
+    def size_of_key(self, key_id: int) -> int:
+        """The size of a key seen before (from ``size_of`` or its live slot)."""
+        if self.track_sizes:
+            return int(self.size_of[key_id])
+        return int(self.slot_size[self.slot_of[key_id]]) if self.sized else 1
+
     def run(self, kernel: Any, ids: np.ndarray, sizes: np.ndarray | None, out: np.ndarray, *extra: Any) -> int:
-        """Run a replay kernel of :mod:`.kernels` on this state; returns its error index or -1."""
+        """Run a replay kernel of :mod:`.kernels` on this state; returns its error index or -1.
+
+        ``kernels.replay`` takes ``extra`` after the state (a counting table and a window; none:
+        no counting); ``kernels.arrival_depths`` takes its request offsets before it.
+        """
         unit = sizes is None
         if not unit and not self.sized:
             raise ValueError("this replay state was made for unit sizes")
         size_arg = _UNIT_SIZES if unit else sizes
-        return int(
-            kernel(ids, size_arg, unit, *extra, self.slot_of, self.size_of, self.words, self.tree, self.slot_size,
-                   self.scalars, out)
-        )
+        state = (self.slot_of, self.size_of, self.words, self.tree, self.slot_size, self.scalars, out)
+        if kernel is kernels.arrival_depths or getattr(kernel, "__name__", "") == "arrival_depths":
+            return int(kernel(ids, size_arg, unit, *extra, *state))
+        counting = extra or (_NO_TABLE, 0, 0)
+        if kernel is kernels.replay and not self.sized:  # the unit-only loop (faster; same results)
+            return int(kernels.replay_unit(ids, self.slot_of, self.size_of, self.words, self.tree, self.scalars, out,
+                                           *counting))
+        return int(kernel(ids, size_arg, unit, *state, *counting))
 
 
 _UNIT_SIZES = np.ones(1, np.int64)
-SIZED_LEAF_SHIFT = 5
+_NO_TABLE = np.zeros((0, 1), np.int64)
 
 
-def _round_to_word(slots: int) -> int:
-    return -(-slots // 64) * 64
+def _aligned_zeros(count: int, dtype: Any) -> np.ndarray:
+    """Zeros whose first element starts a 64-byte cache line, so that each 64-byte line the
+    kernels load as one vector is one cache line (numpy aligns large arrays to 16 bytes only)."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.zeros(count + 64 // itemsize, dtype)
+    skip = (-raw.ctypes.data % 64) // itemsize
+    return raw[skip : skip + count]
+
+
+def _round_slots(slots: int, sized: bool) -> int:
+    """Whole words (64 slots; a sized state's groups are at most 64 slots)."""
+    return max(-(-slots // 64) * 64, 64)
 
 
 def _size_dtype(max_size: int | None) -> type:
-    """Per-slot sizes as int32 when they fit (a tree leaf is then 16 slots: one cache line),
-    else (or when unknown, as in a stream) int64 with 8-slot leaves. Measured on sized Zipf at
-    4 M accesses: int32 0.30 s, int64 0.42 s, uint16 (32-slot leaves) 0.66 s, uint8 (64) 1.18 s."""
-    return np.int32 if max_size is not None and max_size <= np.iinfo(np.int32).max else np.int64
+    """Per-slot sizes in the narrowest integer that holds the largest size (int64 when unknown):
+    a group of 16 slots is then 16 to 128 bytes, loaded as one vector either way."""
+    if max_size is None:
+        return np.int64
+    for dtype in (np.uint8, np.uint16, np.int32):
+        if max_size <= np.iinfo(dtype).max:
+            return dtype
+    return np.int64
 
 
 def _largest(sizes: np.ndarray | None) -> int | None:
@@ -122,7 +164,7 @@ def raise_size_mismatch(
     assert sizes is not None, "unit sizes cannot change"
     key_id = int(keys.ids[position])
     raise ValueError(
-        f"key {keys.key_of(position)!r} has size {int(state.size_of[key_id])} earlier but size "
+        f"key {keys.key_of(position)!r} has size {state.size_of_key(key_id)} earlier but size "
         f"{int(sizes[position])} at position {position + offset}; a key's size must be fixed."
     )
 
@@ -154,21 +196,34 @@ def replay_keeping_state(
     sizes: np.ndarray | None,
     progress: Callable[[int, int], None] | None = None,
     on_chunk: Callable[[int, int, np.ndarray], None] | None = None,
-    chunk: int = _CHUNK,
+    chunk: int | None = None,
+    table: np.ndarray | None = None,
+    window: tuple[int, int] = (0, 0),
+    max_total: int | None = None,
+    max_size: int | None = None,
 ) -> tuple[np.ndarray, ReplayState]:
-    """Stack distances and the final replay state (its ``size_of`` holds every key's size).
+    """Stack distances and the final replay state (its ``size_of`` holds every key's size when
+    sized; ``scalars[1]`` the total size of the distinct keys).
 
     With ``progress`` or ``on_chunk`` the replay runs in chunks of ``chunk`` accesses, calling
-    ``progress(done, total)`` and ``on_chunk(lo, hi, distances[lo:hi])`` after each.
+    ``progress(done, total)`` and ``on_chunk(lo, hi, distances[lo:hi])`` after each. With a
+    counting ``table`` (see :class:`stackdist.engine.histogram.CountingTable`) the distances of
+    the accesses in ``window`` are counted into it during the replay. ``max_total``: a bound on
+    the total size of the distinct keys, if known (narrower pyramid integers); ``max_size``:
+    the largest size, if known (saves a pass).
     """
     n = dense.ids.shape[0]
     out = np.empty(n, np.int64)
-    state = ReplayState(dense.n_keys, sized=sizes is not None, track_sizes=sizes is not None, max_size=_largest(sizes))
-    step = n if progress is None and on_chunk is None else chunk
+    sized = sizes is not None
+    state = ReplayState(dense.n_keys, sized=sized, track_sizes=sized, max_size=max_size or _largest(sizes),
+                        max_total=max_total)
+    step = n if progress is None and on_chunk is None else chunk or _CHUNK
+    start, stop = window
     for lo in range(0, n, max(step, 1)):
         hi = min(n, lo + step)
         chunk_sizes = None if sizes is None else sizes[lo:hi]
-        error = state.run(kernels.replay, dense.ids[lo:hi], chunk_sizes, out[lo:hi])
+        extra = () if table is None else (table, max(start - lo, 0), max(min(stop, hi) - lo, 0))
+        error = state.run(kernels.replay, dense.ids[lo:hi], chunk_sizes, out[lo:hi], *extra)
         if error >= 0:
             raise_size_mismatch(dense, sizes, state, lo + error)
         if on_chunk is not None:

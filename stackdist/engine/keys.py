@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import kernels
+from .intrinsics import njit
 
 __all__ = ["SIZE_LIMIT", "DenseKeys", "check_sizes", "check_total_size", "dense_keys", "first_size_change", "unique_sorted"]
 
@@ -74,13 +74,13 @@ def _key_array(items: list[Any]) -> np.ndarray:
 
 
 def _dense_integer_keys(arr: np.ndarray) -> DenseKeys:
-    lo, hi = (int(v) for v in kernels.min_max(arr))
+    lo, hi = (int(v) for v in min_max(arr))
     if lo >= 0 and hi < max(2 * arr.size, _DIRECT_ID_LIMIT):
         return DenseKeys(arr.astype(np.int64, copy=False), hi + 1, arr)
     values = arr.astype(np.int64, copy=False).view(np.uint64) if arr.dtype.kind == "i" else arr.astype(np.uint64, copy=False)
     bits = max(16, int(np.ceil(np.log2(max(arr.size, 2)))) - 2)
     while True:
-        ids, _uniques, n = kernels.factorize(values, bits)
+        ids, _uniques, n = factorize(values, bits)
         if n >= 0:
             return DenseKeys(ids, int(n), arr)
         bits += 2
@@ -105,10 +105,11 @@ def check_sizes(sizes: Any, n: int) -> np.ndarray | None:
     elif arr.dtype.kind not in "iub":
         raise ValueError(f"sizes must be positive integers; got dtype {arr.dtype}.")
     arr = arr.astype(np.int64, copy=False)
-    if int(arr.min()) <= 0:
+    lo, hi = (int(v) for v in min_max(arr))
+    if lo <= 0:
         bad = int(np.argmax(arr <= 0))
         raise ValueError(f"sizes must be positive integers; got {int(arr[bad])} at position {bad}.")
-    check_total_size(arr)
+    check_total_size(arr, hi)
     return arr
 
 
@@ -117,14 +118,17 @@ SIZE_LIMIT = 2**63 - 2
 cold sentinel (``COLD`` = 2**63 - 1), so no sum can wrap or be mistaken for a cold miss."""
 
 
-def check_total_size(sizes: np.ndarray) -> int:
+def check_total_size(sizes: np.ndarray, largest: int | None = None) -> int:
     """The exact total of ``sizes`` (int64, positive); ValueError when it exceeds :data:`SIZE_LIMIT`.
+    ``largest``, the largest size if known, lets small totals skip the overflow guard's pass.
 
     >>> check_total_size(np.array([2**62, 2**62 - 3]))
     9223372036854775805
     """
     if sizes.size == 0:
         return 0
+    if largest is not None and largest * sizes.size < 2**62:
+        return int(np.sum(sizes))
     rough = float(np.sum(sizes, dtype=np.float64))
     total = int(np.sum(sizes)) if rough < 2.0**62 else sum(sizes.tolist())
     if total > SIZE_LIMIT:
@@ -170,3 +174,52 @@ def unique_sorted(values: np.ndarray) -> np.ndarray:
     if ordered.size == 0:
         return ordered
     return ordered[np.r_[True, ordered[1:] != ordered[:-1]]]
+
+
+@njit(cache=True, nogil=True)
+def factorize(values, table_bits):
+    """Dense ids 0..n-1 in order of first appearance for uint64 ``values`` (open addressing).
+
+    Returns ``(ids, uniques, n)``, or ``n == -1`` when the table (``2**table_bits`` slots) got
+    more than half full; the caller then retries with a larger table. O(1) expected per value.
+    """
+    size = 1 << table_bits
+    mask = np.uint64(size - 1)
+    shift = np.uint64(64 - table_bits)
+    table_keys = np.empty(size, np.uint64)
+    table_ids = np.full(size, -1, np.int64)
+    ids = np.empty(values.shape[0], np.int64)
+    uniques = np.empty(size // 2, np.uint64)
+    n = 0
+    for i in range(values.shape[0]):
+        v = values[i]
+        h = ((v ^ (v >> np.uint64(31))) * np.uint64(0x9E3779B97F4A7C15)) >> shift
+        while True:
+            j = table_ids[h]
+            if j < 0:
+                if n >= size // 2:
+                    return ids, uniques, -1
+                table_keys[h] = v
+                table_ids[h] = n
+                uniques[n] = v
+                ids[i] = n
+                n += 1
+                break
+            if table_keys[h] == v:
+                ids[i] = j
+                break
+            h = (h + np.uint64(1)) & mask
+    return ids, uniques[:n], n
+
+
+@njit(cache=True, nogil=True)
+def min_max(values):
+    """(smallest, largest) of a non-empty array in one pass."""
+    lo = values[0]
+    hi = values[0]
+    for v in values:
+        if v < lo:
+            lo = v
+        elif v > hi:
+            hi = v
+    return lo, hi
