@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "kvlab.placement", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=120)
+                          cwd=ROOT, env=env, timeout=120, check=False)
 
 
 def test_experiments_quick_writes_json_and_figures(tmp_path: Path) -> None:
@@ -39,6 +40,9 @@ def test_experiments_quick_writes_json_and_figures(tmp_path: Path) -> None:
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
     assert proc.stdout == ""  # data to files, progress to stderr
     assert "wrote" in proc.stderr
+    stages = re.findall(r"^\[(\d+)/9\] (.+): done, (?:(\d+) simulations in )?[\d.]+ s \(CPU [\d.]+ s\)", proc.stderr, re.MULTILINE)
+    assert [int(n) for n, _, _ in stages] == list(range(1, 10))  # one end line per stage, named, with times
+    assert stages[0][1:] == ("grid chat", "24") and stages[-1][1] == "outputs"
 
 
 def test_simulate_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
