@@ -138,7 +138,8 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
         if reuse.get("requests_next_prompt_shorter_than_prompt_plus_answer"):
             lines.insert(3, f"decode reuse: {reuse['requests_next_prompt_shorter_than_prompt_plus_answer']:,} next prompt(s) extend "
                             "the earlier prompt by less than its answer: answers look edited before reuse (e.g. thinking "
-                            "stripped), so the inferred reuse may over-count (the plan without --decode-reuse is the floor)")
+                            f"stripped); {reuse.get('sessions_taken_as_editing_answers') or 0:,} such session(s) get no inferred "
+                            "reuse, elsewhere it may over-count (the plan without --decode-reuse is the floor)")
     for row in section["pools"]:
         gib = "" if row["gib"] is None else f"{row['gib']:.2f}"
         if not row["feasible"]:

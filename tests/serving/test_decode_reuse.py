@@ -179,3 +179,19 @@ def test_report_counts_next_prompts_shorter_than_prompt_plus_answer():
     report = reuse_report(t, None)
     assert report["requests_next_prompt_shorter_than_prompt_plus_answer"] == 1 and report["requests_continued"] == 1
     assert continuations(t, engine_pages(t)).tolist() == [-1, -1, 3, -1]
+
+
+def test_a_session_that_shows_an_edited_answer_gets_no_inferred_reuse():
+    from stackdist.traces import RequestTrace
+
+    # session 0: r0 -> r1 verbatim-looking (long enough), r1 -> r2 shorter than r1 + answer (edited);
+    # session 1: r3 -> r4 long enough
+    blocks = [[1], [1, 2, 3, 4], [1, 2, 3, 4, 5], [7], [7, 8, 9]]
+    t = RequestTrace.from_blocks(blocks, block_size=16, output_length=[30, 40, 1, 20, 1])
+    t = type(t)(**{**vars(t), "session_ids": np.array([0, 0, 0, 1, 1])})
+    pages = engine_pages(t)
+    assert continuations(t, pages, trust_edited_sessions=True).tolist() == [1, -1, -1, 4, -1]
+    assert continuations(t, pages).tolist() == [-1, -1, -1, 4, -1]
+    report = reuse_report(t, None)
+    assert report["requests_next_prompt_shorter_than_prompt_plus_answer"] == 1
+    assert report["sessions_taken_as_editing_answers"] == 1 and report["requests_continued"] == 1
