@@ -240,6 +240,16 @@ def test_stream_unit_batch_after_sized_batch_still_checks_sizes():
     assert stream.feed(["a"], [5]).tolist() == [6]  # below b: its own 5 plus b's 1
 
 
+def test_stream_unit_batches_then_sized_batches_on_one_state():
+    # One stream state takes unit batches (no sizes given) and sized ones in any order; a unit
+    # batch once laid the counts out as unit sizes, and the sized batch after it read them wrongly.
+    rng = np.random.default_rng(31)
+    keys = rng.integers(0, 300, 3000)
+    stream = StackDistanceStream()
+    got = np.concatenate([stream.feed(keys[:1500]), stream.feed(keys[1500:], np.ones(1500, np.int64))])
+    assert as_optional(got) == FenwickStackDistance().distances(keys.tolist(), [1] * keys.size)
+
+
 @pytest.mark.parametrize("size_kind", ["unit", "equal", "varied"])
 def test_bit_packed_state_across_many_words_and_compactions(size_kind):
     # Hundreds of keys: many 64-slot words, partial words, and a compaction every few hundred
