@@ -211,6 +211,14 @@ def test_the_mooncake_block_ids_equal_the_exact_reader(tmp_path):
         list(iter_block_id_chunks(str(odd)))
     odd.write_text('{"timestamp": 1.5, "input_length": 600, "hash_ids": [1, 2], "x": [3]}\n')
     assert [c.tolist() for c in iter_block_id_chunks(str(odd))] == [[1, 2]]
+    rows = [f'{{"timestamp": {i}, "input_length": 1024, "hash_ids": [{i % 7}, {100 + i}]}}' for i in range(20_000)]
+    odd.write_text("\n".join(rows) + "\n")  # over 1 MB: the block is scanned in two halves at once
+    got = np.concatenate(list(iter_block_id_chunks(str(odd))))
+    assert got.tolist() == read_mooncake(odd).block_ids.tolist()
+    rows[15_000] = rows[15_000].replace("1024", "99")
+    odd.write_text("\n".join(rows) + "\n")
+    with pytest.raises(TraceFormatError, match=r"m.jsonl:15001: hash_ids has 2 entries"):
+        list(iter_block_id_chunks(str(odd)))
 
 
 def test_plan_and_tiers_read_streamed_inputs_as_the_plain_file(tmp_path):
