@@ -936,3 +936,14 @@ def test_kvlab_summarize_output_folder_or_empty_is_a_usage_error(capsys, tmp_pat
     inp.write_text(TTFT_LINES)
     code, _, err = kv(capsys, "summarize", inp, output.format(dir=tmp_path))
     one_line_error(err, code, 2, "OUTPUT.json")
+
+
+@pytest.mark.parametrize("out", ["{dir}", "", "{dir}/t.csv/x"])
+def test_placement_generate_checks_its_output_before_any_work(capsys, tmp_path, out):
+    from kvlab.placement.__main__ import main as placement_main
+
+    (tmp_path / "t.csv").write_text("a\n")
+    code = placement_main(["generate", "chat", "--param", "n_sessions=2", "--out", out.format(dir=tmp_path)])
+    _, err = capsys.readouterr()
+    one_line_error(err, code, 2 if "t.csv" not in out else 1, "--out")
+    assert (tmp_path / "t.csv").read_text() == "a\n"

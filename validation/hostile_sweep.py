@@ -190,7 +190,7 @@ def commands(d: Path) -> list[dict[str, Any]]:
          "json_stdout": True},
         {"name": "placement generate", "entry": "placement", "argv": ["generate", "chat", "--param", "n_sessions=2",
                                                                       "--out", str(d / "g.jsonl")],
-         "inputs": [], "outputs": {}},
+         "inputs": [], "outputs": {"--out": d / "g.jsonl"}},
     ]
 
 
@@ -254,8 +254,8 @@ def sweep_flags(s: Sweep, d: Path, values: list[str], only: str | None) -> None:
                 before = _digest(cmd["inputs"])
                 code, out, err, escaped = _run_in_process(cmd["entry"], argv)
                 s.judge(f"{cmd['name']} {action.option_strings[-1]} {value!r}", code, out, err, escaped,
-                        outputs=[] if value in ("-", "") else [p for p in cmd["outputs"].values()
-                                                            if action.option_strings[-1] not in ("-o", "--output", "--json")],
+                        outputs=[] if value in ("-", "") or set(action.option_strings) & set(cmd["outputs"])
+                        or action.option_strings[-1] in ("--output", "--json") else list(cmd["outputs"].values()),
                         json_stdout=cmd.get("json_stdout", False) and action.option_strings[-1] not in ("--json",),
                         inputs=cmd["inputs"], inputs_before=before, folder=d)
 
@@ -350,9 +350,10 @@ def sweep_inputs(s: Sweep, d: Path) -> None:
                 code, out, err, escaped = _run_in_process(cmd["entry"], cmd["argv"])
                 s.judge(f"{cmd['name']} input {src.name} = {label}", code, out, err, escaped, expect=expect,
                         outputs=list(cmd["outputs"].values()), folder=d)
-    for argv in (["curve", "/dev/null"], ["plan", "/dev/null"], ["tiers", "/dev/null", "--gpu", "1"]):
-        code, out, err, escaped = _run_in_process("stackdist", argv)
-        s.judge(f"{' '.join(argv)}", code, out, err, escaped, expect={1})
+    for argv, expect in ((["curve", "/dev/null"], {2}), (["curve", "/dev/null", "--format", "csv"], {1}),
+                         (["plan", "/dev/null"], {1}), (["tiers", "/dev/null", "--gpu", "1", "--format", "jsonl"], {1})):
+        code, out, err, escaped = _run_in_process("stackdist", argv)  # without --format: no extension to guess from
+        s.judge(f"{' '.join(argv)}", code, out, err, escaped, expect=expect)
 
 
 # ------------------------------------------------------------------ real processes
@@ -424,6 +425,7 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="hostile_sweep."))
     d = base / "work"
     d.mkdir()
+    os.chdir(d)  # relative output names given as hostile values land here
     mounts = _mounts(base)
     s = Sweep()
     skip = set(args.skip.split(","))

@@ -240,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
         restore = install_interrupt_handler("kvlab.placement")
         args = build_parser().parse_args(argv)
-        return run_guarded(f"kvlab.placement {args.command}", lambda: _COMMANDS[args.command](args))
+        outputs = [("--out", args.out)] if args.command == "generate" else []  # a file: checked before any work
+        return run_guarded(f"kvlab.placement {args.command}", lambda: _COMMANDS[args.command](args), outputs)
     except KeyboardInterrupt:
         print("kvlab.placement: interrupted", file=sys.stderr)
         return 130
