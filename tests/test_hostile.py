@@ -465,7 +465,7 @@ def test_plan_table_without_reuse_does_not_claim_zero_capacity_meets_a_fraction_
     code, out, _ = run(capsys, "plan", path, "--semantics", "engine")
     assert code == 0 and "no block is ever reused" in out
 # ------------------------------------------------------------------ kvlab
-from kvlab.__main__ import main as kvlab_main  # noqa: E402
+from kvlab.__main__ import main as kvlab_main
 
 TTFT_LINES = "".join(
     json.dumps({"config": c, "pass": "p1", "doc": 0, "doc_tokens": 8, "ttft_ms": ms, "total_ms": 90}) + "\n"

@@ -180,7 +180,7 @@ class Schedule:
         """
         import io
 
-        from stackdist.output import write_atomic  # the one output guard: atomic, through symlinks, modes kept
+        from stackdist.output import write_atomic  # the one atomic writer
 
         buf = io.StringIO(newline="")
         w = csv.writer(buf)
