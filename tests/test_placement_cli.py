@@ -22,9 +22,11 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
                           cwd=ROOT, env=env, timeout=120, check=False)
 
 
-def test_experiments_quick_writes_json_and_figures(tmp_path: Path) -> None:
-    proc = run("experiments", "--quick", "--out", str(tmp_path / "out"))
-    assert proc.returncode == 0, proc.stderr
+def test_experiments_quick_writes_json_and_figures(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    # In-process (the module entry point runs in a fresh process in test_help_has_examples).
+    code = main(["experiments", "--quick", "--out", str(tmp_path / "out")])
+    stdout, stderr = capfd.readouterr()
+    assert code == 0, stderr
     out = tmp_path / "out"
     results = json.loads((out / "results.json").read_text())
     assert (out / "claims.md").read_text().startswith("| # | paper's claim |")
@@ -38,9 +40,9 @@ def test_experiments_quick_writes_json_and_figures(tmp_path: Path) -> None:
     points = results["composition_sweep"]["points"]
     assert len(points) == 6 and results["composition_sweep"]["frontier"]  # 3 steps, HBM > 0: 3 + 2 + 1
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
-    assert proc.stdout == ""  # data to files, progress to stderr
-    assert "wrote" in proc.stderr
-    stages = re.findall(r"^\[(\d+)/9\] (.+): done, (?:(\d+) simulations in )?[\d.]+ s \(CPU [\d.]+ s\)", proc.stderr, re.MULTILINE)
+    assert stdout == ""  # data to files, progress to stderr
+    assert "wrote" in stderr
+    stages = re.findall(r"^\[(\d+)/9\] (.+): done, (?:(\d+) simulations in )?[\d.]+ s \(CPU [\d.]+ s\)", stderr, re.MULTILINE)
     assert [int(n) for n, _, _ in stages] == list(range(1, 10))  # one end line per stage, named, with times
     assert stages[0][1:] == ("grid chat", "24") and stages[-1][1] == "outputs"
 
