@@ -76,7 +76,7 @@ def test_edited_answers_bracket_the_engine(name, capsys, tmp_path):
     engine, _, _ = _engine(DATA / name)
     with_reuse, without = _scored(capsys, tmp_path, name), _scored(capsys, tmp_path, name, reuse=False)
     trusting = dict(zip(read_dynamo(DATA / name).request_labels.tolist(), _model(name, trust=True).tolist()))
-    assert sum(without.values()) < sum(engine.values()) < sum(trusting.values())
+    assert sum(without.values()) <= sum(engine.values()) < sum(trusting.values())  # = when every answer is edited
     assert all(without[k] <= engine[k] <= trusting[k] for k in engine)
     assert all(without[k] <= with_reuse[k] <= trusting[k] for k in engine)
     assert abs(sum(with_reuse.values()) - sum(engine.values())) < sum(trusting.values()) - sum(engine.values())

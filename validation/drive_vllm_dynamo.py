@@ -60,6 +60,8 @@ CONFIGS = {
     "think2": dict(workers=2, router="session", sessions=6, think=0.5, fork=False, budget=2048, seed=13),
     "kv4": dict(workers=4, router="kv", sessions=5, think=0.3, fork=True, budget=4096, seed=14),
     "burst2": dict(workers=2, router="session", sessions=5, think=0.0, fork=False, budget=256, seed=16),
+    "think100": dict(workers=2, router="session", sessions=5, think=1.0, fork=False, budget=2048, seed=33),
+    "verbatim4": dict(workers=4, router="kv", sessions=6, think=0.0, fork=True, budget=512, seed=35),
     "tiny2": dict(workers=2, router="kv", sessions=3, think=0.0, fork=True, budget=512, seed=15, small=True),
     "tinythink2": dict(workers=2, router="session", sessions=3, think=0.5, fork=False, budget=512, seed=17, small=True),
 }
