@@ -422,6 +422,7 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="comma-separated parts to skip: flags,outputs,inputs,processes")
     ap.add_argument("--json", default=str(REPO / "validation" / "results" / "hostile_sweep.json"))
     args = ap.parse_args()
+    result_path, home = Path(args.json).resolve(), os.getcwd()
     base = Path(tempfile.mkdtemp(prefix="hostile_sweep."))
     d = base / "work"
     d.mkdir()
@@ -440,6 +441,7 @@ def main() -> int:
         if "processes" not in skip:
             sweep_processes(s, d, [0.3] if args.quick else [0.05, 0.3, 0.8, 1.5])
     finally:
+        os.chdir(home)
         for p in mounts.values():
             subprocess.run(["umount", str(p)], check=False)
         shutil.rmtree(base, ignore_errors=True)
@@ -450,8 +452,9 @@ def main() -> int:
         print(f"  {n:5d}  {kind}")
         for f in [f for f in s.failures if f["class"] == kind][:6]:
             print(f"           {f['case']}: {f['detail'][-160:]!r}")
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"cases": s.cases, "failures": s.failures, "by_class": dict(by_class)}, indent=1))
+    result_path.parent.mkdir(parents=True, exist_ok=True)
+    result_path.write_text(json.dumps({"cases": s.cases, "failures": s.failures, "by_class": dict(by_class),
+                                       "quick": args.quick, "mounts": list(mounts)}, indent=1) + "\n")
     return 1 if s.failures else 0
 
 
