@@ -10,6 +10,7 @@ data folder does not exist; a folder without a manifest fails.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -36,14 +37,19 @@ def _manifest() -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+@functools.cache
+def _pages(path: Path, block_size: int) -> Any:
+    """The engine pages of one committed trace, read once per process (the runs share traces)."""
+    return engine_pages(stackdist.read_mooncake(path, block_size))
+
+
 def _pool(text: str) -> int | None:
     return None if text == "inf" else int(text)
 
 
 def compare_run(data: Path, trace_meta: dict[str, Any], run: dict[str, Any]) -> dict[str, int]:
     """Assert the model equals one engine run; returns counts (requests, pools, infeasible)."""
-    tr = stackdist.read_mooncake(data / trace_meta["file"], trace_meta["hash_block_size"])
-    pages = engine_pages(tr)
+    pages = _pages(data / trace_meta["file"], trace_meta["hash_block_size"])
     decode = run["decode"] == "decode"
     if run["schedule"] == "serial":
         sched = Schedule.serial(pages.n_requests)
@@ -71,8 +77,7 @@ def compare_run(data: Path, trace_meta: dict[str, Any], run: dict[str, Any]) -> 
 
 def compare_smallest_feasible(data: Path, trace_meta: dict[str, Any], run: dict[str, Any]) -> None:
     """The drivers' bisection, repeated over the model in the same interval, lands on the same pool."""
-    tr = stackdist.read_mooncake(data / trace_meta["file"], trace_meta["hash_block_size"])
-    pages = engine_pages(tr)
+    pages = _pages(data / trace_meta["file"], trace_meta["hash_block_size"])
     decode = run["decode"] == "decode"
     sched = (Schedule.serial(pages.n_requests) if run["schedule"] == "serial"
              else Schedule.read_csv(data / trace_meta["schedule_csv"], pages.n_requests))
