@@ -6,6 +6,7 @@ Modules, in the order data flows:
   a :class:`Workload` converts to and from :class:`stackdist.traces.RequestTrace`.
 - :mod:`~kvlab.placement.policies`: recency, reuse frequency, predicted reuse, EWMA next touch.
 - :mod:`~kvlab.placement.hierarchy`: the tiers, exclusive or inclusive, counting block moves.
+- :mod:`~kvlab.placement.kernel`: the same tiers compiled (numba), one pass over the requests.
 - :mod:`~kvlab.placement.calibration`: the latency model, calibrated from ``data/fixtures``.
 - :mod:`~kvlab.placement.links`: the PCIe and NVMe links as contended FIFO servers.
 - :mod:`~kvlab.placement.simulator`: requests, transfers, prefetch, TTFT/TPOT.

@@ -275,6 +275,26 @@ def _slo_sessions(
     }
 
 
+def _chat_sweeps(
+    chat_w: Workload, caps: tuple[int, int, int], latency: LatencyModel, slo_ms: float, steps: int,
+    sweep_fraction: float, progress: _Progress,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The composition sweep (budget ``sweep_fraction`` x distinct blocks) and the SLO capacity as the SSD deepens."""
+    budget = max(steps, round(sweep_fraction * chat_w.n_distinct_blocks))
+    progress.start("composition sweep", steps * (steps + 1) // 2, f" (budget {budget} blocks, {steps} steps)")
+    points = composition_sweep(chat_w, budget, steps, SimConfig(latency=latency), progress=progress.tick)
+    progress.end()
+    sweep = {"workload": chat_w.name, "budget_blocks": budget, "steps": steps, "points": points,
+             "budget_fraction_of_distinct_blocks": sweep_fraction,
+             "frontier": pareto_frontier(points), "frontier_mean": pareto_frontier(points, y="ttft_mean_ms")}
+    hbm_grid = sorted({max(1, round(caps[0] * f)) for f in (0.125, 0.25, 0.5, 1, 2, 4)})
+    ssd_multiples = [0, 8, 16, 32, 64]
+    progress.start("SLO capacity as the SSD deepens", len(hbm_grid) * len(ssd_multiples), " at most")
+    rows = slo_capacity(chat_w, slo_ms, hbm_grid, ssd_multiples, SimConfig(latency=latency), progress=progress.tick)
+    progress.end()
+    return sweep, {"workload": chat_w.name, "slo_ttft_p99_ms": slo_ms, "hbm_grid": hbm_grid, "rows": rows}
+
+
 def run_experiments(
     out: str | Path, quick: bool = False, mooncake: list[str] | None = None, gpu_sessions: float = 1.0,
     slo_ms: float = 40.0, sweep_steps: int | None = None, seed: int = 0, plots: bool = True,
@@ -313,17 +333,7 @@ def run_experiments(
     contended = _contended(chat_w, caps, latency, scales, grid_rows[0], progress)
     progress.end()
     steps = sweep_steps or (3 if quick else 8)
-    budget = max(steps, round(sweep_fraction * chat_w.n_distinct_blocks))
-    progress.start("composition sweep", steps * (steps + 1) // 2, f" (budget {budget} blocks, {steps} steps)")
-    sweep = composition_sweep(chat_w, budget, steps, SimConfig(latency=latency), progress=progress.tick)
-    progress.end()
-    frontier = pareto_frontier(sweep)
-    frontier_mean = pareto_frontier(sweep, y="ttft_mean_ms")
-    hbm_grid = sorted({max(1, round(caps[0] * f)) for f in (0.125, 0.25, 0.5, 1, 2, 4)})
-    ssd_multiples = [0, 8, 16, 32, 64]
-    progress.start("SLO capacity as the SSD deepens", len(hbm_grid) * len(ssd_multiples), " at most")
-    slo = slo_capacity(chat_w, slo_ms, hbm_grid, ssd_multiples, SimConfig(latency=latency), progress=progress.tick)
-    progress.end()
+    sweep, slo = _chat_sweeps(chat_w, caps, latency, slo_ms, steps, sweep_fraction, progress)
     from stackdist.cli.common import tool_header
 
     results = {
@@ -338,10 +348,8 @@ def run_experiments(
         "workloads": [w.summary() for w in workloads],
         "grid": grid,
         "claims": _claims(grid, capacity, {"chat_lru_exclusive": contended}),
-        "composition_sweep": {"workload": chat_w.name, "budget_blocks": budget, "steps": steps, "points": sweep,
-                              "budget_fraction_of_distinct_blocks": sweep_fraction,
-                              "frontier": frontier, "frontier_mean": frontier_mean},
-        "slo_capacity": {"workload": chat_w.name, "slo_ttft_p99_ms": slo_ms, "hbm_grid": hbm_grid, "rows": slo},
+        "composition_sweep": sweep,
+        "slo_capacity": slo,
         "elapsed_s": None,
     }
     results["elapsed_s"] = round(time.time() - started, 1)
