@@ -947,3 +947,9 @@ def test_placement_generate_checks_its_output_before_any_work(capsys, tmp_path, 
     _, err = capsys.readouterr()
     one_line_error(err, code, 2 if "t.csv" not in out else 1, "--out")
     assert (tmp_path / "t.csv").read_text() == "a\n"
+
+
+def test_scaled_request_trace_window_is_refused_not_counted_in_blocks(capsys, req):
+    """--window counts requests on a request trace; the sampled path reads blocks only, so it refuses."""
+    code, _, err = run(capsys, "curve", req, "--format", "mooncake", "--window", "2:", "--sample-rate", "0.5")
+    one_line_error(err, code, 2, "--window")

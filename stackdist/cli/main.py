@@ -104,9 +104,16 @@ def _main(argv: list[str]) -> int:
 
 
 def _run(args: Any) -> int:
+    from stackdist.errors import UsageError
+    from stackdist.traces import REQUEST_FORMATS
+
     from .scale import scaled_runner
 
-    return (scaled_runner(args) or _runner(args.command))(args)
+    scaled = scaled_runner(args)
+    if scaled is not None and getattr(args, "format", None) in REQUEST_FORMATS and (args.window or args.warmup):
+        raise UsageError("--window and --warmup count the requests of a request trace; with --sample-*, --dask or a "
+                         "streamed input that is not available: drop them, or the scale flag.")
+    return (scaled or _runner(args.command))(args)
 
 
 if __name__ == "__main__":
