@@ -284,7 +284,7 @@ def test_unreachable_targets_say_why(capsys, t):
     code, out, _ = run(capsys, "curve", t, "--targets", "0.9")
     result = json.loads(out)
     assert code == 0 and result["min_capacity_for_hit_rate"]["0.9"] is None
-    assert "cold misses" in result["unreachable"]["0.9"]
+    assert "cold misses" in result["unreachable"]["0.9"]["reason"]  # the same shape as plan's
 
 
 def test_json_outputs_carry_schema_and_tool_version(capsys, t):

@@ -73,7 +73,7 @@ def curve_report(args: argparse.Namespace, curve: Any, targets: list[float], sam
         "window": args.window, "warmup": args.warmup,
         "summary": curve.summary(),
         "min_capacity_for_hit_rate": by_rate,
-        "unreachable": {k: unreachable_reason(curve, float(k)) for k, v in by_rate.items() if v is None},
+        "unreachable": {k: {"reason": unreachable_reason(curve, float(k))} for k, v in by_rate.items() if v is None},
         **({"no_reuse": "no key is accessed twice in the counted accesses: every access is a cold miss, at every "
             "capacity"} if not curve.ceiling_hits else {}),
         "min_capacity_for_fraction_of_ceiling": {  # no reuse at all: the ceiling is 0 and no target means anything
