@@ -31,24 +31,31 @@ SUBCOMMANDS = {
 _DESCRIPTION = "Exact LRU hit curves for KV-cache capacity planning."
 
 
-def build_parser() -> Parser:
-    """The ``stackdist`` parser with its three subcommands."""
+def build_parser(only: str | None = None) -> Parser:
+    """The ``stackdist`` parser with its subcommands, or with ``only`` that one (a run imports
+    just the modules its own subcommand needs: ``curve`` does not import the planner)."""
     parser = Parser(prog="stackdist", description=_DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"stackdist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    from .curve import add_curve_parser
-    from .plan import add_plan_parser
-    from .scale import SCALE_COMMANDS, add_scale_arguments
-    from .tiers import add_tiers_parser
-    from .watch import add_watch_parser
-
-    add_curve_parser(sub)
-    add_tiers_parser(sub)
-    add_plan_parser(sub)
-    add_watch_parser(sub)
-    for name in SCALE_COMMANDS:
-        add_scale_arguments(sub.choices[name])
+    for name in SUBCOMMANDS if only is None else (only,):
+        _add_subcommand(sub, name)
     return parser
+
+
+def _add_subcommand(sub: Any, name: str) -> None:
+    if name == "curve":
+        from .curve import add_curve_parser as add
+    elif name == "tiers":
+        from .tiers import add_tiers_parser as add
+    elif name == "plan":
+        from .plan import add_plan_parser as add
+    else:
+        from .watch import add_watch_parser as add
+    add(sub)
+    from .scale import SCALE_COMMANDS, add_scale_arguments
+
+    if name in SCALE_COMMANDS:
+        add_scale_arguments(sub.choices[name])
 
 
 def top_level_parser() -> Parser:
@@ -95,7 +102,7 @@ def _main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "--version"):
         top_level_parser().parse_args(argv)  # prints (or errors) and exits, as the full parser would
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(argv[0] if argv[0] in SUBCOMMANDS else None).parse_args(argv)
         outputs, inputs = declared_paths(args)  # from the parsers' InputPath / OutputPath arguments
         return run_command(args.command, lambda: _run(args), outputs, inputs)
     except KeyboardInterrupt:
