@@ -267,14 +267,20 @@ def load_trace_arrays(directory: Path) -> tuple[np.ndarray, np.ndarray | None]:
 # ----------------------------------------------------------------------------- timing
 @dataclass
 class Timing:
-    """Raw wall-clock times (seconds) of the repeats of one measured call, and its last result."""
+    """Raw wall-clock times (seconds) of the repeats of one measured call, its CPU times (this
+    process, all threads: ``time.process_time``) and its last result."""
 
     times: list[float]
     result: Any = None
+    cpu_times: list[float] = field(default_factory=list)
 
     @property
     def median(self) -> float:
         return float(statistics.median(self.times))
+
+    @property
+    def cpu_median(self) -> float | None:
+        return float(statistics.median(self.cpu_times)) if self.cpu_times else None
 
 
 def time_call(fn: Callable[..., Any], repeats: int, setup: Callable[[], Any] | None = None) -> Timing:
@@ -283,6 +289,7 @@ def time_call(fn: Callable[..., Any], repeats: int, setup: Callable[[], Any] | N
     With ``setup``, each repeat first calls it (untimed) and passes its result to ``fn``.
     """
     times: list[float] = []
+    cpu_times: list[float] = []
     result = None
     for _ in range(max(1, repeats)):
         prepared = setup() if setup is not None else None
@@ -290,14 +297,15 @@ def time_call(fn: Callable[..., Any], repeats: int, setup: Callable[[], Any] | N
         was_enabled = gc.isenabled()
         gc.disable()
         try:
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             result = fn(prepared) if setup is not None else fn()
             times.append(time.perf_counter() - start)
+            cpu_times.append(time.process_time() - cpu_start)
         finally:
             if was_enabled:
                 gc.enable()
         del prepared
-    return Timing(times, result)
+    return Timing(times, result, cpu_times)
 
 
 # ----------------------------------------------------------------------------- memory

@@ -44,12 +44,13 @@ def probe(method: str, keys_path: Path, n: int) -> dict[str, Any]:
     stackdist.hit_curve(keys[:100_000])
     stackdist.stack_distances(keys[:100_000])
     with C.PeakRSS() as meter:
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         held = stackdist.hit_curve(keys) if method == "engine.hit_curve" else stackdist.stack_distances(keys)
-        seconds = time.perf_counter() - start
+        seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     bins = int(held.histogram.values.size) if method == "engine.hit_curve" else None
     del held
-    return {"seconds": seconds, "peak_bytes": meter.peak_bytes, "trace_bytes": keys.nbytes, "histogram_bins": bins}
+    return {"seconds": seconds, "cpu_seconds": cpu_seconds, "peak_bytes": meter.peak_bytes, "trace_bytes": keys.nbytes,
+            "histogram_bins": bins}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,17 +82,22 @@ def main(argv: list[str] | None = None) -> int:
                     if "error" in result:
                         raise SystemExit(result["error"])
                     probes.append(result)
-                    C.log(f"  {n:,} {method} run {r + 1}: {result['seconds']:.2f} s, peak {result['peak_bytes'] / C.MIB:.0f} MiB")
+                    C.log(f"  {n:,} {method} run {r + 1}: {result['seconds']:.2f} s ({result['cpu_seconds']:.2f} s CPU), "
+                          f"peak {result['peak_bytes'] / C.MIB:.0f} MiB")
                 median_s = statistics.median(p["seconds"] for p in probes)
+                cpu_s = statistics.median(p["cpu_seconds"] for p in probes)
                 peak = max(p["peak_bytes"] for p in probes)
                 entry = {"n": n, "method": method, "runs": probes, "median_s": median_s, "m_acc_per_s": n / median_s / 1e6,
+                         "median_cpu_s": cpu_s, "m_acc_per_cpu_s": n / cpu_s / 1e6,
                          "peak_mib": peak / C.MIB, "trace_mib": probes[0]["trace_bytes"] / C.MIB,
                          "peak_over_trace_arrays": peak / probes[0]["trace_bytes"]}
                 report["runs"].append(entry)
                 rows.append({"n": f"{n:,}", "method": method, "s": C.fmt_seconds(median_s), "rate": f"{entry['m_acc_per_s']:.1f}",
+                             "cpu": C.fmt_seconds(cpu_s), "cpu_rate": f"{entry['m_acc_per_cpu_s']:.1f}",
                              "peak": f"{entry['peak_mib']:.0f}", "ratio": f"{entry['peak_over_trace_arrays']:.2f}"})
     report["machine"]["load_average_at_end"] = list(__import__("os").getloadavg())
     print(C.format_table(rows, [("n", "accesses"), ("method", "method"), ("s", "median s"), ("rate", "M acc/s"),
+                                ("cpu", "median CPU s"), ("cpu_rate", "M acc per CPU s"),
                                 ("peak", "peak MiB"), ("ratio", "peak / trace arrays")]))
     out = C.RESULTS_DIR / ("bench_memory_quick.json" if args.quick else "bench_memory.json")
     C.write_json_atomic(out, report)
