@@ -121,6 +121,7 @@ def main() -> int:
     parser.add_argument("--no-experiments", action="store_true", help="skip the whole-process experiments run")
     parser.add_argument("--no-throughput", action="store_true", help="skip the per-policy throughput table")
     parser.add_argument("--baseline-path", default=None, help="PYTHONPATH of an older checkout to run side by side")
+    parser.add_argument("--work-dir", default=None, help="keep the experiments' outputs here (default: a temporary folder)")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "bench_placement.json"))
     args = parser.parse_args()
     if args.accesses < 1000:
@@ -131,10 +132,11 @@ def main() -> int:
     }
     if not args.no_experiments:
         with tempfile.TemporaryDirectory() as tmp:
-            runs = {"current": run_experiments(Path(tmp) / "current", str(ROOT))}
+            work = Path(args.work_dir or tmp)
+            runs = {"current": run_experiments(work / "current", str(ROOT))}
             if args.baseline_path:
-                runs["baseline"] = run_experiments(Path(tmp) / "baseline", args.baseline_path)
-                runs["baseline"]["identical_results"] = same_results(Path(tmp) / "current", Path(tmp) / "baseline")
+                runs["baseline"] = run_experiments(work / "baseline", args.baseline_path)
+                runs["baseline"]["identical_results"] = same_results(work / "current", work / "baseline")
         report["experiments"] = runs
         print("| run | stage | simulations | wall (s) | CPU (s) |")
         print("|---|---|---:|---:|---:|")
