@@ -31,17 +31,25 @@ from .cost import (
     tier_cost_usd,
 )
 from .hierarchy import TieredCache
-from .policies import POLICIES, EWMANextTouch, Policy, PredictedReuse, Recency, ReuseFrequency, make_policy
 from .links import Link, LinkModel
+from .policies import (
+    POLICIES,
+    EWMANextTouch,
+    Policy,
+    PredictedReuse,
+    Recency,
+    ReuseFrequency,
+    make_policy,
+)
 from .simulator import SimConfig, SimResult, simulate
 from .workloads import Workload, agent, chat, docqa, from_mooncake, write_mooncake
 
 __all__ = [
+    "POLICIES",
     "EWMANextTouch",
     "LatencyModel",
     "Link",
     "LinkModel",
-    "POLICIES",
     "Policy",
     "PredictedReuse",
     "Recency",
