@@ -44,11 +44,11 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DEFAULT_FIXTURES",
+    "FIXTURE_KV_BYTES_PER_TOKEN",
     "LatencyModel",
     "derive_from_fixtures",
     "kv_bytes_per_token",
-    "FIXTURE_KV_BYTES_PER_TOKEN",
-    "DEFAULT_FIXTURES",
 ]
 
 #: ``tier_latency_h200.json kv_bytes_per_token`` (2 x 28 layers x 2 KV heads x 128 x 2 bytes).
@@ -96,7 +96,7 @@ class LatencyModel:
     @classmethod
     def hf_eager(cls, **overrides: float) -> LatencyModel:
         """The hardware model plus HF-eager host overhead, as measured (see module docstring)."""
-        base = dict(host_floor_ms=21.43, launch_overhead_ms=4.646, cached_prefix_penalty_ms=5.581)
+        base = {"host_floor_ms": 21.43, "launch_overhead_ms": 4.646, "cached_prefix_penalty_ms": 5.581}
         base.update(overrides)
         return cls(**base)
 

@@ -44,7 +44,7 @@ class Link:
 
     def send(self, t: float, duration_s: float) -> float:
         """Queue a transfer of ``duration_s`` seconds at time ``t`` (s); return when it ends."""
-        start = t if t > self.free_at else self.free_at
+        start = max(self.free_at, t)
         self.free_at = start + duration_s
         return self.free_at
 
@@ -56,7 +56,7 @@ class LinkModel:
     (``[pcie, nvme]``, or shorter for fewer tiers); a zero count queues nothing.
     """
 
-    __slots__ = ("latency", "block_bytes", "h2d", "d2h", "nvme")
+    __slots__ = ("block_bytes", "d2h", "h2d", "latency", "nvme")
 
     def __init__(self, latency: LatencyModel, block_bytes: int) -> None:
         self.latency = latency

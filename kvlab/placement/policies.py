@@ -32,14 +32,14 @@ from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 __all__ = [
+    "POLICIES",
+    "EWMANextTouch",
+    "HeapTier",
+    "LRUTier",
     "Policy",
+    "PredictedReuse",
     "Recency",
     "ReuseFrequency",
-    "PredictedReuse",
-    "EWMANextTouch",
-    "LRUTier",
-    "HeapTier",
-    "POLICIES",
     "make_policy",
 ]
 
@@ -115,7 +115,7 @@ class HeapTier:
     (2, 1)
     """
 
-    __slots__ = ("_priority", "_key", "_heap")
+    __slots__ = ("_heap", "_key", "_priority")
 
     def __init__(self, priority: Callable[[Hashable], Any]) -> None:
         self._priority = priority
