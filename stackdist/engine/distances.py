@@ -24,8 +24,16 @@ from . import kernels
 from .kernels import COLD
 from .keys import DenseKeys, check_sizes, dense_keys
 
-__all__ = ["COLD", "ReplayState", "stack_distances", "engine_depths", "replay_distances", "replay_keeping_state",
-           "replay_arrival_depths", "raise_size_mismatch"]
+__all__ = [
+    "COLD",
+    "ReplayState",
+    "engine_depths",
+    "raise_size_mismatch",
+    "replay_arrival_depths",
+    "replay_distances",
+    "replay_keeping_state",
+    "stack_distances",
+]
 
 
 class ReplayState:
