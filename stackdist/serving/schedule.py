@@ -7,7 +7,8 @@ This is the schedule of ``validation/SPEC.md`` (section *Schedules*): request ``
   arrives (the times are a canonical spacing that only serves the event order);
 - :meth:`Schedule.from_service_model`: ``arrival_s = (timestamp_ms - timestamp_ms of request 0) / 1000``,
   ``prefill_end_s = arrival_s + P / prefill_tokens_per_s``,
-  ``finish_s = prefill_end_s + O / decode_tokens_per_s`` (defaults 10000 and 50 tokens/s);
+  ``finish_s = prefill_end_s + max(O, 1) / decode_tokens_per_s`` (defaults 10000 and 50 tokens/s;
+  an engine generates at least one token, so a trace's ``output_length`` 0 counts as 1);
 - :meth:`Schedule.read_csv`: a schedule CSV ``request,arrival_s,prefill_end_s,finish_s``.
 
 :func:`event_order` turns a schedule into the engine's events, sorted by the SPEC's key
@@ -136,7 +137,8 @@ class Schedule:
             ms = ms_int
         arrival = (ms - ms[0]) / 1000.0 if len(ms) else ms.copy()
         prefill_end = arrival + np.asarray(trace.input_length, dtype=np.float64) / float(prefill_tokens_per_s)
-        finish = prefill_end + np.asarray(trace.output_length, dtype=np.float64) / float(decode_tokens_per_s)
+        answer = np.maximum(np.asarray(trace.output_length, dtype=np.float64), 1.0)  # an engine emits >= 1 token
+        finish = prefill_end + answer / float(decode_tokens_per_s)
         return cls(arrival, prefill_end, finish)
 
     @classmethod

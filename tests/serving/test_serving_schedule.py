@@ -95,3 +95,16 @@ def test_pages_checks() -> None:
                                np.array([20]), np.ones(1, np.int64), block_size=16)
     with pytest.raises(ValueError, match="cover the whole prompt"):
         engine_pages(t)
+
+
+def test_service_model_counts_an_empty_answer_as_one_token(tmp_path: Path) -> None:
+    # A Mooncake line with output_length 0 once made finish == prefill_end, which the event order
+    # rejects ("times tie across kinds"): plan --semantics vllm exited 1 on such a trace.
+    t = stackdist.RequestTrace.from_blocks([[1, 2], [1, 3]], block_size=16, output_length=[0, 4])
+    s = Schedule.from_service_model(t, 1000.0, 50.0)
+    assert (s.finish_s - s.prefill_end_s).tolist() == pytest.approx([1 / 50, 4 / 50])
+    event_order(s, np.array([0, 4]), decode=True)  # a valid order: no tie across kinds
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 0, "hash_ids": [1, 2]}\n'
+                    '{"timestamp": 0, "input_length": 600, "output_length": 0, "hash_ids": [1, 2]}\n')
+    assert stackdist.cli.main(["plan", str(path), "--semantics", "vllm", "--gpu-blocks", "100", "--json", str(tmp_path / "o.json")]) == 0
