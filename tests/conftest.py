@@ -41,3 +41,15 @@ def run_python() -> RunPython:
         return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
     return run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, compile the numba kernels once, in two processes, before the workers
+    start (``tests/warm_kernels.py``): each worker then loads them from numba's cache instead of
+    compiling them again. The controller only (a worker has ``workerinput``)."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    script = str(Path(__file__).with_name("warm_kernels.py"))
+    groups = [subprocess.Popen([sys.executable, script, group], cwd=REPO_ROOT) for group in ("engine", "serving")]
+    for process in groups:
+        process.wait()
