@@ -40,7 +40,7 @@ MIB = 1 << 20
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from stackdist.output import json_default  # noqa: E402  (needs the repository on sys.path)
+from stackdist.output import json_default
 
 
 class BenchUsageError(Exception):
@@ -343,7 +343,7 @@ class PeakRSS:
         self.peak_bytes = 0
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.method.startswith("VmHWM"):
             after = (_proc_status_kib("VmHWM") or 0) * 1024
         else:

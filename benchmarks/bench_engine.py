@@ -41,14 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _common as C
 import numpy as np
 
-import _common as C
-
-import stackdist  # noqa: E402  (path set up by _common)
-from kvlab.kvsim import LRUCache  # noqa: E402
-from stackdist.engine.reference import FenwickStackDistance  # noqa: E402
-from stackdist.engine import COLD  # noqa: E402
+import stackdist
+from kvlab.kvsim import LRUCache
+from stackdist.engine import COLD
+from stackdist.engine.reference import FenwickStackDistance
 
 SCRIPT = Path(__file__).resolve()
 SWEEP_POINTS = 100

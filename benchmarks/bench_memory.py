@@ -28,9 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import _common as C
+import numpy as np
 
 SCRIPT = Path(__file__).resolve()
 METHODS = ("engine.hit_curve", "engine.stack_distances")

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from _common import (
     CONVERSATION_TRACE,
     RESULTS_DIR,
@@ -42,11 +41,11 @@ from _common import (
 )
 
 from kvlab.kvsim import EnginePrefixCache, LRUCache
-from stackdist.planning import PrefixCurve
+from stackdist.planning import PlanOptions, PrefixCurve
+from stackdist.planning import build_plan as build_report
 from stackdist.serving import replay_requests
-from stackdist.traces.blocks import reblock
-from stackdist.planning import PlanOptions, build_plan as build_report
 from stackdist.traces import RequestTrace, read_mooncake
+from stackdist.traces.blocks import reblock
 
 CAPACITIES = 20
 

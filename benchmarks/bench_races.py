@@ -46,14 +46,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _common as C
 import numpy as np
 
-import _common as C
-
-from stackdist.engine import HitCurve  # noqa: E402  (path set up by _common)
-from stackdist.planning import PrefixCurve  # noqa: E402
-from stackdist.serving import replay_requests  # noqa: E402
-from stackdist.traces import RequestTrace, read_mooncake, reblock  # noqa: E402
+from stackdist.engine import HitCurve
+from stackdist.planning import PrefixCurve
+from stackdist.serving import replay_requests
+from stackdist.traces import RequestTrace, read_mooncake, reblock
 
 BIN = Path(sys.executable).parent
 ORACLE_GENERAL = np.dtype([("timestamp", "<u4"), ("obj_id", "<u8"), ("obj_size", "<u4"), ("next_access_vtime", "<i8")])

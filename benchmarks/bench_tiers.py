@@ -33,13 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import _common as C
 import numpy as np
 
-import _common as C
-
-import stackdist  # noqa: E402  (path set up by _common)
-from kvlab.kvsim import TwoTierCache  # noqa: E402
-from stackdist.engine.tiers import inclusive_grid, inclusive_tiers  # noqa: E402
+import stackdist
+from kvlab.kvsim import TwoTierCache
+from stackdist.engine.tiers import inclusive_grid, inclusive_tiers
 
 GPU_POINTS, CPU_POINTS = 10, 100
 SAMPLE_GPU = (0, 4, 9)  # grid rows replayed directly by default

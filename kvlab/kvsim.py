@@ -29,10 +29,10 @@ False
 from __future__ import annotations
 
 from collections import OrderedDict
-from numbers import Integral
 from collections.abc import Hashable, Iterable, Sequence
+from numbers import Integral
 
-__all__ = ["LRUCache", "TwoTierCache", "ExclusiveTierCache", "EnginePrefixCache", "MISS"]
+__all__ = ["MISS", "EnginePrefixCache", "ExclusiveTierCache", "LRUCache", "TwoTierCache"]
 
 #: Tier index that :meth:`ExclusiveTierCache.access` returns for a miss.
 MISS = -1

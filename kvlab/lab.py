@@ -32,7 +32,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .scenario import DEFAULT_DOCS, DEFAULT_GPU, DEFAULT_TOKENS, PassResult, run_scenario, scenario_trace
+from .scenario import (
+    DEFAULT_DOCS,
+    DEFAULT_GPU,
+    DEFAULT_TOKENS,
+    PassResult,
+    run_scenario,
+    scenario_trace,
+)
 from .summarize import Summary, SummaryError, summarize
 
 if TYPE_CHECKING:
@@ -45,16 +52,16 @@ __all__ = [
     "LAB_DESCRIPTIONS",
     "LAB_FILES",
     "MANIFEST",
-    "build_lab",
-    "manifest",
     "LabMismatchError",
+    "build_lab",
     "cliff_direct",
     "cliff_from_curve",
     "cpu_cliff_direct",
     "cpu_cliff_from_curve",
-    "scenario_from_curves",
+    "manifest",
     "run_lab",
     "run_lab_command",
+    "scenario_from_curves",
     "write_lab",
 ]
 
@@ -252,7 +259,9 @@ def write_lab(out_dir: Path, files: dict[str, bytes]) -> list[Path]:
     A failure (a full disk, Ctrl-C) leaves ``out_dir`` with its old results, never a mix of new
     and old files (:func:`stackdist.output.write_files_atomic`).
     """
-    from stackdist.output import write_files_atomic  # on use: the other kvlab commands do not load stackdist
+    from stackdist.output import (
+        write_files_atomic,  # on use: the other kvlab commands do not load stackdist
+    )
 
     return write_files_atomic(out_dir, {**files, MANIFEST: manifest(files)})[:len(files)]
 

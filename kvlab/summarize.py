@@ -54,7 +54,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-__all__ = ["CONFIGS", "REQUIRED_FIELDS", "SummaryError", "summarize", "write_json_atomic", "write_bytes_atomic", "main"]
+__all__ = ["CONFIGS", "REQUIRED_FIELDS", "SummaryError", "main", "summarize", "write_bytes_atomic", "write_json_atomic"]
 
 #: The allowed ``config`` values, in output order.
 CONFIGS: tuple[str, ...] = ("baseline", "lmcache")

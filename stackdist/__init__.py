@@ -112,9 +112,9 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "COLD",
+    "DEFAULT_MODEL",
     "AccessTrace",
     "CurveSteps",
-    "DEFAULT_MODEL",
     "HitCurve",
     "ModelGeometry",
     "PrefixCurve",

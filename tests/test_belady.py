@@ -3,12 +3,12 @@ traces (so it is optimal there), never below LRU, and the prefix form evicts lea
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
-
 from naive import random_requests
+
 from stackdist import HitCurve, engine_depths
 from stackdist.engine.belady import belady_hits, belady_prefix_hits, next_uses
 
@@ -17,7 +17,7 @@ def best_hits(keys: list[int], capacity: int) -> int:
     """The most hits any policy gets on a key stream: search every choice (admit or bypass each
     miss, evict any cached key)."""
 
-    @lru_cache(maxsize=None)
+    @cache
     def go(i: int, cached: frozenset) -> int:
         if i == len(keys):
             return 0
@@ -35,7 +35,7 @@ def best_hits(keys: list[int], capacity: int) -> int:
 
 
 def _best_prefix(requests: list[list[int]], capacity: int) -> int:
-    @lru_cache(maxsize=None)
+    @cache
     def go(r: int, cached: frozenset) -> int:
         if r == len(requests):
             return 0
@@ -129,5 +129,5 @@ def test_prefix_belady_hits_grow_with_capacity():
         requests = random_requests(rng, n_requests=40, max_blocks=6, branching=3)
         keys = [b for r in requests for b in r]
         offsets = np.r_[0, np.cumsum([len(r) for r in requests])]
-        totals = belady_prefix_hits(keys, offsets, list(range(0, 30))).sum(axis=1)
+        totals = belady_prefix_hits(keys, offsets, list(range(30))).sum(axis=1)
         assert np.all(np.diff(totals) >= 0)

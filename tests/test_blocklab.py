@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from naive import random_requests, request_trace
 
 from kvlab import blocklab
 from kvlab.blocklab import (
@@ -19,7 +20,6 @@ from kvlab.blocklab import (
     run_block_lab,
 )
 from kvlab.lab import LabMismatchError
-from naive import request_trace, random_requests
 from stackdist.traces.blocks import chain_hashes
 
 FIXTURE = Path(__file__).resolve().parent.parent / "data" / "fixtures" / "partial_prefix_h200.json"
@@ -54,7 +54,7 @@ def test_replay_equals_direct_simulation_on_random_prefix_chained_traces_at_ever
 def test_replay_equals_direct_simulation_on_a_cyclic_scan_with_one_key_requests():
     requests = [[0], [0], [1], [2], [0], [1], [2]] + [[5, 6, 7]] * 2
     trace = make_trace(requests)
-    for capacity in range(0, 10):
+    for capacity in range(10):
         assert replay_hits(trace, capacity) == direct_hits(trace, capacity), capacity
 
 

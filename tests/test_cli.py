@@ -10,8 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-
-from naive import run_stackdist, lru_hits
+from naive import lru_hits, run_stackdist
 
 
 @pytest.fixture()

@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from naive import (
+    lru_hits,
+    mooncake_block_stream,
+    random_trace,
+    real_lru_flags,
+    real_trace_capacities,
+    real_trace_paths,
+)
 
 from kvlab.kvsim import LRUCache
-from naive import lru_hits, mooncake_block_stream, random_trace, real_lru_flags, real_trace_capacities, real_trace_paths
 from stackdist import hit_curve
 from stackdist.engine.curve import parse_window
 
@@ -18,7 +25,7 @@ def every_capacity(keys, sizes) -> list[int]:
     keys, sizes = np.asarray(keys), np.asarray(sizes)
     total = int(sizes[np.unique(keys, return_index=True)[1]].sum()) if sizes.size else 0
     special = {s + d for s in np.unique(sizes).tolist() for d in (-1, 0, 1)}
-    return sorted(set(range(0, total + 3)) | {c for c in special if c >= 0})
+    return sorted(set(range(total + 3)) | {c for c in special if c >= 0})
 
 
 def _lru_window_hits(keys: list, sizes: list, capacity: int, start: int, stop: int) -> tuple[int, int]:
@@ -55,7 +62,7 @@ def test_min_capacity_for_is_the_smallest_reaching_capacity():
         caps = every_capacity(keys, sizes)
         hits = curve.hits_at(np.array(caps))
         sizes_hit = curve.hit_size_at(np.array(caps))
-        for target in range(0, keys.size + 2):
+        for target in range(keys.size + 2):
             expected = next((c for c, h in zip(caps, hits) if h >= target), None)
             assert curve.min_capacity_for(hits=target) == expected
         # hit_size targets up to a few past the ceiling (every target above it has no capacity)

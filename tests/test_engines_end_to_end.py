@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from naive import run_stackdist
 
 DATA = Path(__file__).parent / "data" / "engines"

@@ -12,7 +12,6 @@ import pytest
 from kvlab import kvsim
 from kvlab.kvsim import MISS, ExclusiveTierCache, LRUCache, TwoTierCache
 
-
 # --------------------------------------------------------------------------------------
 # Naive references: Python lists, O(n) per operation, written straight from the rules.
 # --------------------------------------------------------------------------------------
@@ -424,7 +423,7 @@ def test_lru_matches_naive_on_random_traces(size_mode: str) -> None:
 def test_lru_cyclic_scan_thrashes_below_footprint_and_hits_at_it() -> None:
     # A cyclic scan of n equal entries under LRU: all misses if fewer than n fit, all hits otherwise.
     for n in range(1, 8):
-        for capacity in range(0, 3 * n + 2):
+        for capacity in range(3 * n + 2):
             cache = LRUCache(capacity)
             for key in range(n):
                 cache.access(key, 3)

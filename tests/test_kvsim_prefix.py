@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from naive import random_requests, request_trace
 
 from kvlab.kvsim import EnginePrefixCache, LRUCache
-from naive import request_trace, random_requests
 from stackdist.planning import PrefixCurve
 from stackdist.serving import replay_requests
-
 
 make_trace = request_trace
 

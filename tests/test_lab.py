@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import doctest
 import json
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -64,7 +65,7 @@ def test_cliff_builders_match_hand_derivation_and_run_scenario() -> None:
 @pytest.mark.parametrize(("docs", "tokens"), [(1, 1), (3, 2), (7, 5)])
 def test_cliff_builders_follow_the_cyclic_rule(docs: int, tokens: int) -> None:
     footprint = docs * tokens
-    capacities = list(range(0, footprint + 3))
+    capacities = list(range(footprint + 3))
     assert cliff_direct(capacities, docs=docs, tokens=tokens) == {
         str(c): (docs if c >= footprint else 0) for c in capacities}
     # A GPU one document short of the footprint thrashes; the CPU tier decides the misses.

@@ -15,8 +15,6 @@ import ast
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("stackdist", "kvlab")
 STANDALONE = {"kvlab.kvsim", "kvlab.scenario", "kvlab.summarize"}

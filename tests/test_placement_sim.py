@@ -291,7 +291,7 @@ def test_composition_sweep_covers_every_split() -> None:
     w = chat(n_sessions=2, accesses_per_session=100, seed=0)
     points = composition_sweep(w, 12, 3, SimConfig())
     splits = sorted(tuple(p["capacities"]) for p in points)
-    assert splits == sorted((4 * i, 4 * j, 12 - 4 * i - 4 * j) for i in range(1, 4) for j in range(0, 4 - i))
+    assert splits == sorted((4 * i, 4 * j, 12 - 4 * i - 4 * j) for i in range(1, 4) for j in range(4 - i))
     assert all(sum(s) == 12 for s in splits)
     odd = [tuple(p["capacities"]) for p in composition_sweep(w, 10, 3, SimConfig())]
     assert len(odd) == 6 and all(sum(s) == 10 and min(s) >= 0 for s in odd) and all(s[0] > 0 for s in odd)
@@ -303,6 +303,6 @@ def test_slo_capacity_and_slo_sessions() -> None:
     assert [r["min_hbm_blocks"] for r in rows] == [1, 1]  # an SLO nobody misses: the smallest
     rows = slo_capacity(w, 0.0, [1, 4], [0], SimConfig())
     assert rows[0]["min_hbm_blocks"] is None
-    make = lambda n: chat(n_sessions=n, accesses_per_session=100, seed=0)  # noqa: E731
+    make = lambda n: chat(n_sessions=n, accesses_per_session=100, seed=0)
     assert max_sessions_meeting_slo(make, SimConfig(), 1e9, 5) == 5
     assert max_sessions_meeting_slo(make, SimConfig(), 0.0, 5) == 0

@@ -6,8 +6,8 @@ import json
 import math
 
 import pytest
+from naive import direct_requests, real_trace_paths, run_stackdist
 
-from naive import run_stackdist, direct_requests, real_trace_paths
 from stackdist.traces import read_mooncake
 
 CONVERSATION = real_trace_paths()[0]
@@ -21,8 +21,7 @@ def first_requests(tmp_path_factory):
     """The first 1500 requests of the conversation trace as a small Mooncake file."""
     path = tmp_path_factory.mktemp("plan") / "head.jsonl"
     with open(CONVERSATION) as src, open(path, "w") as dst:
-        for _, line in zip(range(1500), src):
-            dst.write(line)
+        dst.writelines(line for _, line in zip(range(1500), src))
     return path
 
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import stackdist.traces.blocks as prefix
 from stackdist.errors import UsageError
-from stackdist.traces.blocks import ROOT_HASH, chain_hashes, dense_ids, reblock
 from stackdist.traces import RequestTrace, read_mooncake
+from stackdist.traces.blocks import ROOT_HASH, chain_hashes, dense_ids, reblock
 
 TRACES = Path(__file__).parent.parent / "data" / "traces"
 U64_MAX = 2**64 - 1

@@ -12,8 +12,8 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_readme_examples_with_outputs():
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    checked = [b for b in blocks if re.search(r"^>>> .*\n(?!>>>|\.\.\.)\S", b, flags=re.M)]
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    checked = [b for b in blocks if re.search(r"^>>> .*\n(?!>>>|\.\.\.)\S", b, flags=re.MULTILINE)]
     assert checked, "the README should hold at least one example with its output"
     parser, runner = doctest.DocTestParser(), doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     for i, block in enumerate(checked):

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from stackdist.errors import TraceFormatError, UsageError
-from stackdist.traces.blocks import chain_hashes
 from stackdist.traces import (
     AccessTrace,
     RequestTrace,
@@ -21,6 +20,7 @@ from stackdist.traces import (
     read_requests,
     read_token_ids,
 )
+from stackdist.traces.blocks import chain_hashes
 
 DATA = Path(__file__).parent / "data"
 TRACES = Path(__file__).parent.parent / "data" / "traces"

@@ -13,8 +13,8 @@ import csv
 import json
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 ENGINE_BLOCK = 16  # E: the engine block (page) size, tokens
 PREFILL_TOKENS_PER_S = 10000.0

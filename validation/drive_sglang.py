@@ -31,32 +31,31 @@ from array import array
 from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 warnings.filterwarnings("ignore")
 logging.disable(logging.CRITICAL)
 
-import torch  # noqa: E402
-
-from sglang.srt.server_args import ServerArgs  # noqa: E402
-from sglang.srt.runtime_context import get_context  # noqa: E402
+import torch
+from sglang.srt.runtime_context import get_context
+from sglang.srt.server_args import ServerArgs
 
 E = common.ENGINE_BLOCK
 # A default ServerArgs (CPU, page size 16) so the runtime accessors the batch code reads
 # (get_exec(), get_serving(), get_spec(), ...) hold their defaults. No model is loaded.
 get_context().set_server_args(ServerArgs(model_path="dummy", device="cpu", page_size=E))
 
-import sglang  # noqa: E402
-import sglang.srt.mem_cache.radix_cache as radix_cache_module  # noqa: E402
-from sglang.srt.managers.schedule_batch import Req, ScheduleBatch  # noqa: E402
-from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator  # noqa: E402
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
-from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import ReqToTokenPool  # noqa: E402
-from sglang.srt.mem_cache.radix_cache import RadixCache  # noqa: E402
-from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
-from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
-from sglang.srt.speculative.spec_info import SpeculativeAlgorithm  # noqa: E402
+import sglang
+import sglang.srt.mem_cache.radix_cache as radix_cache_module
+from sglang.srt.managers.schedule_batch import Req, ScheduleBatch
+from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.common import checkpoint_kv_cache, release_kv_cache
+from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+from sglang.srt.mem_cache.radix_cache import RadixCache
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
 
 class _LogicalClock:

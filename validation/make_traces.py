@@ -20,7 +20,7 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 SHARED_TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "traces")
 
@@ -195,9 +195,8 @@ def slice_real(name: str, n: int) -> list[dict]:
 def write_trace(out_dir: str, name: str, reqs: list[dict], block: int, how: str, meta: dict) -> None:
     path = os.path.join(out_dir, f"{name}.jsonl")
     with open(path, "w") as fh:
-        for d in reqs:
-            fh.write(json.dumps({"timestamp": d["timestamp"], "input_length": d["input_length"],
-                                 "output_length": d["output_length"], "hash_ids": d["hash_ids"]}) + "\n")
+        fh.writelines(json.dumps({"timestamp": d["timestamp"], "input_length": d["input_length"],
+                                 "output_length": d["output_length"], "hash_ids": d["hash_ids"]}) + "\n" for d in reqs)
     trace = common.read_trace(path)
     common.check_trace(trace, block)
     common.write_schedule(os.path.join(out_dir, f"{name}.schedule.csv"), common.service_model(trace))

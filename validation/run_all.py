@@ -23,7 +23,7 @@ import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import common  # noqa: E402
+import common
 
 REPO = os.path.dirname(HERE)
 DATA = os.path.join(REPO, "tests", "data", "engines")

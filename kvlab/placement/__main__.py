@@ -192,9 +192,9 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _calibration(args: argparse.Namespace) -> int:
-    from .calibration import DEFAULT_FIXTURES, LatencyModel, derive_from_fixtures
-
     from pathlib import Path
+
+    from .calibration import DEFAULT_FIXTURES, LatencyModel, derive_from_fixtures
 
     folder = Path(args.fixtures or DEFAULT_FIXTURES)
     if not folder.is_dir():

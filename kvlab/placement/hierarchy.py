@@ -37,7 +37,7 @@ from typing import cast
 
 from .policies import LRUTier, Policy, Recency, make_policy
 
-__all__ = ["TieredCache", "ORGANISATIONS", "MISS"]
+__all__ = ["MISS", "ORGANISATIONS", "TieredCache"]
 
 #: Tier index returned for a miss.
 MISS = -1

@@ -12,7 +12,7 @@ from typing import Any
 
 from stackdist.errors import INT64_MAX, UsageError
 
-__all__ = ["InputPath", "OutputPath", "WARMUP_HELP", "WINDOW_HELP", "access_window", "bounded_int", "declared_paths", "finite_float", "fraction_list", "int_list", "parse_int", "resolve_window", "warmup_accesses", "warmup_count", "window_spec"]
+__all__ = ["WARMUP_HELP", "WINDOW_HELP", "InputPath", "OutputPath", "access_window", "bounded_int", "declared_paths", "finite_float", "fraction_list", "int_list", "parse_int", "resolve_window", "warmup_accesses", "warmup_count", "window_spec"]
 
 
 class InputPath(str):

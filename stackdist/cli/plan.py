@@ -24,7 +24,15 @@ from stackdist.planning.prices import parse_prices
 from stackdist.planning.routing import ROUTING_ROUTERS, RoutingOptions, parse_sizes
 from stackdist.serving.schedule import Schedule
 
-from .args import InputPath, OutputPath, bounded_int, fraction_list, parse_int, resolve_window, window_spec
+from .args import (
+    InputPath,
+    OutputPath,
+    bounded_int,
+    fraction_list,
+    parse_int,
+    resolve_window,
+    window_spec,
+)
 from .budget_args import (
     add_budget_arguments,
     budget_epilog,

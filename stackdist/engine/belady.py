@@ -30,7 +30,7 @@ import numpy as np
 from .kernels import njit
 from .keys import dense_keys
 
-__all__ = ["next_uses", "belady_hits", "belady_prefix_hits"]
+__all__ = ["belady_hits", "belady_prefix_hits", "next_uses"]
 
 NEVER = np.iinfo(np.int64).max // 4
 

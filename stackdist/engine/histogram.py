@@ -22,7 +22,7 @@ from .distances import replay_keeping_state
 from .kernels import COLD, PACK_SHIFT, PREFETCH_FAR, njit, prefetch
 from .keys import DenseKeys
 
-__all__ = ["Histogram", "CountingTable", "merge", "replay_counting", "exact_fraction", "exact_count"]
+__all__ = ["CountingTable", "Histogram", "exact_count", "exact_fraction", "merge", "replay_counting"]
 
 COUNTING_LIMIT = 1 << 20
 """Distances up to max(2 x accesses, this) are counted in a table rather than sorted."""

@@ -502,8 +502,7 @@ def segment_running_max(values, offsets):
     for r in range(offsets.shape[0] - 1):
         best = values[offsets[r]] if offsets[r] < offsets[r + 1] else 0
         for i in range(offsets[r], offsets[r + 1]):
-            if values[i] > best:
-                best = values[i]
+            best = max(best, values[i])
             out[i] = best
     return out
 

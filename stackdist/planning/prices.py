@@ -15,7 +15,7 @@ import math
 
 from stackdist.errors import UsageError
 
-__all__ = ["TIERS", "PRICES_USD_PER_GB", "parse_prices", "price_list"]
+__all__ = ["PRICES_USD_PER_GB", "TIERS", "parse_prices", "price_list"]
 
 TIERS = ("hbm", "dram", "ssd")
 PRICES_USD_PER_GB: dict[str, float] = {"hbm": 187.50, "dram": 3.50, "ssd": 0.08}

@@ -8,10 +8,35 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-__all__ = ["SCHEMA_VERSION", "Capacity", "Unreachable", "WorkingSetRow", "unreachable_reason", "Coverage", "TierRow", "TierPlan", "CurveTable",
-           "WindowRow", "SemanticsPlan", "Comparison", "PoolRow", "EngineModelPlan", "TraceInfo", "ModelInfo", "Plan",
-           "TTFTSummary", "BudgetSemanticsRow", "BudgetEngineRow", "BudgetRow", "ReplicaPool", "Budgets",
-           "ClusterWorkerRow", "ClusterPoolRow", "RoutingWorthRow", "ClusterPlan"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "BudgetEngineRow",
+    "BudgetRow",
+    "BudgetSemanticsRow",
+    "Budgets",
+    "Capacity",
+    "ClusterPlan",
+    "ClusterPoolRow",
+    "ClusterWorkerRow",
+    "Comparison",
+    "Coverage",
+    "CurveTable",
+    "EngineModelPlan",
+    "ModelInfo",
+    "Plan",
+    "PoolRow",
+    "ReplicaPool",
+    "RoutingWorthRow",
+    "SemanticsPlan",
+    "TTFTSummary",
+    "TierPlan",
+    "TierRow",
+    "TraceInfo",
+    "Unreachable",
+    "WindowRow",
+    "WorkingSetRow",
+    "unreachable_reason",
+]
 
 SCHEMA_VERSION = 1
 

@@ -15,7 +15,7 @@ from .logs import read_dynamo, read_lmcache
 from .requests import RequestTrace, check_block_size
 from .tokens import read_token_ids
 
-__all__ = ["REQUEST_FORMATS", "DEFAULT_BLOCK_SIZE", "read_requests", "access_as_requests"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "REQUEST_FORMATS", "access_as_requests", "read_requests"]
 
 REQUEST_FORMATS = ("mooncake", "qwen", "tokens", "dynamo", "lmcache")
 DEFAULT_BLOCK_SIZE = {"mooncake": 512, "qwen": 16, "tokens": 16, "dynamo": 16, "lmcache": 256}

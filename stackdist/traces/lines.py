@@ -23,8 +23,23 @@ from stackdist.errors import TraceFormatError
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
 
-__all__ = ["INT64_MAX", "UINT64_MAX", "LineError", "read_bytes", "data_lines", "shown", "shown_text", "json_line",
-           "json_object", "is_int", "field", "count_field", "time_field", "int_array", "fit_int_keys"]
+__all__ = [
+    "INT64_MAX",
+    "UINT64_MAX",
+    "LineError",
+    "count_field",
+    "data_lines",
+    "field",
+    "fit_int_keys",
+    "int_array",
+    "is_int",
+    "json_line",
+    "json_object",
+    "read_bytes",
+    "shown",
+    "shown_text",
+    "time_field",
+]
 
 
 class LineError(Exception):
