@@ -342,7 +342,10 @@ def test_engine_semantics_on_the_sample_are_the_sub_traces_exact_depths(seed, ra
     depths = np.asarray(engine_depths(ids[keep], sub_offsets)) if keep.any() else np.zeros(0, np.int64)
     eff = segment_running_max(depths, sub_offsets) if depths.size else depths
     want = np.full(ids.size, -1, np.int64)
-    want[keep] = np.where(eff == COLD, COLD, np.ceil(eff / rate - 1e-9)).astype(np.int64)
+    warm = eff != COLD
+    scaled = np.full(eff.size, COLD, np.int64)
+    scaled[warm] = np.ceil(eff[warm] / rate - 1e-9).astype(np.int64)
+    want[keep] = scaled
     assert got.tolist() == want.tolist()
     curve = sampler.curve()
     assert curve.n_accesses == ids.size

@@ -318,7 +318,10 @@ class ShardsSampler:
         self._account(eff, t[idx], None)
         out = np.full(n, SKIP, np.int64)
         r = rate_of_threshold(t[idx])
-        out[idx] = np.where(eff == COLD, COLD, np.ceil(eff / r - 1e-9)).astype(np.int64)
+        warm = eff != COLD  # scaled apart: COLD as a float rounds to 2**63, which wraps in the cast
+        scaled = np.full(eff.size, COLD, np.int64)
+        scaled[warm] = np.ceil(eff[warm] / np.broadcast_to(r, eff.shape)[warm] - 1e-9).astype(np.int64)
+        out[idx] = scaled
         return out
 
     def add_unsampled(self, n: int, total_size: int) -> None:
