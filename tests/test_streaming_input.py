@@ -6,7 +6,6 @@ import gzip
 import io
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -240,25 +239,3 @@ def test_plan_and_tiers_read_streamed_inputs_as_the_plain_file(tmp_path):
     assert main(["tiers", str(keys), "--gpu", "1", "--cpu", "0,2", "-o", str(tmp_path / "t.json")]) == 0
     grid = json.loads((tmp_path / "t.json").read_text())
     assert grid["sampled"] is False and grid["inclusive"]["cpu_hits"] == [[0.0, 2.0]]
-
-
-def test_plan_reads_a_plain_mooncake_file_by_the_scan_as_the_exact_reader_does(tmp_path):
-    import argparse
-
-    from stackdist.cli.scale import read_request_trace
-    from stackdist.traces import read_requests
-
-    path = str(Path(__file__).resolve().parent.parent / "data" / "traces" / "mooncake_conversation_trace.jsonl")
-    lines = Path(path).read_text().splitlines()[:300]
-    lines[150] = lines[150].replace('"timestamp"', '"timestamp" ')  # still the scan's shape
-    lines[200] += "\r"  # a CRLF line
-    mixed = tmp_path / "m.jsonl"
-    mixed.write_text("\n".join(lines) + "\n\n")
-    empty = tmp_path / "e.jsonl"
-    empty.write_text("")
-    for p in (path, str(mixed), str(empty)):
-        ns = argparse.Namespace(trace=p, format="mooncake", block_size=None, skip_bad=False, partial_last_block=False)
-        got, want = read_request_trace(ns), read_requests(p, "mooncake", None, False, False)
-        for name in ("block_ids", "offsets", "block_tokens", "timestamps_s", "input_length", "output_length"):
-            assert np.array_equal(getattr(got, name), getattr(want, name)), (p, name)
-        assert (got.n_requests, got.skipped, got.block_size) == (want.n_requests, want.skipped, want.block_size)

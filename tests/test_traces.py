@@ -595,3 +595,40 @@ def test_request_trace_accepts_python_lists_with_huge_ids():
     assert trace.block_ids.dtype == np.uint64 and [int(b) for b in trace.block_ids] == [U64_MAX, 2**63, U64_MAX]
     with pytest.raises(ValueError, match="block ids must all fit in int64, or all in uint64"):
         RequestTrace(**{**valid_fields(), "block_ids": [-1, 2**63, 0]})
+
+
+def _mooncake_by_json(path):
+    """The obviously correct Mooncake reader: json.loads per non-blank line."""
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8-sig").splitlines() if line.strip()]
+    ids = [h for r in rows for h in r["hash_ids"]]
+    counts = [len(r["hash_ids"]) for r in rows]
+    return (ids, np.r_[0, np.cumsum(counts)].tolist(), [r["timestamp"] / 1000 for r in rows],
+            [r["input_length"] for r in rows], [r.get("output_length", 0) for r in rows])
+
+
+@pytest.mark.parametrize("name", ["conversation", "synthetic", "mixed", "fraction", "empty"])
+def test_read_mooncake_compiled_scan_equals_json_per_line(tmp_path, name):
+    # read_mooncake takes the compiled scan when every line has its plain shape, else the exact
+    # reader; both must give what json.loads gives, line for line: the real traces (scan), a file
+    # with extra spaces, a CRLF line, a BOM and blank lines (still the scan), the same with one
+    # fractional timestamp (the exact reader), an empty file.
+    real = Path(__file__).resolve().parent.parent / "data" / "traces" / f"mooncake_{name}_trace.jsonl"
+    path = real
+    if name in ("mixed", "fraction"):
+        lines = (Path(__file__).resolve().parent.parent / "data" / "traces" / "mooncake_conversation_trace.jsonl"
+                 ).read_text().splitlines()[:300]
+        lines[150] = lines[150].replace('"timestamp"', ' "timestamp" ')
+        lines[200] += "\r"
+        if name == "fraction":
+            lines[250] = lines[250].replace(lines[250].split(",")[0], '{"timestamp": 1234.5', 1)
+        path = tmp_path / "m.jsonl"
+        path.write_bytes(("\ufeff" + "\n".join(lines) + "\n\n").encode())
+    elif name == "empty":
+        path = tmp_path / "e.jsonl"
+        path.write_text("")
+    t = read_mooncake(path)
+    ids, offsets, times, inputs, outputs = _mooncake_by_json(path)
+    assert t.block_ids.tolist() == ids and t.offsets.tolist() == offsets
+    assert t.timestamps_s.tolist() == pytest.approx(times, abs=0)
+    assert t.input_length.tolist() == inputs and t.output_length.tolist() == outputs
+    assert t.block_tokens.sum() == sum(inputs) and t.skipped == 0

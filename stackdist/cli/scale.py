@@ -454,13 +454,9 @@ def read_request_trace(args: argparse.Namespace) -> Any:
         iter_request_chunks,
     )
 
-    if not is_streamed(args.trace) and args.format != "mooncake":
+    if not is_streamed(args.trace):
         return read_requests(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block)
-    # Mooncake files take the compiled scan too (the exact reader for any block it does not accept:
-    # the same trace and the same errors), 3-4x faster than parsing each line as JSON.
     chunks = list(iter_request_chunks(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block))
-    if not chunks and not is_streamed(args.trace):  # an empty file: the plain reader's empty trace
-        return read_requests(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block)
     return concat_requests(chunks, args.trace)
 
 
