@@ -129,7 +129,7 @@ def test_the_fast_delimited_path_equals_the_exact_reader(tmp_path, sized):
 
 
 def test_parse_int_lines_accepts_only_the_common_form():
-    from stackdist.traces.stream_input import parse_int_lines
+    from stackdist.traces.fast_delimited import parse_int_lines
 
     def run(text):
         keys, sizes, _m, cols, ok = parse_int_lines(np.frombuffer(text, np.uint8), ord(","))

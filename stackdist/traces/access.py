@@ -167,7 +167,13 @@ def _is_int_literal(text: str) -> bool:
 
 
 def _read_access_delimited(path: str | os.PathLike[str], delimiter: str | None) -> AccessTrace:
-    """Read the CSV/TSV/TXT form of an access trace."""
+    """Read the CSV/TSV/TXT form of an access trace (the compiled scan when every line is a
+    plain integer ``key[,size]``, else line by line)."""
+    from .fast_delimited import scan_delimited_file
+
+    scanned = scan_delimited_file(path, delimiter)
+    if scanned is not None:
+        return _checked(AccessTrace(scanned[0], scanned[1], os.fspath(path)))
     lines = []
     for lineno, raw in data_lines(path):
         try:
@@ -208,6 +214,11 @@ def _read_access_delimited(path: str | os.PathLike[str], delimiter: str | None) 
     return trace
 
 
+def _checked(trace: AccessTrace) -> AccessTrace:
+    trace._check()
+    return trace
+
+
 def _key_array_from_text(keys: list[str]) -> np.ndarray:
     """Integer array if every key is an integer literal that fits one 64-bit dtype, else str."""
     if all(_is_int_literal(k) for k in keys):
@@ -224,7 +235,13 @@ def _size_array(sizes: list[int], present: bool) -> np.ndarray | None:
 
 
 def _read_access_jsonl(path: str | os.PathLike[str]) -> AccessTrace:
-    """Read the JSONL form of an access trace."""
+    """Read the JSONL form of an access trace (the compiled scan when every line is a plain
+    ``{"key": INT[, "size": INT]}``, else ``json.loads`` line by line)."""
+    from .fast_json import scan_jsonl_file
+
+    scanned = scan_jsonl_file(path)
+    if scanned is not None:
+        return _checked(AccessTrace(scanned[0], scanned[1], os.fspath(path)))
     keys: list[Any] = []
     sizes: list[int] = []
     first: tuple[int, bool, bool] | None = None  # (line, key is int, has size)

@@ -18,6 +18,7 @@ reader's; on accepted lines both give the same arrays (tested).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +26,13 @@ import numpy as np
 
 from stackdist.engine.kernels import njit
 
+from .lines import whole_line_blocks
+
 if TYPE_CHECKING:
     from .requests import RequestTrace
 
-__all__ = ["jsonl_access_chunks", "mooncake_block_ids", "mooncake_chunks", "numbered_lines", "scan_access_jsonl", "scan_mooncake"]
+__all__ = ["jsonl_access_chunks", "mooncake_block_ids", "mooncake_chunks", "numbered_lines", "scan_access_jsonl", "scan_jsonl_file",
+           "scan_mooncake"]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -240,6 +244,37 @@ def scan_access_jsonl(buf):
         m += 1
         i += 1
     return keys[:m], sizes[:m], m, shape == 3, True
+
+
+def scan_jsonl_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(int64 keys, int64 sizes or None) of a JSONL access trace whose every line is a plain
+    ``{"key": INT}`` or ``{"key": INT, "size": INT}`` (:func:`scan_access_jsonl`, the same fields
+    on every line), read in 32 MiB blocks; ``None`` for any other file (then the exact reader
+    reads it: same keys, sizes and errors), an empty one, or one it cannot open. O(bytes).
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.jsonl"); _ = open(p, "w").write('{"key": 5}\\n{"key": -2}\\n')
+    >>> scan_jsonl_file(p)[0].tolist()
+    [5, -2]
+    """
+    keys: list[np.ndarray] = []
+    sizes: list[np.ndarray] = []
+    sized = None
+    try:
+        with open(path, "rb") as stream:
+            for block in whole_line_blocks(stream):
+                k, s, m, has_size, ok = scan_access_jsonl(np.frombuffer(block, np.uint8))
+                if not ok or (m and sized not in (None, has_size)):
+                    return None
+                if m:
+                    sized = has_size
+                    keys.append(k.copy())
+                    sizes.append(s.copy() if has_size else s[:0])
+    except OSError:
+        return None
+    if not keys:
+        return None
+    return np.concatenate(keys), (np.concatenate(sizes) if sized else None)
 
 
 def mooncake_block_ids(blocks: Iterable[bytes], block_size: int, exact: Callable[[list[tuple[int, bytes]]], Any]

@@ -14,7 +14,7 @@ import json
 import math
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -22,8 +22,11 @@ from stackdist.errors import TraceFormatError
 
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
+BLOCK_BYTES = 1 << 25
+"""The block size of the compiled scans (32 MiB of whole lines)."""
 
 __all__ = [
+    "BLOCK_BYTES",
     "INT64_MAX",
     "UINT64_MAX",
     "LineError",
@@ -39,6 +42,7 @@ __all__ = [
     "shown",
     "shown_text",
     "time_field",
+    "whole_line_blocks",
 ]
 
 
@@ -58,6 +62,29 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
     except OSError as exc:
         raise TraceFormatError(path, None, f"cannot read the file: {exc.strerror}") from None
     return data[3:] if data.startswith(b"\xef\xbb\xbf") else data
+
+
+def whole_line_blocks(stream: IO[bytes], block_bytes: int | None = None) -> Iterator[bytes]:
+    """The stream in blocks of whole lines of about ``block_bytes`` (default :data:`BLOCK_BYTES`;
+    the last may lack its newline), the UTF-8 BOM cut from the first; empty blocks are not yielded. O(bytes).
+
+    >>> import io
+    >>> list(whole_line_blocks(io.BytesIO(b"\\xef\\xbb\\xbfa\\nbb\\nc"), 3))
+    [b'a\\n', b'bb\\n', b'c']
+    """
+    size = block_bytes or BLOCK_BYTES
+    rest, first = b"", True
+    while True:
+        data = stream.read(size)
+        block = rest + data
+        cut = block.rfind(b"\n") + 1 if data else len(block)
+        block, rest = block[:cut], block[cut:]
+        if first and block:
+            block, first = (block[3:] if block.startswith(b"\xef\xbb\xbf") else block), False
+        if block:
+            yield block
+        if not data:
+            return
 
 
 def data_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:

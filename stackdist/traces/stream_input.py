@@ -41,11 +41,12 @@ from typing import IO, Any
 
 import numpy as np
 
-from stackdist.engine.kernels import njit
 from stackdist.errors import TraceFormatError, UsageError
 
 from .access import read_access_trace
+from .fast_delimited import parse_int_lines
 from .formats import DEFAULT_BLOCK_SIZE, REQUEST_FORMATS, read_requests
+from .lines import whole_line_blocks
 from .requests import RequestTrace, check_block_size
 
 __all__ = [
@@ -426,64 +427,6 @@ def concat_requests(traces: Sequence[RequestTrace], source: str = "") -> Request
                         request_ids=joined("request_ids"))
 
 
-@njit(cache=True, nogil=True)
-def parse_int_lines(buf, delim):
-    """The common delimited form at memory speed: every line ``[+-]digits`` or
-    ``[+-]digits<delim>digits`` (an optional ``\\r``), all with the same column count.
-
-    Returns ``(keys as int64, sizes, lines, columns, ok)``; ``ok`` is False at the first line of
-    any other shape (a header, a comment, spaces, a bad or huge number, a change of columns), and
-    the caller then parses the block with the exact reader. O(bytes).
-    """
-    n = buf.shape[0]
-    keys = np.empty(n // 2 + 1, np.int64)
-    sizes = np.empty(n // 2 + 1, np.int64)
-    m = 0
-    cols = 0
-    i = 0
-    while i < n:
-        if buf[i] == 10 or (buf[i] == 13 and i + 1 < n and buf[i + 1] == 10):
-            i += 1 if buf[i] == 10 else 2
-            continue
-        neg = False
-        if buf[i] == 43 or buf[i] == 45:
-            neg = buf[i] == 45
-            i += 1
-        v = 0
-        digits = 0
-        while i < n and 48 <= buf[i] <= 57 and digits < 19:
-            v = v * 10 + (buf[i] - 48)
-            digits += 1
-            i += 1
-        if digits == 0 or digits == 19:
-            return keys[:m], sizes[:m], m, cols, False
-        here = 1
-        s = 0
-        if i < n and buf[i] == delim:
-            i += 1
-            sd = 0
-            while i < n and 48 <= buf[i] <= 57 and sd < 19:
-                s = s * 10 + (buf[i] - 48)
-                sd += 1
-                i += 1
-            if sd == 0 or sd == 19 or s < 1:
-                return keys[:m], sizes[:m], m, cols, False
-            here = 2
-        if i < n and buf[i] == 13:
-            i += 1
-        if i < n and buf[i] != 10:
-            return keys[:m], sizes[:m], m, cols, False
-        if cols == 0:
-            cols = here
-        elif here != cols:
-            return keys[:m], sizes[:m], m, cols, False
-        keys[m] = -v if neg else v
-        sizes[m] = s
-        m += 1
-        i += 1
-    return keys[:m], sizes[:m], m, cols, True
-
-
 _BLOCK_BYTES = 1 << 25
 
 
@@ -513,20 +456,8 @@ def line_blocks(path: str) -> Iterator[bytes]:
     O(bytes).
     """
     stream = open_input(path)
-    rest, first = b"", True
     try:
-        while True:
-            data = stream.read(_BLOCK_BYTES)
-            block = rest + data
-            cut = block.rfind(b"\n") + 1 if data else len(block)
-            block, rest = block[:cut], block[cut:]
-            if first and block.startswith(b"\xef\xbb\xbf"):
-                block = block[3:]
-            first = False
-            if block:
-                yield block
-            if not data:
-                return
+        yield from whole_line_blocks(stream, _BLOCK_BYTES)
     finally:
         if stream is not sys.stdin.buffer:
             stream.close()
