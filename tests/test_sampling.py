@@ -268,7 +268,44 @@ def test_plan_sampled_at_rate_one_equals_the_exact_plan(tmp_path):
     for name in ("engine", "per-access"):
         assert s["semantics"][name]["working_set"] == e["semantics"][name]["working_set"]
         assert s["semantics"][name]["curve"] == e["semantics"][name]["curve"]
+        for key in ("tier_plan", "tier_plan_by_coverage"):  # corrected too: at rate 1 the correction is nil
+            got, want = s["semantics"][name][key], e["semantics"][name][key]
+            assert got["total_cost_usd"] == pytest.approx(want["total_cost_usd"], rel=1e-12)
+            for g, w in zip(got["tiers"], want["tiers"], strict=True):
+                assert g.pop("tier") == w.pop("tier") and g == pytest.approx(w, rel=1e-12)
+        for key in ("ceiling_token_hit_rate", "ceiling_block_hit_rate"):
+            assert s["semantics"][name]["summary"][key] == pytest.approx(e["semantics"][name]["summary"][key], rel=1e-12)
+    assert s["comparison"]["working_sets"] == e["comparison"]["working_sets"]
+    for g, w in zip(s["comparison"]["per_access_block_hit_rate_at_engine_ws"],
+                    e["comparison"]["per_access_block_hit_rate_at_engine_ws"], strict=True):
+        assert g == pytest.approx(w, rel=1e-12)
     assert main(["plan", str(trace), "--block-size", "16", "--dask", "local:2", "--sample-rate", "1"]) == 2
+
+
+def test_a_sampled_plans_sections_agree_with_its_corrected_working_sets(tmp_path):
+    # The tier plan (token basis), the comparison and the working sets are read from one
+    # SHARDS_adj estimate per semantics, so where their targets coincide they give one answer.
+    import json
+
+    from stackdist.cli.main import main
+
+    rng = np.random.default_rng(5)
+    rows = [{"timestamp": i, "input_length": 16 * 6, "hash_ids": [int(rng.integers(0, 3)), 50 + i % 9, 10**6 + i % 37,
+                                                                  10**7 + i % 53, 10**8 + i % 71, 10**9 + i]}
+            for i in range(600)]
+    trace = tmp_path / "m.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "s.json"
+    assert main(["plan", str(trace), "--block-size", "16", "--json", str(out), "--sample-rate", "0.3",
+                 "--targets", "0.5,0.9,0.99"]) == 0
+    s = json.loads(out.read_text())
+    for name, key in (("engine", "engine"), ("per-access", "per_access")):
+        ws = {row["target"]: row["fraction_of_ceiling"] for row in s["semantics"][name]["working_set"]}
+        tiers = s["semantics"][name]["tier_plan"]["tiers"]
+        assert [t["cumulative_blocks"] for t in tiers] == [ws[t["target"]]["blocks"] for t in tiers]
+        assert [row[key] for row in s["comparison"]["working_sets"]] == [ws[t] for t in (0.5, 0.9, 0.99)]
+        rates = [t["token_hit_rate_at_cumulative"] for t in tiers]
+        assert rates == sorted(rates) and rates[-1] <= s["semantics"][name]["summary"]["ceiling_token_hit_rate"] + 1e-12
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -506,8 +506,10 @@ def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]
     main["sampled"] = True
     main["sampling"] = {"sampled": True, "sample_rate": rates[0], "sample_rates": rates, "sample_size": args.sample_size,
                         "seeds": seeds_of(args), "chained": is_chained(trace), "spread": bars,
-                        "correction": "SHARDS_adj on the prefix token hits (ceilings, working sets, the curve's "
-                                      "prefix_token_hit_rate); the other sections are the sub-trace's ratio estimates",
+                        "correction": "SHARDS_adj on the prefix token hits: ceilings, working sets, the curve's "
+                                      "prefix_token_hit_rate, the token-basis tier plan, the token hit rates of both tier "
+                                      "plans and the engine vs per-access comparison; coverage (and the coverage-basis "
+                                      "tier sizes) and the time windows are the sub-trace's ratio estimates",
                         "note": "capacities, costs and block counts are estimates scaled by 1/R; coverage is biased low"}
     print(f"stackdist plan: sampled at rate {rates[0]:.6g} ({len(rates)} seeds): capacities are estimates; "
           "the JSON's 'sampling' section has the error bars", file=sys.stderr)

@@ -36,30 +36,33 @@ def shards_adjusted(report: dict[str, Any], trace: Any, sub: Any, rate: float) -
     sub_blocks = np.repeat(counted, sub.blocks_per_request())
     input_tokens = max(int(trace.input_length[counted].sum()), 1)
     bytes_per_block, block_size = float(report["model"]["bytes_per_block"]), int(trace.block_size)
+    estimates = {}
     for name, section in report.get("semantics", {}).items():
         replay = replay_requests(sub, name)
         est = weighted_estimate(replay.effective[sub_blocks], sub.block_tokens[sub_blocks], rate, int(full_blocks.sum()),
                                 float(trace.block_tokens[full_blocks].sum()))
         _adjust_section(section, est, input_tokens, bytes_per_block, block_size)
+        for key in ("tier_plan", "tier_plan_by_coverage"):
+            if key in section:
+                _adjust_tier_plan(section[key], est, input_tokens, bytes_per_block)
+        estimates[name] = est
+    if "comparison" in report and {"engine", "per-access"} <= set(estimates):
+        _adjust_comparison(report["comparison"], report["semantics"], estimates, input_tokens,
+                           lambda b: {"blocks": b, "tokens": b * block_size, "gib": b * bytes_per_block / 2**30})
     return report
 
 
 def _adjust_section(section: dict[str, Any], est: Any, input_tokens: int, bytes_per_block: float, block_size: int) -> None:
     """One semantics' report section re-read from the SHARDS_adj estimate ``est`` (in place)."""
-    values = est.values
-    hits = np.asarray(est.hit_size_at(values), np.float64) if values.size else np.zeros(0)
-    ceiling = float(hits[-1]) if hits.size else 0.0
+    ceiling = float(est.hit_size_at(est.values[-1])) if est.values.size else 0.0
 
     def smallest(need: float) -> dict[str, Any] | None:
-        if need <= 0:
-            return {"blocks": 0, "tokens": 0, "gib": 0.0}
-        i = int(np.searchsorted(hits, need - 1e-9 * input_tokens, side="left"))
-        if i >= hits.size:
-            return None
-        blocks = int(values[i])
-        return {"blocks": blocks, "tokens": blocks * block_size, "gib": blocks * bytes_per_block / 2**30}
+        blocks = _smallest_reaching(est, need, input_tokens)
+        return None if blocks is None else {"blocks": blocks, "tokens": blocks * block_size, "gib": blocks * bytes_per_block / 2**30}
 
     section["summary"]["ceiling_token_hit_rate"] = ceiling / input_tokens
+    if est.values.size:
+        section["summary"]["ceiling_block_hit_rate"] = float(est.hits_at(est.values[-1])) / max(float(est.n_accesses), 1.0)
     section["summary"]["shards_adj_tokens"] = float(est.total_size - est.sampled_size_weight)
     for row in section.get("working_set", []):
         target = float(row["target"])
@@ -74,6 +77,62 @@ def _adjust_section(section: dict[str, Any], est: Any, input_tokens: int, bytes_
     if table and "capacity_blocks" in table:
         caps = np.asarray(table["capacity_blocks"], np.int64)
         table["prefix_token_hit_rate"] = (np.asarray(est.hit_size_at(caps), np.float64) / input_tokens).tolist()
+
+
+def _smallest_reaching(est: Any, need: float, input_tokens: int) -> int | None:
+    """The smallest capacity (blocks) whose estimated prefix token hits reach ``need``."""
+    if need <= 0:
+        return 0
+    values = est.values
+    hits = np.asarray(est.hit_size_at(values), np.float64) if values.size else np.zeros(0)
+    i = int(np.searchsorted(hits, need - 1e-9 * input_tokens, side="left"))
+    return int(values[i]) if i < hits.size else None
+
+
+def _adjust_tier_plan(plan: dict[str, Any], est: Any, input_tokens: int, bytes_per_block: float) -> None:
+    """A tier plan re-read from the estimate: on the token basis each tier's cumulative size is
+    the smallest capacity reaching its fraction of the estimated ceiling (bands and costs follow);
+    on the coverage basis the sizes stay (coverage is the sub-trace's) and the token hit rates
+    at them are re-estimated. In place."""
+    ceiling = float(est.hit_size_at(est.values[-1])) if est.values.size else 0.0
+    previous, total = 0, 0.0
+    for tier in plan.get("tiers", []):
+        if plan.get("basis") == "tokens":
+            cumulative = _smallest_reaching(est, float(tier["target"]) * ceiling, input_tokens) or 0
+            price = float(plan["prices_per_gb_usd"][tier["tier"]])
+            size = max(cumulative - previous, 0)
+            tier.update(cumulative_blocks=cumulative, blocks=size, gib=size * bytes_per_block / 2**30,
+                        cost_usd=size * bytes_per_block / 1e9 * price)
+            previous = max(previous, cumulative)
+        total += float(tier["cost_usd"])
+        tier["token_hit_rate_at_cumulative"] = float(est.hit_size_at(int(tier["cumulative_blocks"]))) / input_tokens
+    plan["total_cost_usd"] = total
+
+
+def _adjust_comparison(comparison: dict[str, Any], sections: dict[str, Any], estimates: dict[str, Any], input_tokens: int,
+                       describe: Callable[[int], dict[str, Any]]) -> None:
+    """The engine vs per-access comparison re-read from the corrected working sets and estimates. In place."""
+    engine, per_access = estimates["engine"], estimates["per-access"]
+    n_blocks = max(float(engine.n_accesses), 1.0)
+    for row in comparison.get("working_sets", []):
+        pick: dict[str, Any] = {name: next((w.get("fraction_of_ceiling") for w in sections[name]["working_set"]
+                                            if float(w["target"]) == float(row["fraction_of_ceiling"])), None)
+                                for name in ("engine", "per-access")}
+        row["engine"], row["per_access"] = pick["engine"], pick["per-access"]
+        e = pick["engine"]["blocks"] if pick["engine"] else None
+        p = pick["per-access"]["blocks"] if pick["per-access"] else None
+        row["per_access_over_engine"] = (p / e) if e and p is not None else None
+    for row, ws in zip(comparison.get("per_access_block_hit_rate_at_engine_ws", []), comparison.get("working_sets", [])):
+        cap = ws["engine"]["blocks"] if ws["engine"] else None
+        row.update(per_access_block_hit_rate=None if cap is None else float(per_access.hits_at(cap)) / n_blocks,
+                   per_access_prefix_token_hit_rate=None if cap is None else float(per_access.hit_size_at(cap)) / input_tokens,
+                   engine_prefix_token_hit_rate=None if cap is None else float(engine.hit_size_at(cap)) / input_tokens)
+    caps = np.union1d(engine.values, per_access.values)
+    if caps.size:
+        gap = (np.asarray(engine.hit_size_at(caps), np.float64) - np.asarray(per_access.hit_size_at(caps), np.float64)) / input_tokens
+        worst = int(np.argmax(np.abs(gap)))
+        comparison["max_prefix_token_hit_rate_gap"] = {"engine_minus_per_access": float(gap[worst]),
+                                                       "at": describe(int(caps[worst]))}
 
 
 def dask_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]) -> Any:
