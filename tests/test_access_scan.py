@@ -152,3 +152,15 @@ def test_a_change_of_columns_between_blocks_is_the_exact_readers_error(tmp_path,
     path.write_text('{"key": 1}\n' * 20 + '{"key": 2, "size": 2}\n')
     with pytest.raises(TraceFormatError, match=r"t.jsonl:21: has 'size'"):
         read_access_trace(path)
+
+
+def test_whole_line_blocks_cut_at_line_ends_and_lose_nothing():
+    import io
+
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        body = bytes(rng.choice(list(b"ab\n"), int(rng.integers(0, 60))).astype(np.uint8))
+        data = (b"\xef\xbb\xbf" if rng.random() < 0.3 else b"") + body
+        blocks = list(lines.whole_line_blocks(io.BytesIO(data), int(rng.integers(1, 12))))
+        assert b"".join(blocks) == body
+        assert all(b and b.endswith(b"\n") for b in blocks[:-1]) and all(blocks)

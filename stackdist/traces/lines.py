@@ -76,9 +76,12 @@ def whole_line_blocks(stream: IO[bytes], block_bytes: int | None = None) -> Iter
     rest, first = b"", True
     while True:
         data = stream.read(size)
-        block = rest + data
-        cut = block.rfind(b"\n") + 1 if data else len(block)
-        block, rest = block[:cut], block[cut:]
+        cut = data.rfind(b"\n") + 1 if data else len(data)
+        if cut == 0 and data:  # no line ends in this read: keep it all for the next
+            rest += data
+            continue
+        block = b"".join((rest, memoryview(data)[:cut])) if rest else (data if cut == len(data) else data[:cut])
+        rest = data[cut:]
         if first and block:
             block, first = (block[3:] if block.startswith(b"\xef\xbb\xbf") else block), False
         if block:

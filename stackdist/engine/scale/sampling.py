@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -389,10 +390,28 @@ def feed_all(samplers: Sequence[ShardsSampler], keys: Any, sizes: Any = None, co
         raise ValueError("at most 62 samplers per pass.")
     salts = np.array([s._salt for s in samplers], np.uint64)
     cuts = np.array([s._thresh[0] for s in samplers], np.uint64)
-    idx, own = multi_filter(values, salts, cuts)
+    idx, own = _filter_on_two_threads(values, salts, cuts)
     for j, sampler in enumerate(samplers):
         sub = idx if len(samplers) == 1 else idx[(own >> j) & 1 == 1]
         sampler.feed_values(values, size_arr, counted, distances=False, subset=sub, keys=keys)
+
+
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _filter_on_two_threads(values: np.ndarray, salts: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`.hashed_stack.multi_filter` of a large chunk as two halves at once (the kernel
+    releases the GIL); the same indices and masks, in order. O(n x seeds / 2) wall."""
+    n = values.shape[0]
+    if n < 1 << 16:
+        return multi_filter(values, salts, cuts)
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="stackdist-filter"))
+    mid = n // 2
+    first = _POOL[0].submit(multi_filter, values[:mid], salts, cuts)
+    idx_b, own_b = multi_filter(values[mid:], salts, cuts)
+    idx_a, own_a = first.result()
+    return np.concatenate([idx_a, idx_b + mid]), np.concatenate([own_a, own_b])
 
 
 def weighted_estimate(distances: np.ndarray, weights: np.ndarray, rate: float, n_accesses: int, total_weight: float,
