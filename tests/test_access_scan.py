@@ -164,3 +164,27 @@ def test_whole_line_blocks_cut_at_line_ends_and_lose_nothing():
         blocks = list(lines.whole_line_blocks(io.BytesIO(data), int(rng.integers(1, 12))))
         assert b"".join(blocks) == body
         assert all(b and b.endswith(b"\n") for b in blocks[:-1]) and all(blocks)
+
+
+def test_a_scan_in_halves_is_the_scan_of_the_whole_block():
+    rng = np.random.default_rng(8)
+    for case in range(8):
+        keys, sizes = rng.integers(-9, 10**6, 200_000).tolist(), rng.integers(1, 9, 200_000).tolist()
+        rows = [f"{k},{z}" for k, z in zip(keys, sizes)] if case % 2 else list(map(str, keys))
+        if case % 3 == 1:
+            rows[int(rng.integers(0, len(rows)))] = "x"  # not plain: in one half or the other
+        if case % 4 == 3:
+            rows[int(rng.integers(len(rows) // 2, len(rows)))] = "5"  # a change of columns in the second half
+        block = ("\n".join(rows) + "\n").encode()
+        whole = fast_delimited.parse_int_lines(np.frombuffer(block, np.uint8), ord(","))
+        halves = lines.scan_in_halves(fast_delimited.parse_int_lines, block, ord(","))
+        assert halves[4] == whole[4]
+        if whole[4]:
+            assert halves[0].tolist() == whole[0].tolist() and halves[1].tolist() == whole[1].tolist()
+            assert halves[2:4] == whole[2:4]
+    block = ("1,2\n" * 200_000 + "3\n" * 300_000).encode()  # each half plain, with its own column count
+    assert fast_delimited.parse_int_lines(np.frombuffer(block, np.uint8), ord(","))[4] is False
+    assert lines.scan_in_halves(fast_delimited.parse_int_lines, block, ord(","))[4] is False
+    text = "".join(f'{{"key": {k}}}\n' for k in rng.integers(0, 10**9, 80_000).tolist()).encode()
+    whole, halves = fast_json.scan_access_jsonl(np.frombuffer(text, np.uint8)), lines.scan_in_halves(fast_json.scan_access_jsonl, text)
+    assert halves[0].tolist() == whole[0].tolist() and halves[2:] == whole[2:]

@@ -20,7 +20,7 @@ import numpy as np
 
 from stackdist.engine.kernels import njit
 
-from .lines import whole_line_blocks
+from .lines import scan_in_halves, whole_line_blocks
 
 __all__ = ["parse_int_lines", "scan_delimited_file"]
 
@@ -127,13 +127,13 @@ def scan_delimited_file(path: str | os.PathLike[str], delimiter: str | None) -> 
                         delimiter = "\t" if b"\t" in block else ","
                     start, expected = _header_columns(block, delimiter)
                     block = block[start:]
-                k, s, m, cols, ok = parse_int_lines(np.frombuffer(block, np.uint8), ord(delimiter or ","))
+                k, s, m, cols, ok = scan_in_halves(parse_int_lines, block, ord(delimiter or ","))
                 if not ok or (m and expected and cols != expected):
                     return None
                 if m:
                     expected = cols
-                    keys.append(k.copy())
-                    sizes.append(s.copy() if cols == 2 else s[:0])
+                    keys.append(k)
+                    sizes.append(s if cols == 2 else np.zeros(0, np.int64))
     except OSError:
         return None
     if not keys:

@@ -26,7 +26,7 @@ import numpy as np
 
 from stackdist.engine.kernels import njit
 
-from .lines import whole_line_blocks
+from .lines import scan_in_halves, whole_line_blocks
 
 if TYPE_CHECKING:
     from .requests import RequestTrace
@@ -263,13 +263,13 @@ def scan_jsonl_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarra
     try:
         with open(path, "rb") as stream:
             for block in whole_line_blocks(stream):
-                k, s, m, has_size, ok = scan_access_jsonl(np.frombuffer(block, np.uint8))
+                k, s, m, has_size, ok = scan_in_halves(scan_access_jsonl, block)
                 if not ok or (m and sized not in (None, has_size)):
                     return None
                 if m:
                     sized = has_size
-                    keys.append(k.copy())
-                    sizes.append(s.copy() if has_size else s[:0])
+                    keys.append(k.copy() if k.base is not None else k)  # the scan's arrays are sized by bytes / 10
+                    sizes.append(s.copy() if has_size else np.zeros(0, np.int64))
     except OSError:
         return None
     if not keys:
@@ -348,7 +348,7 @@ def jsonl_access_chunks(blocks: Iterable[bytes], exact: Callable[[list[tuple[int
     """
     lines_before, sized = 0, None
     for block in blocks:
-        keys, sizes, m, has_size, ok = scan_access_jsonl(np.frombuffer(block, np.uint8))
+        keys, sizes, m, has_size, ok = scan_in_halves(scan_access_jsonl, block)
         if ok and m and sized in (None, has_size):
             sized = has_size
             yield keys.view(np.uint64), (sizes if has_size else None)

@@ -46,7 +46,7 @@ from stackdist.errors import TraceFormatError, UsageError
 from .access import read_access_trace
 from .fast_delimited import parse_int_lines
 from .formats import DEFAULT_BLOCK_SIZE, REQUEST_FORMATS, read_requests
-from .lines import whole_line_blocks
+from .lines import scan_in_halves, whole_line_blocks
 from .requests import RequestTrace, check_block_size
 
 __all__ = [
@@ -480,7 +480,7 @@ def _block_chunks(block: bytes, parser: AccessLineParser, state: dict[str, int],
     if not block:
         return
     if not exact and parser.batches > 0 and parser.suffix in (".csv", ".tsv"):
-        keys, sizes, m, cols, ok = parse_int_lines(np.frombuffer(block, np.uint8), ord("\t") if parser.suffix == ".tsv" else ord(","))
+        keys, sizes, m, cols, ok = scan_in_halves(parse_int_lines, block, ord("\t") if parser.suffix == ".tsv" else ord(","))
         if ok and m and cols == state["cols"]:
             state["lines"] += block.count(b"\n")
             yield keys.view(np.uint64), (sizes if cols == 2 else None)
