@@ -188,3 +188,35 @@ def test_a_scan_in_halves_is_the_scan_of_the_whole_block():
     text = "".join(f'{{"key": {k}}}\n' for k in rng.integers(0, 10**9, 80_000).tolist()).encode()
     whole, halves = fast_json.scan_access_jsonl(np.frombuffer(text, np.uint8)), lines.scan_in_halves(fast_json.scan_access_jsonl, text)
     assert halves[0].tolist() == whole[0].tolist() and halves[2:] == whole[2:]
+
+
+@pytest.mark.parametrize("name,text,fmt", [
+    ("t.csv", "1\n2\n1\n# a comment: not plain\n2\n3\n1\n", "csv"),
+    ("t.csv", "1\n2\n1\n2\n", "csv"),
+    ("t.jsonl", '{"key": 1}\n{"key": 2, "note": "x"}\n{"key": 1}\n', "jsonl"),
+    ("m.jsonl", '{"timestamp": 0, "input_length": 600, "hash_ids": [4, 5]}\n'
+                '{"timestamp": 1.5, "input_length": 600, "hash_ids": [4, 6]}\n', "mooncake"),
+])
+def test_a_fifo_is_read_once_whole(tmp_path, name, text, fmt):
+    # A FIFO (or /dev/stdin, or a <(...) substitution) cannot be read twice: a scan that gave up
+    # halfway and handed it to the exact reader would answer from the rest of the stream.
+    import os
+    import threading
+
+    from stackdist.traces import read_requests
+
+    plain = tmp_path / name
+    plain.write_text(text)
+    fifo = tmp_path / ("fifo_" + name)
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(text))
+    writer.start()
+    try:
+        if fmt == "mooncake":
+            got, want = read_requests(str(fifo), "mooncake"), read_requests(str(plain), "mooncake")
+            assert got.block_ids.tolist() == want.block_ids.tolist() and got.timestamps_s.tolist() == want.timestamps_s.tolist()
+        else:
+            got, want = read_access_trace(fifo, fmt), read_access_trace(plain)
+            assert got.keys.tolist() == want.keys.tolist()
+    finally:
+        writer.join(timeout=10)

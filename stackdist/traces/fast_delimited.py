@@ -20,7 +20,7 @@ import numpy as np
 
 from stackdist.engine.kernels import njit
 
-from .lines import scan_in_halves, whole_line_blocks
+from .lines import is_regular_file, scan_in_halves, whole_line_blocks
 
 __all__ = ["parse_int_lines", "scan_delimited_file"]
 
@@ -119,6 +119,8 @@ def scan_delimited_file(path: str | os.PathLike[str], delimiter: str | None) -> 
     keys: list[np.ndarray] = []
     sizes: list[np.ndarray] = []
     expected = 0
+    if not is_regular_file(path):
+        return None
     try:
         with open(path, "rb") as stream:
             for block in whole_line_blocks(stream):

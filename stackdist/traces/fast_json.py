@@ -26,7 +26,7 @@ import numpy as np
 
 from stackdist.engine.kernels import njit
 
-from .lines import scan_in_halves, whole_line_blocks
+from .lines import is_regular_file, scan_in_halves, whole_line_blocks
 
 if TYPE_CHECKING:
     from .requests import RequestTrace
@@ -260,6 +260,8 @@ def scan_jsonl_file(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarra
     keys: list[np.ndarray] = []
     sizes: list[np.ndarray] = []
     sized = None
+    if not is_regular_file(path):
+        return None
     try:
         with open(path, "rb") as stream:
             for block in whole_line_blocks(stream):
