@@ -291,3 +291,58 @@ def test_engine_depths_across_many_words():
         sized = [size_of[k] for k in keys] if keys else None
         assert as_optional(engine_depths(keys, offsets, sized)) == naive_engine_depths(requests, size_of)
         assert as_optional(engine_depths(keys, offsets)) == naive_engine_depths(requests, [1] * n_keys)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.int64])
+def test_line_intrinsics_equal_their_python_forms(dtype):
+    # line_add_above / line_sum_below (the prefix pyramid's two operations), compiled (inside a
+    # kernel) against the plain-Python forms, for every lane of a 64-byte line.
+    from stackdist.engine import intrinsics
+
+    if not _kernels.HAVE_NUMBA:
+        pytest.skip("numba missing: only the Python forms exist")
+    lanes = 64 // np.dtype(dtype).itemsize
+
+    @_kernels.njit
+    def add_then_sum(arr, base, first, value):
+        intrinsics.line_add_above(arr, base, first, value)
+        return intrinsics.line_sum_below(arr, base, first)
+
+    rng = np.random.default_rng(31)
+    for first in range(lanes):
+        start = rng.integers(0, 100, 3 * lanes).astype(dtype)
+        fast, slow = start.copy(), start.copy()
+        got = add_then_sum(fast, lanes, first, 3)
+        intrinsics.line_add_above(slow, lanes, first, 3)
+        assert fast.tolist() == slow.tolist()
+        assert got == intrinsics.line_sum_below(slow, lanes, first) == int(slow[lanes : lanes + first].sum())
+        if np.dtype(dtype).kind == "i":
+            add_then_sum(fast, 0, first, -2)
+            intrinsics.line_add_above(slow, 0, first, -2)
+            assert fast.tolist() == slow.tolist()
+
+
+@pytest.mark.parametrize("size_kind", ["unit", "equal", "varied", "huge"])
+def test_deep_prefix_pyramid_equals_reference(size_kind):
+    # 9,000 keys: 18,000 slots, three pyramid levels for unit sizes (int32 lines), four with
+    # 2**40-sized objects (int64 slot sizes and lines); Zipf, uniform and cyclic accesses with
+    # compactions; the fast replay and the uncompiled kernel against the Fenwick reference.
+    from stackdist.engine.distances import ReplayState as _ReplayState
+
+    rng = np.random.default_rng(37)
+    n_keys, n = 9_000, 20_000
+    per_key = {"unit": np.ones(n_keys, np.int64), "equal": np.full(n_keys, 5, np.int64),
+               "varied": rng.integers(1, 65, n_keys), "huge": rng.integers(1, 2**40, n_keys)}[size_kind]
+    for keys in (rng.zipf(1.1, n) % n_keys, rng.integers(0, n_keys, n // 2), np.arange(n) % (n_keys - 7)):
+        sizes = per_key[keys]
+        expected = FenwickStackDistance().distances(keys.tolist(), sizes.tolist())
+        assert as_optional(stack_distances(keys, sizes)) == expected
+        if size_kind == "unit":
+            assert as_optional(stack_distances(keys)) == expected
+    if _kernels.HAVE_NUMBA:
+        keys = keys[:1500]
+        sizes = None if size_kind == "unit" else per_key[keys]
+        state = _ReplayState(n_keys, sized=sizes is not None, max_size=None if sizes is None else int(sizes.max()))
+        slow = np.empty(keys.size, np.int64)
+        assert state.run(_kernels.replay.py_func, keys, sizes, slow) == _kernels.NO_ERROR
+        assert as_optional(slow) == expected[:1500]

@@ -62,13 +62,12 @@ class ReplayState:
         self.scalars = np.zeros(2, np.int64)
 
     def _pyramid(self, cap: int) -> np.ndarray:
-        """Zeroed counts for ``cap`` slots: the pyramid (sized) or the Fenwick tree over words
-        (unit; layouts: :mod:`.kernels`)."""
-        if not self.sized:
-            return _aligned_zeros((cap >> kernels.WORD_SHIFT) + 1, np.int64)
-        group = int(kernels.line_shift(self.slot_size))
-        shift = int(kernels.line_shift(np.zeros(0, self.tree_dtype)))
-        return _aligned_zeros(int(kernels.level_offsets(cap, group, shift)[-1]) + 1, self.tree_dtype)  # + a spare entry
+        """The zeroed prefix pyramid for ``cap`` slots (layout: :mod:`.kernels`): over words for a
+        unit state (int32 counts while the slots fit), over ``slot_size`` lines when sized."""
+        dtype = self.tree_dtype if self.sized else _slot_dtype(cap)
+        group = int(kernels.line_shift(self.slot_size)) if self.sized else kernels.WORD_SHIFT
+        shift = int(kernels.line_shift(np.zeros(0, dtype)))
+        return _aligned_zeros(int(kernels.level_offsets(cap, group, shift)[-1]), dtype)
 
     @property
     def capacity(self) -> int:
@@ -124,6 +123,9 @@ class ReplayState:
         if kernel is kernels.replay and not self.sized:  # the unit-only loop (faster; same results)
             return int(kernels.replay_unit(ids, self.slot_of, self.size_of, self.words, self.tree, self.scalars, out,
                                            *counting))
+        if kernel is kernels.replay and not unit and not extra:  # the sized loop without counting (faster; same)
+            return int(kernels.replay_sized(ids, sizes, self.slot_of, self.size_of, self.words, self.tree, self.slot_size,
+                                            self.scalars, out))
         return int(kernel(ids, size_arg, unit, *state, *counting))
 
 
@@ -223,8 +225,10 @@ def replay_keeping_state(
     n = dense.ids.shape[0]
     out = np.empty(n, np.int64)
     sized = sizes is not None
-    state = ReplayState(dense.n_keys, sized=sized, track_sizes=sized, max_size=max_size or _largest(sizes),
-                        max_total=max_total)
+    max_size = max_size or _largest(sizes)
+    if max_total is None and max_size is not None:
+        max_total = dense.n_keys * max_size  # the live keys' total is at most this: narrower pyramid integers
+    state = ReplayState(dense.n_keys, sized=sized, track_sizes=sized, max_size=max_size, max_total=max_total)
     step = n if progress is None and on_chunk is None else chunk or _CHUNK
     start, stop = window
     for lo in range(0, n, max(step, 1)):

@@ -8,6 +8,8 @@ atomic instructions) per call, per access in a replay loop (seen in the generate
 
 >>> line_sum_below(np.arange(8, dtype=np.int64), 2, 3), words_popcount_below(np.array([3, 1], np.uint64), 0, 2)
 (9, 3)
+>>> line = np.zeros(8, np.int64); line_add_above(line, 0, 5, 2); line.tolist()
+[0, 0, 0, 0, 0, 0, 2, 2]
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ except ImportError:  # pragma: no cover - the fallback is tested by running with
 
 
 
-__all__ = ["HAVE_NUMBA", "line_sum_below", "njit", "popcount", "prefetch", "words_popcount_below"]
+__all__ = ["HAVE_NUMBA", "line_add_above", "line_sum_below", "njit", "popcount", "prefetch", "words_popcount_below"]
 
 if _COMPILED:
 
@@ -94,6 +96,38 @@ if _COMPILED:
             return builder.zext(total, ir.IntType(64)) if width < 64 else total
 
         return types.int64(arr, base, limit), codegen
+
+    def _splat(builder, vector_type, value):  # pragma: no cover - compiled
+        """``value`` in every lane of ``vector_type``."""
+        lanes = vector_type.count
+        one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+        return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes))
+
+    @intrinsic
+    def _line_add_above(typingctx, arr, base, first, value):  # pragma: no cover - compiled
+        """``arr[base + e] += value`` for the lanes ``first < e < 64 // itemsize`` of one 64-byte
+        line (the line in bounds): one vector load, a lane mask, one add, one vector store."""
+        if not (isinstance(arr, types.Array) and isinstance(arr.dtype, types.Integer) and isinstance(base, types.Integer)
+                and isinstance(first, types.Integer) and isinstance(value, types.Integer)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            pointer = _item_pointer(context, builder, signature.args[0], args[0], args[1])
+            elem = pointer.type.pointee
+            lanes = 512 // elem.width
+            vty = ir.VectorType(elem, lanes)
+            vector_pointer = builder.bitcast(pointer, vty.as_pointer())
+            vector = builder.load(vector_pointer, align=elem.width // 8)
+            first64 = context.cast(builder, args[2], signature.args[2], types.int64)
+            value64 = context.cast(builder, args[3], signature.args[3], types.int64)
+            lane_first = builder.trunc(first64, elem) if elem.width < 64 else first64
+            lane_value = builder.trunc(value64, elem) if elem.width < 64 else value64
+            mask = builder.icmp_signed(">", ir.Constant(vty, list(range(lanes))), _splat(builder, vty, lane_first))
+            added = builder.select(mask, _splat(builder, vty, lane_value), ir.Constant(vty, [0] * lanes))
+            builder.store(builder.add(vector, added), vector_pointer, align=elem.width // 8)
+            return context.get_dummy_value()
+
+        return types.void(arr, base, first, value), codegen
 
     @intrinsic
     def _words_popcount_below(typingctx, words, base, limit):  # pragma: no cover - compiled
@@ -156,6 +190,12 @@ def line_sum_below(arr, base, limit):
     return int(arr[base : base + limit].sum())
 
 
+def line_add_above(arr, base, first, value):
+    """``arr[base + e] += value`` for the lanes ``first < e < 64 // itemsize`` of the 64-byte
+    line at ``base`` (the line in bounds; compiled: one masked vector add, no branch)."""
+    arr[base + first + 1 : base + 64 // arr.itemsize] += value
+
+
 def words_popcount_below(words, base, limit):
     """Set bits of ``words[base : base + limit]`` for ``0 <= limit <= 8`` (compiled: one vector
     popcount of 8 words and a masked add)."""
@@ -171,6 +211,10 @@ if _COMPILED:  # the compiled forms, inlined where called (an njit helper taking
     @overload(line_sum_below, inline="always")
     def _line_sum_below_compiled(arr, base, limit):  # pragma: no cover - compiled
         return lambda arr, base, limit: _line_sum_below(arr, base, limit)
+
+    @overload(line_add_above, inline="always")
+    def _line_add_above_compiled(arr, base, first, value):  # pragma: no cover - compiled
+        return lambda arr, base, first, value: _line_add_above(arr, base, first, value)
 
     @overload(words_popcount_below, inline="always")
     def _words_popcount_below_compiled(words, base, limit):  # pragma: no cover - compiled

@@ -20,27 +20,25 @@ size is 1) or *sized*; the layout depends only on that, never on a call's ``unit
   is non-zero, sizes being positive).
 - ``slot_size[j]`` (sized states): the size in slot ``j`` if live, else 0; the narrowest of
   uint8, uint16, int32, int64 that holds the largest size (int64 when unknown, as in a stream).
-- ``tree``, unit states: a Fenwick tree (1-based, int64) over words: node ``g + 1`` sums the
-  live slots of words ``g - lowbit + 1 .. g``; the slots below ``p`` are the tree's prefix over
-  the words below ``p``'s word plus a popcount of its bits below ``p``. Only the nodes of used
-  words are kept current (a new last word builds its node from its children; a removal stops
-  at the last used node), so appending is O(1) amortized.
-- ``tree``, sized states: a flat *count pyramid* (int32 when the largest possible live total
-  fits, else int64). Level 0 has one entry per 64-byte group of ``slot_size`` (64 slots of
-  uint8 ... 8 of int64), each next level one entry per 64-byte line of the last (16 int32 or 8
-  int64 entries), up to a level of one line; each entry is the live size in its span, levels
-  start at whole lines (:func:`level_offsets`). The live size below slot ``p`` is, at every
-  level, the sum of the entries before ``p``'s inside its line, plus the same inside ``p``'s
-  group: one vector load and a masked sum per level (``intrinsics.line_sum_below``), no
-  data-dependent branch; an update adds to one entry per level. Measured side by side on 4 M
-  sized Zipf accesses (10^5 keys), this replay takes 0.58-0.65x the time of the Fenwick tree
-  over 16-slot leaves it replaced; for unit sizes the same pyramid (over 8-word groups) was
-  1.0x at 10^5 keys and 1.3x slower at 2 x 10^7 keys than the bit words' Fenwick tree, so unit
-  states keep that (in their own loop, :func:`replay_unit`).
+- ``tree``: a flat *prefix pyramid* (int32 while the largest possible live total fits, else
+  int64). Level 0 has one entry per *group*: a word of ``words`` (unit states) or a 64-byte line
+  of ``slot_size`` (64 slots of uint8 ... 8 of int64; sized states); each next level one entry
+  per 64-byte line of the last (16 int32 or 8 int64 entries), up to a level of one line; levels
+  start at whole lines (:func:`level_offsets`). Every line holds the *exclusive prefix sums* of
+  its raw entries (the live size in each entry's span): lane ``e`` is the live size of the
+  lanes before ``e`` of that line. The live size below slot ``p`` is then one scalar load per
+  level plus the part inside ``p``'s group (a popcount of ``p``'s word below its bit, or a
+  masked vector sum over its ``slot_size`` line, ``intrinsics.line_sum_below``); an update adds
+  to the lanes above the entry, one masked vector add per level
+  (``intrinsics.line_add_above``). No data-dependent branch on either side, and no query waits
+  on a vector reduction. Measured side by side on 4 M Zipf accesses over 10^5 keys against the
+  layouts it replaced: sized 0.57x the time of plain per-entry counts (summed with one masked
+  vector reduction per level; itself 0.58-0.65x a Fenwick tree over 16-slot leaves), unit 0.59x
+  a Fenwick tree over the words (equal at 2 x 10^6 keys).
 - ``scalars = [next_free_slot, total_size_of_live_keys]``.
 
 The replay prefetches: ``PREFETCH_FAR`` accesses ahead it asks for the key's ``slot_of`` entry,
-``PREFETCH_NEAR`` ahead (that entry now cached) for the slot's word or group and its first
+``PREFETCH_NEAR`` ahead (that entry now cached) for the slot's word or group and its level-0
 tree entry. With millions of keys the state outgrows the caches and this hides most of the
 memory latency (measured 3.1 -> 8.1 M accesses/s at 2 x 10^7 keys under load); a hint never
 changes a result. The state's arrays start on 64-byte lines (``distances._aligned_zeros``).
@@ -54,10 +52,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .intrinsics import HAVE_NUMBA, line_sum_below, njit, popcount, prefetch
+from .intrinsics import (
+    HAVE_NUMBA,
+    line_add_above,
+    line_sum_below,
+    njit,
+    popcount,
+    prefetch,
+)
 
-__all__ = ["COLD", "HAVE_NUMBA", "NO_ERROR", "arrival_depths", "compact", "njit", "replay", "replay_unit", "segment_running_max",
-           "split_runs"]
+__all__ = ["COLD", "HAVE_NUMBA", "NO_ERROR", "arrival_depths", "compact", "njit", "replay", "replay_sized", "replay_unit",
+           "segment_running_max", "split_runs"]
 
 COLD = np.iinfo(np.int64).max
 NO_ERROR = -1
@@ -105,29 +110,30 @@ def level_offsets(capacity, group_shift, tree_shift):
 
 @njit(cache=True, nogil=True)
 def build_levels(words, slot_size, tree, live):
-    """Rebuild the counts over the live slots ``0..live-1``: the whole pyramid (sized), or the
-    Fenwick nodes of the used words (unit). O(slots)."""
-    if slot_size.shape[0] == 0:
-        for g in range((live + 63) >> WORD_SHIFT):
-            node = g + 1
-            own = popcount(words[g])
-            low = node & (-node)
-            c = 1
-            while c < low:
-                own += tree[node - c]
-                c <<= 1
-            tree[node] = own
-        return
-    group = line_shift(slot_size)
+    """Rebuild the prefix pyramid over the live slots ``0..live-1`` (layout: module docstring):
+    the raw counts level by level, then every line turned into its exclusive prefix sums. O(slots)."""
+    sized = slot_size.shape[0] > 0
+    group = line_shift(slot_size) if sized else WORD_SHIFT
     tree_shift = line_shift(tree)
-    offsets = level_offsets(slot_size.shape[0], group, tree_shift)
+    offsets = level_offsets(slot_size.shape[0] if sized else words.shape[0] << WORD_SHIFT, group, tree_shift)
     tree[:] = 0
-    for q in range(live):
-        tree[q >> group] += slot_size[q]
+    if sized:
+        for q in range(live):
+            tree[q >> group] += slot_size[q]
+    else:
+        for w in range((live + 63) >> WORD_SHIFT):
+            tree[w] = popcount(words[w])
     for level in range(offsets.shape[0] - 2):
         lo = offsets[level]
         for e in range(offsets[level + 1] - lo):
             tree[offsets[level + 1] + (e >> tree_shift)] += tree[lo + e]
+    line = 1 << tree_shift
+    for start in range(0, offsets[-1], line):
+        acc = 0
+        for e in range(start, start + line):
+            raw = tree[e]
+            tree[e] = acc
+            acc += raw
 
 
 @njit(cache=True, nogil=True)
@@ -207,9 +213,9 @@ def replay(ids, sizes, unit, slot_of, size_of, words, tree, slot_size, scalars, 
     cap = words.shape[0] << WORD_SHIFT
     group = line_shift(slot_size) if sized else WORD_SHIFT
     tree_shift = line_shift(tree)
+    lane = (1 << tree_shift) - 1
     offsets = level_offsets(cap, group, tree_shift)
     levels = offsets.shape[0] - 1
-    spare = tree.shape[0] - 1  # sized: never read; takes a first access's "removal" without a branch
     counting = table.shape[0] > 0
     flat = table.reshape(-1)
     columns = table.shape[1]
@@ -229,7 +235,7 @@ def replay(ids, sizes, unit, slot_of, size_of, words, tree, slot_size, scalars, 
                     prefetch(slot_size, ahead)
                 else:
                     prefetch(words, ahead >> WORD_SHIFT)
-                prefetch(tree, (ahead >> group) + (0 if sized else 1))
+                prefetch(tree, ahead >> group)
         k = ids[i]
         s = 1 if unit else sizes[i]
         p = slot_of[k]
@@ -247,25 +253,16 @@ def replay(ids, sizes, unit, slot_of, size_of, words, tree, slot_size, scalars, 
                     return i
                 below = line_sum_below(slot_size, p >> group << group, p & ((1 << group) - 1))
                 slot_size[p] = 0
-                idx = p >> group
-                for level in range(levels):
-                    at = offsets[level]
-                    below += line_sum_below(tree, at + (idx >> tree_shift << tree_shift), idx & ((1 << tree_shift) - 1))
-                    idx >>= tree_shift
             else:
-                w = p >> WORD_SHIFT
                 bit = _ONE << np.uint64(p & 63)
-                below = popcount(words[w] & (bit - _ONE))
-                j = w
-                while j > 0:
-                    below += tree[j]
-                    j &= j - 1
-                words[w] &= ~bit
-                used = ((t - 1) >> WORD_SHIFT) + 1  # Fenwick nodes past the used words are not kept
-                j = w + 1
-                while j <= used:
-                    tree[j] -= 1
-                    j += j & (-j)
+                below = popcount(words[p >> WORD_SHIFT] & (bit - _ONE))
+                words[p >> WORD_SHIFT] &= ~bit
+            idx = p >> group
+            for level in range(levels):  # read the prefix below p, then take s out of the lanes above
+                at = offsets[level] + idx
+                below += tree[at]
+                line_add_above(tree, at - (idx & lane), idx & lane, -s)
+                idx >>= tree_shift
             d = total - below
             out[i] = d
             total -= s
@@ -283,38 +280,18 @@ def replay(ids, sizes, unit, slot_of, size_of, words, tree, slot_size, scalars, 
                     else:
                         table[dj, 0] += 1
                         table[dj, 1] += sizes[j]
-        old = p >> group if sized else -1  # sized: s moves from p's pyramid entries to t's below
         if t == cap:
-            idx = old
-            for level in range(levels if old >= 0 else 0):
-                tree[offsets[level] + idx] -= s
-                idx >>= tree_shift
             scalars[0] = t
             compact(slot_of, words, tree, slot_size, scalars)
             t = scalars[0]
-            old = -1
         if sized:
             slot_size[t] = s
-            idx = t >> group
-            for level in range(levels):
-                at = offsets[level]
-                tree[at + idx] += s
-                tree[at + old if old >= 0 else spare] -= s
-                idx >>= tree_shift
-                old >>= tree_shift
         else:
-            node = (t >> WORD_SHIFT) + 1
-            if t & 63:
-                tree[node] += 1
-            else:  # the first slot of a new word: its node from its children
-                low = node & (-node)
-                acc = 1
-                c = 1
-                while c < low:
-                    acc += tree[node - c]
-                    c <<= 1
-                tree[node] = acc
             words[t >> WORD_SHIFT] |= _ONE << np.uint64(t & 63)
+        idx = t >> group
+        for level in range(levels):
+            line_add_above(tree, offsets[level] + (idx & ~lane), idx & lane, s)
+            idx >>= tree_shift
         slot_of[k] = t
         total += s
         t += 1
@@ -331,6 +308,10 @@ def replay_unit(ids, slot_of, size_of, words, tree, scalars, out, table, count_l
     with the sized branches in the same loop the unit replay ran 1.3-1.4x slower (more live
     values than registers; measured at 10^5 and 2 x 10^7 keys). Same results, same state."""
     cap = words.shape[0] << WORD_SHIFT
+    tree_shift = line_shift(tree)
+    lane = (1 << tree_shift) - 1
+    offsets = level_offsets(cap, WORD_SHIFT, tree_shift)
+    levels = offsets.shape[0] - 1
     counting = table.shape[0] > 0
     keep_sizes = size_of.shape[0] > 0
     t = scalars[0]
@@ -343,7 +324,7 @@ def replay_unit(ids, slot_of, size_of, words, tree, scalars, out, table, count_l
             ahead = slot_of[ids[i + PREFETCH_NEAR]]
             if ahead >= 0:
                 prefetch(words, ahead >> WORD_SHIFT)
-                prefetch(tree, (ahead >> WORD_SHIFT) + 1)
+                prefetch(tree, ahead >> WORD_SHIFT)
         k = ids[i]
         p = slot_of[k]
         if p < 0:
@@ -354,16 +335,13 @@ def replay_unit(ids, slot_of, size_of, words, tree, scalars, out, table, count_l
             w = p >> WORD_SHIFT
             bit = _ONE << np.uint64(p & 63)
             below = popcount(words[w] & (bit - _ONE))
-            j = w
-            while j > 0:
-                below += tree[j]
-                j &= j - 1
             words[w] &= ~bit
-            used = ((t - 1) >> WORD_SHIFT) + 1
-            j = w + 1
-            while j <= used:
-                tree[j] -= 1
-                j += j & (-j)
+            idx = w
+            for level in range(levels):
+                at = offsets[level] + idx
+                below += tree[at]
+                line_add_above(tree, at - (idx & lane), idx & lane, -1)
+                idx >>= tree_shift
             d = total - below
             out[i] = d
             total -= 1
@@ -377,23 +355,79 @@ def replay_unit(ids, slot_of, size_of, words, tree, scalars, out, table, count_l
             scalars[0] = t
             compact(slot_of, words, tree, np.zeros(0, np.int64), scalars)
             t = scalars[0]
-        node = (t >> WORD_SHIFT) + 1
-        if t & 63:
-            tree[node] += 1
-        else:
-            low = node & (-node)
-            acc = 1
-            c = 1
-            while c < low:
-                acc += tree[node - c]
-                c <<= 1
-            tree[node] = acc
         words[t >> WORD_SHIFT] |= _ONE << np.uint64(t & 63)
+        idx = t >> WORD_SHIFT
+        for level in range(levels):
+            line_add_above(tree, offsets[level] + (idx & ~lane), idx & lane, 1)
+            idx >>= tree_shift
         slot_of[k] = t
         total += 1
         t += 1
     if counting:
         count_range(table, out, out, True, max(count_lo, n - COUNT_LAG), min(count_hi, n))
+    scalars[0] = t
+    scalars[1] = total
+    return NO_ERROR
+
+
+@njit(cache=True, nogil=True)
+def replay_sized(ids, sizes, slot_of, size_of, words, tree, slot_size, scalars, out):
+    """:func:`replay` for a sized state without counting, written out alone for the same reason
+    as :func:`replay_unit`: with the unit and counting branches in its loop the sized replay ran
+    1.7x slower (4 M Zipf accesses over 10^5 keys, measured side by side). Same results, same
+    state, same error index."""
+    cap = words.shape[0] << WORD_SHIFT
+    group = line_shift(slot_size)
+    tree_shift = line_shift(tree)
+    lane = (1 << tree_shift) - 1
+    offsets = level_offsets(cap, group, tree_shift)
+    levels = offsets.shape[0] - 1
+    keep_sizes = size_of.shape[0] > 0
+    t = scalars[0]
+    total = scalars[1]
+    n = ids.shape[0]
+    for i in range(n):
+        if i + PREFETCH_FAR < n:
+            prefetch(slot_of, ids[i + PREFETCH_FAR])
+        if i + PREFETCH_NEAR < n:
+            ahead = slot_of[ids[i + PREFETCH_NEAR]]
+            if ahead >= 0:
+                prefetch(slot_size, ahead)
+                prefetch(tree, ahead >> group)
+        k = ids[i]
+        s = sizes[i]
+        p = slot_of[k]
+        if p < 0:
+            out[i] = COLD
+            if keep_sizes:
+                size_of[k] = s
+        else:
+            if slot_size[p] != s:
+                scalars[0] = t
+                scalars[1] = total
+                return i
+            below = line_sum_below(slot_size, p >> group << group, p & ((1 << group) - 1))
+            slot_size[p] = 0
+            idx = p >> group
+            for level in range(levels):
+                at = offsets[level] + idx
+                below += tree[at]
+                line_add_above(tree, at - (idx & lane), idx & lane, -s)
+                idx >>= tree_shift
+            out[i] = total - below
+            total -= s
+        if t == cap:
+            scalars[0] = t
+            compact(slot_of, words, tree, slot_size, scalars)
+            t = scalars[0]
+        slot_size[t] = s
+        idx = t >> group
+        for level in range(levels):
+            line_add_above(tree, offsets[level] + (idx & ~lane), idx & lane, s)
+            idx >>= tree_shift
+        slot_of[k] = t
+        total += s
+        t += 1
     scalars[0] = t
     scalars[1] = total
     return NO_ERROR
@@ -412,6 +446,7 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, words, tree, slo
     cap = words.shape[0] << WORD_SHIFT
     group = line_shift(slot_size) if sized else WORD_SHIFT
     tree_shift = line_shift(tree)
+    lane = (1 << tree_shift) - 1
     at_level = level_offsets(cap, group, tree_shift)
     levels = at_level.shape[0] - 1
     keep_sizes = size_of.shape[0] > 0
@@ -431,16 +466,12 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, words, tree, slo
                     scalars[1] = total
                     return i
                 below = line_sum_below(slot_size, p >> group << group, p & ((1 << group) - 1))
-                idx = p >> group
-                for level in range(levels):
-                    below += line_sum_below(tree, at_level[level] + (idx >> tree_shift << tree_shift), idx & ((1 << tree_shift) - 1))
-                    idx >>= tree_shift
             else:
                 below = popcount(words[p >> WORD_SHIFT] & ((_ONE << np.uint64(p & 63)) - _ONE))
-                j = p >> WORD_SHIFT
-                while j > 0:
-                    below += tree[j]
-                    j &= j - 1
+            idx = p >> group
+            for level in range(levels):
+                below += tree[at_level[level] + idx]
+                idx >>= tree_shift
             out[i] = total - below
         for i in range(hi - 1, lo - 1, -1):
             k = ids[i]
@@ -450,19 +481,14 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, words, tree, slo
                 if keep_sizes:
                     size_of[k] = s
             else:
-                idx = p >> group
                 if sized:
                     slot_size[p] = 0
-                    for level in range(levels):
-                        tree[at_level[level] + idx] -= s
-                        idx >>= tree_shift
                 else:
                     words[p >> WORD_SHIFT] &= ~(_ONE << np.uint64(p & 63))
-                    used = ((t - 1) >> WORD_SHIFT) + 1
-                    j = idx + 1
-                    while j <= used:
-                        tree[j] -= 1
-                        j += j & (-j)
+                idx = p >> group
+                for level in range(levels):
+                    line_add_above(tree, at_level[level] + (idx & ~lane), idx & lane, -s)
+                    idx >>= tree_shift
                 total -= s
             if t == cap:
                 scalars[0] = t
@@ -470,23 +496,12 @@ def arrival_depths(ids, sizes, unit, offsets, slot_of, size_of, words, tree, slo
                 t = scalars[0]
             if sized:
                 slot_size[t] = s
-                idx = t >> group
-                for level in range(levels):
-                    tree[at_level[level] + idx] += s
-                    idx >>= tree_shift
             else:
-                node = (t >> WORD_SHIFT) + 1
-                if t & 63:
-                    tree[node] += 1
-                else:
-                    low = node & (-node)
-                    acc = 1
-                    c = 1
-                    while c < low:
-                        acc += tree[node - c]
-                        c <<= 1
-                    tree[node] = acc
                 words[t >> WORD_SHIFT] |= _ONE << np.uint64(t & 63)
+            idx = t >> group
+            for level in range(levels):
+                line_add_above(tree, at_level[level] + (idx & ~lane), idx & lane, s)
+                idx >>= tree_shift
             slot_of[k] = t
             total += s
             t += 1
