@@ -346,3 +346,26 @@ def test_deep_prefix_pyramid_equals_reference(size_kind):
         slow = np.empty(keys.size, np.int64)
         assert state.run(_kernels.replay.py_func, keys, sizes, slow) == _kernels.NO_ERROR
         assert as_optional(slow) == expected[:1500]
+
+
+def test_checked_sizes_gives_the_exact_largest_and_total():
+    # One fused pass (min, max, wrapping sum) must give Python's exact max and sum, or the same
+    # overflow error as the exact path, including totals near and past 2**62 and 2**63 - 2.
+    from stackdist.engine.keys import SIZE_LIMIT, checked_sizes
+
+    rng = np.random.default_rng(41)
+    cases = [rng.integers(1, 100, int(rng.integers(1, 50))) for _ in range(20)]
+    cases += [np.array([2**62, 2**62 - 3]), np.array([2**61] * 3), np.array([2**40] * 5000), np.array([5])]
+    cases += [rng.integers(2**59, 2**60, 9) for _ in range(5)]
+    for sizes in cases:
+        exact = sum(sizes.tolist())
+        if exact > SIZE_LIMIT:
+            with pytest.raises(ValueError, match="2\\^63-2"):
+                checked_sizes(sizes, sizes.size)
+            continue
+        arr, largest, total = checked_sizes(sizes.tolist(), sizes.size)
+        assert arr.tolist() == sizes.tolist() and largest == max(sizes.tolist()) and total == exact
+    assert checked_sizes(None, 3) == (None, None, 3)
+    assert checked_sizes([], 0)[1:] == (None, 0)
+    with pytest.raises(ValueError, match="position 2"):
+        checked_sizes([3, 1, -4], 3)

@@ -42,7 +42,7 @@ import numpy as np
 from .distances import replay_distances
 from .histogram import Histogram, exact_count, replay_counting
 from .kernels import COLD
-from .keys import DenseKeys, check_sizes, check_total_size, dense_keys, unique_sorted
+from .keys import DenseKeys, check_total_size, checked_sizes, dense_keys, unique_sorted
 
 __all__ = ["CurveSteps", "HitCurve", "hit_curve", "parse_window"]
 
@@ -124,6 +124,7 @@ class HitCurve:
         window: tuple[int, int],
         size_of_key: np.ndarray | None = None,
         histogram: Histogram | None = None,
+        total_size: int | None = None,
     ):
         self._dense = dense
         self._sizes = sizes
@@ -134,8 +135,10 @@ class HitCurve:
         self.n_accesses = stop - start
         self._levels = _size_levels(dense, sizes, size_of_key)
         self.max_object_size = int(self._levels[-1]) if self._levels.size else 0
-        self.total_size = (self.n_accesses if self._window_sizes is None
-                           else check_total_size(self._window_sizes, self.max_object_size))
+        if total_size is None:  # the window's total size (given by from_trace, which knows it)
+            total_size = (self.n_accesses if self._window_sizes is None
+                          else check_total_size(self._window_sizes, self.max_object_size))
+        self.total_size = total_size
         self._histogram = histogram or Histogram.build(distances[start:stop], self._window_sizes, self.total_size)
         self.cold_misses = self.n_accesses - (int(self._histogram.cum_hits[-1]) if self._histogram.values.size else 0)
         self._level_cache: dict[int, Histogram] = {}
@@ -149,10 +152,12 @@ class HitCurve:
         ``progress``, if given, is called with (done, total) as the replay advances.
         """
         dense = dense_keys(keys)
-        size_arr = check_sizes(sizes, dense.ids.shape[0])
-        start, stop = parse_window(window, dense.ids.shape[0])
-        distances, size_of_key, histogram = replay_counting(dense, size_arr, (start, stop), progress)
-        return cls(dense, size_arr, distances, (start, stop), size_of_key, histogram)
+        n = dense.ids.shape[0]
+        size_arr, largest, total = checked_sizes(sizes, n)
+        start, stop = parse_window(window, n)
+        whole = total if (start, stop) == (0, n) else None
+        distances, size_of_key, histogram = replay_counting(dense, size_arr, (start, stop), progress, largest, whole)
+        return cls(dense, size_arr, distances, (start, stop), size_of_key, histogram, whole)
 
     @property
     def histogram(self) -> Histogram:
@@ -289,7 +294,8 @@ class HitCurve:
         >>> c.min_capacity_for(hits=1), c.min_capacity_for(hit_rate=0.5), c.min_capacity_for(hits=3)
         (2, 5, None)
         """
-        given = {k: v for k, v in dict(hit_rate=hit_rate, hits=hits, size_hit_rate=size_hit_rate, hit_size=hit_size).items() if v is not None}
+        given = {k: v for k, v in {"hit_rate": hit_rate, "hits": hits, "size_hit_rate": size_hit_rate, "hit_size": hit_size}.items()
+                 if v is not None}
         if len(given) != 1:
             raise ValueError("give exactly one target: hit_rate, hits, size_hit_rate or hit_size.")
         (name, value), = given.items()
