@@ -194,8 +194,8 @@ def test_a_scan_in_halves_is_the_scan_of_the_whole_block():
     ("t.csv", "1\n2\n1\n# a comment: not plain\n2\n3\n1\n", "csv"),
     ("t.csv", "1\n2\n1\n2\n", "csv"),
     ("t.jsonl", '{"key": 1}\n{"key": 2, "note": "x"}\n{"key": 1}\n', "jsonl"),
-    ("m.jsonl", '{"timestamp": 0, "input_length": 600, "hash_ids": [4, 5]}\n'
-                '{"timestamp": 1.5, "input_length": 600, "hash_ids": [4, 6]}\n', "mooncake"),
+    ("m.jsonl", ('{"timestamp": 0, "input_length": 600, "hash_ids": [4, 5]}\n'
+                 '{"timestamp": 1.5, "input_length": 600, "hash_ids": [4, 6]}\n'), "mooncake"),
 ])
 def test_a_fifo_is_read_once_whole(tmp_path, name, text, fmt):
     # A FIFO (or /dev/stdin, or a <(...) substitution) cannot be read twice: a scan that gave up
@@ -220,3 +220,20 @@ def test_a_fifo_is_read_once_whole(tmp_path, name, text, fmt):
             assert got.keys.tolist() == want.keys.tolist()
     finally:
         writer.join(timeout=10)
+
+
+def test_the_mooncake_scan_in_halves_is_the_scan_of_the_whole_buffer():
+    rng = np.random.default_rng(9)
+    rows = []
+    for r in range(12_000):
+        n = int(rng.integers(0, 9))
+        rows.append(json.dumps({"timestamp": r * 7, "input_length": n * 16 - int(rng.integers(0, 16)) if n else 0,
+                                "output_length": int(rng.integers(0, 50)), "hash_ids": rng.integers(0, 10**12, n).tolist()}))
+    data = ("\n".join(rows) + "\n").encode()
+    assert len(data) > 1 << 20
+    whole, halves = fast_json.scan_mooncake(np.frombuffer(data, np.uint8), 16), fast_json.scan_mooncake_in_halves(data, 16)
+    assert whole[6] and halves[6] and halves[5] == whole[5]
+    for a, b in zip(halves[:5], whole[:5]):
+        assert a.tolist() == b.tolist()
+    rows[9_000] = rows[9_000].replace('"timestamp": ', '"timestamp": 0.5', 1)  # not plain, in the second half
+    assert fast_json.scan_mooncake_in_halves(("\n".join(rows) + "\n").encode(), 16)[6] is False

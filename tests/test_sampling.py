@@ -400,3 +400,54 @@ def test_engine_semantics_fixed_size_keeps_at_most_s_keys():
     assert sampler.n_sampled_keys <= 30 and sampler.rate < 0.2 and d.shape == ids.shape
     big = ShardsSampler(max_keys=10_000, seed=2)
     assert big.feed_requests(ids, offsets).tolist() == ShardsSampler(rate=1.0, seed=2).feed_requests(ids, offsets).tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_is_chained_equals_a_dict_of_parents(seed):
+    from stackdist.traces import RequestTrace
+    from stackdist.traces.sampled import is_chained
+
+    rng = np.random.default_rng(seed)
+    base = [0, 2**63 + 5, -7, 10**18][seed % 4]  # small, uint64, negative and huge ids
+    for _ in range(40):
+        requests = []
+        for _ in range(int(rng.integers(0, 8))):
+            n = int(rng.integers(0, 6))
+            requests.append([base + int(v) for v in rng.integers(0, 4 if rng.random() < 0.5 else 40, n)])
+        if not requests:
+            continue
+        parents: dict[int, set] = {}
+        for req in requests:
+            for i, b in enumerate(req):
+                parents.setdefault(b, set()).add(req[i - 1] if i else None)
+        assert is_chained(RequestTrace.from_blocks(requests)) == all(len(p) == 1 for p in parents.values())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sample_request_trace_equals_a_loop_over_requests(seed):
+    # A request keeps its sampled blocks in order; its prompt tokens are their tokens, plus the
+    # uncovered tail (input_length beyond its blocks) when its last block is kept or it has none.
+    from stackdist.engine.scale.sampling import key_hashes, threshold_for_rate
+    from stackdist.traces import RequestTrace
+    from stackdist.traces.sampled import sample_request_trace
+
+    rng = np.random.default_rng(seed)
+    requests = [[int(v) for v in rng.integers(0, 30, int(rng.integers(0, 7)))] for _ in range(int(rng.integers(1, 40)))]
+    trace = RequestTrace.from_blocks(requests, block_size=4)
+    trace.input_length = trace.input_length + rng.integers(0, 4, trace.n_requests) * (np.diff(trace.offsets) > 0)
+    rate = float(rng.choice([1.0, 0.5, 0.2]))
+    sub, got_rate = sample_request_trace(trace, rate=rate, seed=seed)
+    limit = threshold_for_rate(rate)
+    hashes = key_hashes(trace.block_ids, seed)
+    ids, offsets, tokens, inputs = [], [0], [], []
+    for r in range(trace.n_requests):
+        lo, hi = int(trace.offsets[r]), int(trace.offsets[r + 1])
+        kept = [i for i in range(lo, hi) if int(hashes[i]) <= limit]
+        ids += [int(trace.block_ids[i]) for i in kept]
+        tokens += [int(trace.block_tokens[i]) for i in kept]
+        offsets.append(len(ids))
+        tail = int(trace.input_length[r]) - int(trace.block_tokens[lo:hi].sum())
+        inputs.append(sum(int(trace.block_tokens[i]) for i in kept) + (tail if hi == lo or (kept and kept[-1] == hi - 1) else 0))
+    assert got_rate == pytest.approx(rate, rel=1e-12)
+    assert sub.block_ids.tolist() == ids and sub.offsets.tolist() == offsets
+    assert sub.block_tokens.tolist() == tokens and sub.input_length.tolist() == inputs

@@ -465,6 +465,7 @@ def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]
     sample (:func:`stackdist.traces.sampled.sample_request_trace`) scaled back by 1/R, the first
     seed's as the answer and the spread of the working sets over the seeds beside it."""
     import sys
+    from concurrent.futures import ThreadPoolExecutor
 
     from stackdist.engine.keys import unique_sorted
     from stackdist.engine.scale.sampled_curve import spread
@@ -485,8 +486,10 @@ def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]
         raise UsageError(f"--sample-rate/--sample-size apply to --semantics engine, per-access or both; got {semantics!r} "
                          "(an engine's own pool model does not thin with the keys).")
     reports, rates = [], []
-    for seed in seeds_of(args):
-        sub, rate = sample_request_trace(trace, args.sample_rate, args.sample_size, seed)
+    with ThreadPoolExecutor(2) as pool:  # hashing and thinning release the GIL: two seeds' samples at once
+        samples = list(pool.map(lambda seed: sample_request_trace(trace, args.sample_rate, args.sample_size, seed),
+                                seeds_of(args)))
+    for sub, rate in samples:
         reports.append(shards_adjusted(rescale_report(build(sub), rate), trace, sub, rate))
         rates.append(rate)
     main = reports[0]

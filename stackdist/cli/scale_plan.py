@@ -32,15 +32,20 @@ def shards_adjusted(report: dict[str, Any], trace: Any, sub: Any, rate: float) -
     window = counted_info.get("window_requests")  # --window START:STOP, when the planner reports one
     counted = warmup_mask(trace, int(counted_info.get("warmup_requests") or 0), float(counted_info.get("warmup_seconds") or 0.0),
                           *([tuple(window)] if window else []))
-    full_blocks = np.repeat(counted, trace.blocks_per_request())
-    sub_blocks = np.repeat(counted, sub.blocks_per_request())
+    full_blocks: Any
+    sub_blocks: Any
+    if counted.all():  # the common case: no masks over the whole trace
+        full_blocks, sub_blocks = slice(None), slice(None)
+        n_counted, counted_tokens = trace.n_blocks, float(trace.block_tokens.sum())
+    else:
+        full_blocks, sub_blocks = np.repeat(counted, trace.blocks_per_request()), np.repeat(counted, sub.blocks_per_request())
+        n_counted, counted_tokens = int(full_blocks.sum()), float(trace.block_tokens[full_blocks].sum())
     input_tokens = max(int(trace.input_length[counted].sum()), 1)
     bytes_per_block, block_size = float(report["model"]["bytes_per_block"]), int(trace.block_size)
     estimates = {}
     for name, section in report.get("semantics", {}).items():
         replay = replay_requests(sub, name)
-        est = weighted_estimate(replay.effective[sub_blocks], sub.block_tokens[sub_blocks], rate, int(full_blocks.sum()),
-                                float(trace.block_tokens[full_blocks].sum()))
+        est = weighted_estimate(replay.effective[sub_blocks], sub.block_tokens[sub_blocks], rate, n_counted, counted_tokens)
         _adjust_section(section, est, input_tokens, bytes_per_block, block_size)
         for key in ("tier_plan", "tier_plan_by_coverage"):
             if key in section:

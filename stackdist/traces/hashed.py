@@ -135,14 +135,14 @@ def _scan_mooncake_file(path: str | os.PathLike[str], block_size: int) -> Reques
     """The whole file through the compiled scan (:func:`.fast_json.scan_mooncake`), or None when
     any line is not of its plain shape (then the exact reader runs: same trace, same errors).
     O(file size), 5-8x faster than parsing each line as JSON."""
-    from .fast_json import scan_mooncake
+    from .fast_json import scan_mooncake_in_halves
 
     if not is_regular_file(path):
         return None  # read once, by the exact reader
-    ids, n_blocks, ts, inputs, outputs, _, ok = scan_mooncake(np.frombuffer(read_bytes(path), np.uint8), block_size)
+    ids, n_blocks, ts, inputs, outputs, _, ok = scan_mooncake_in_halves(read_bytes(path), block_size)
     if not ok or len(n_blocks) == 0:  # an empty trace: the exact reader's own handling
         return None
-    return assemble(os.fspath(path), ids.copy(), n_blocks, ts / 1000.0, inputs, outputs, block_size, 0)
+    return assemble(os.fspath(path), ids, n_blocks, ts / 1000.0, inputs, outputs, block_size, 0)
 
 
 def _qwen_ids(obj: dict[str, Any]) -> tuple[int, int]:

@@ -36,6 +36,7 @@ __all__ = [
     "data_lines",
     "field",
     "fit_int_keys",
+    "helper_thread",
     "int_array",
     "is_int",
     "is_regular_file",
@@ -111,6 +112,18 @@ def whole_line_blocks(stream: IO[bytes], block_bytes: int | None = None) -> Iter
 _HELPER: list[ThreadPoolExecutor] = []
 
 
+def helper_thread() -> ThreadPoolExecutor:
+    """The one helper thread of the readers (created on first use), for the half of a scan the
+    calling thread does not run. O(1).
+
+    >>> helper_thread() is helper_thread()
+    True
+    """
+    if not _HELPER:
+        _HELPER.append(ThreadPoolExecutor(1, thread_name_prefix="stackdist-scan"))
+    return _HELPER[0]
+
+
 def scan_in_halves(kernel: Callable[..., Any], block: bytes, *args: Any) -> tuple[np.ndarray, np.ndarray, int, Any, bool]:
     """A compiled line scan ``kernel(buf, *args) -> (keys, sizes, lines, flag, ok)`` (it must
     release the GIL) run on the two halves of a block of whole lines at once, cut at a newline:
@@ -121,9 +134,7 @@ def scan_in_halves(kernel: Callable[..., Any], block: bytes, *args: Any) -> tupl
     mid = block.find(b"\n", buf.size // 2) + 1 if buf.size >= 1 << 20 else 0
     if mid <= 0 or mid >= buf.size:
         return kernel(buf, *args)  # type: ignore[no-any-return]
-    if not _HELPER:
-        _HELPER.append(ThreadPoolExecutor(1, thread_name_prefix="stackdist-scan"))
-    first = _HELPER[0].submit(kernel, buf[:mid], *args)
+    first = helper_thread().submit(kernel, buf[:mid], *args)
     k2, s2, m2, f2, ok2 = kernel(buf[mid:], *args)
     k1, s1, m1, f1, ok1 = first.result()
     ok = bool(ok1 and ok2 and (not m1 or not m2 or f1 == f2))

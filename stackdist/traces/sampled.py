@@ -51,7 +51,8 @@ import copy
 
 import numpy as np
 
-from stackdist.engine.keys import unique_sorted
+from stackdist.engine.kernels import njit
+from stackdist.engine.keys import dense_keys, unique_sorted
 from stackdist.engine.scale.sampling import (
     key_hashes,
     rate_of_threshold,
@@ -87,20 +88,10 @@ def sample_request_trace(trace: RequestTrace, rate: float | None = None, max_key
     (True, True)
     """
     hashes, limit = _threshold(trace, rate, max_keys, seed)
-    keep = hashes <= np.uint64(limit)
-    kept_before = np.r_[0, np.cumsum(keep)].astype(np.int64)
-    offsets = kept_before[trace.offsets]
-    lengths = np.diff(trace.offsets)
-    last = trace.offsets[1:] - 1
-    covered = np.add.reduceat(trace.block_tokens, np.minimum(trace.offsets[:-1], max(trace.n_blocks - 1, 0))) \
-        if trace.n_blocks else np.zeros(trace.n_requests, np.int64)
-    covered = np.where(lengths > 0, covered, 0)
-    tail = trace.input_length - covered
-    sampled_tokens = np.diff(np.r_[0, np.cumsum(np.where(keep, trace.block_tokens, 0))][trace.offsets])
-    last_kept = np.zeros(trace.n_requests, bool)
-    has = lengths > 0
-    last_kept[has] = keep[last[has]]
-    inputs = sampled_tokens + np.where(last_kept | ~has, tail, 0)
+    keep, offsets, sampled_tokens, covered, last_kept = _kept_per_request(hashes, np.uint64(limit), trace.offsets,
+                                                                          trace.block_tokens)
+    has = np.diff(trace.offsets) > 0
+    inputs = sampled_tokens + np.where(last_kept | ~has, trace.input_length - covered, 0)
     sub = copy.copy(trace)
     sub.block_ids, sub.offsets, sub.block_tokens, sub.input_length = trace.block_ids[keep], offsets, \
         trace.block_tokens[keep], inputs.astype(np.int64)
@@ -108,22 +99,55 @@ def sample_request_trace(trace: RequestTrace, rate: float | None = None, max_key
     return sub, float(rate_of_threshold(limit))
 
 
+@njit(cache=True, nogil=True)
+def _kept_per_request(hashes, limit, offsets, block_tokens):
+    """One pass over the blocks: which are kept (hash <= limit), the kept blocks' offsets per
+    request, each request's kept tokens and all its blocks' tokens, and whether its last block
+    is kept. O(blocks)."""
+    n_requests = offsets.shape[0] - 1
+    keep = np.empty(hashes.shape[0], np.bool_)
+    kept_offsets = np.zeros(n_requests + 1, np.int64)
+    kept_tokens = np.zeros(n_requests, np.int64)
+    covered = np.zeros(n_requests, np.int64)
+    last_kept = np.zeros(n_requests, np.bool_)
+    k = 0
+    for r in range(n_requests):
+        for i in range(offsets[r], offsets[r + 1]):
+            kept = hashes[i] <= limit
+            keep[i] = kept
+            covered[r] += block_tokens[i]
+            if kept:
+                k += 1
+                kept_tokens[r] += block_tokens[i]
+        last_kept[r] = offsets[r + 1] > offsets[r] and keep[offsets[r + 1] - 1]
+        kept_offsets[r + 1] = k
+    return keep, kept_offsets, kept_tokens, covered, last_kept
+
+
 def is_chained(trace: RequestTrace) -> bool:
     """True when every block id always has the same parent (the block before it in its request,
-    or none at a request's head): the condition of the module's claim. O(blocks log blocks).
+    or none at a request's head): the condition of the module's claim. O(blocks) expected.
 
     >>> is_chained(RequestTrace.from_blocks([[1, 2], [3, 2]]))
     False
     """
     if trace.n_blocks == 0:
         return True
-    ids = trace.block_ids.astype(np.uint64) if trace.block_ids.dtype == np.int64 else trace.block_ids
-    parent = np.empty_like(ids)
-    parent[1:] = ids[:-1]
-    head = np.zeros(trace.n_blocks, bool)
+    dense = dense_keys(trace.block_ids)
+    head = np.zeros(trace.n_blocks, np.bool_)
     head[trace.offsets[:-1][np.diff(trace.offsets) > 0]] = True
-    parent[head] = np.uint64(2**64 - 1)
-    order = np.lexsort((parent, ids))
-    a, p = ids[order], parent[order]
-    same_id = a[1:] == a[:-1]
-    return not bool(np.any(same_id & (p[1:] != p[:-1])))
+    return bool(_parents_agree(dense.ids, head, dense.n_keys))
+
+
+@njit(cache=True, nogil=True)
+def _parents_agree(ids, head, n_keys):
+    """True when each dense id has one parent (the id before it, or -1 at a request's head). O(n)."""
+    parent = np.full(n_keys, -2, np.int64)
+    for i in range(ids.shape[0]):
+        p = -1 if head[i] else ids[i - 1]
+        d = ids[i]
+        if parent[d] == -2:
+            parent[d] = p
+        elif parent[d] != p:
+            return False
+    return True
