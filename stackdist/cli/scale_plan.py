@@ -76,7 +76,11 @@ def _adjust_section(section: dict[str, Any], est: Any, input_tokens: int, bytes_
             reasons = row.setdefault("unreachable", {})
             if row[kind] is not None:
                 reasons.pop(kind, None)
-            elif kind not in reasons:  # the sub-trace's own reason stays when it had one
+            elif kind == "token_hit_rate":  # the sub-trace's reason quotes the sub-trace's ceiling: restate it
+                reasons[kind] = {"reason": f"no capacity reaches a prefix token hit rate of {target:.2%}: the ceiling "
+                                           f"(an infinite cache) is estimated at {ceiling / input_tokens:.2%} (SHARDS_adj "
+                                           "over the sample), because the first use of every block misses"}
+            elif kind not in reasons:
                 reasons[kind] = {"reason": f"the sampled estimate (SHARDS_adj) does not reach {target:g}"}
     table = section.get("curve")
     if table and "capacity_blocks" in table:
