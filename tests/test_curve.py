@@ -246,3 +246,42 @@ def test_counting_during_the_replay_equals_a_plain_build(monkeypatch, size_kind)
             assert curve.cold_misses == int(np.count_nonzero(curve.distances[start:stop] == COLD))
     probe = [0, 5, 50, 300, 2000]
     assert hit_curve(keys, sizes).hits_at(probe).tolist() == [lru_hits(keys.tolist(), None if sizes is None else sizes.tolist(), c)[0] for c in probe]
+
+
+@pytest.mark.parametrize("case", ["empty", "one_key", "equal", "oversize", "cyclic", "uint64_range", "int64_range", "negative"])
+def test_curve_edges_on_the_prefix_pyramid_and_fused_size_pass(case):
+    # The edges of the whole fast path (key ids, the one pass over the sizes, the prefix-pyramid
+    # replay, the counted histogram, the step table) against LRUCache from capacity 0 through
+    # every object size to past the working set.
+    rng = np.random.default_rng(43)
+    n = 250
+    pools = {"uint64_range": np.array([0, 1, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1, 12345], np.uint64),
+             "int64_range": np.array([-(2**63), -1, 0, 1, 2**62, 2**63 - 1], np.int64)}
+    if case == "empty":
+        keys = np.zeros(0, np.int64)
+    elif case == "one_key":
+        keys = np.full(n, 7, np.int64)
+    elif case in pools:
+        keys = pools[case][rng.integers(0, pools[case].size, n)]
+    elif case == "cyclic":
+        keys = np.arange(n) % 70
+    elif case == "negative":
+        keys = rng.integers(-50, 50, n)
+    else:
+        keys = rng.integers(0, 60, n)
+    key_list = keys.tolist()
+    size_of = {k: (1 if case == "int64_range" else 4 if case == "equal" else 3 if case == "one_key"
+                   else int(rng.integers(1, 50 if case == "oversize" else 9))) for k in dict.fromkeys(key_list)}
+    size_list = [size_of[k] for k in key_list]
+    sizes = np.array(size_list, np.int64)
+    top = sum(size_of.values()) + 2
+    capacities = sorted(set(range(0, top, max(1, top // 60))) | set(range(0, 52)) | {top - 2, top - 1, top})
+    for unit in (True, False):
+        curve = hit_curve(keys) if unit else hit_curve(keys, sizes)
+        used = [1] * len(key_list) if unit else size_list
+        got = zip(capacities, curve.hits_at(capacities).tolist(), curve.hit_size_at(capacities).tolist())
+        for c, h, s in got:
+            assert (h, s) == _lru_window_hits(key_list, used, c, 0, len(key_list)), (case, unit, c)
+        steps = curve.steps()
+        assert all(steps.at(c) == (curve.hits_at(c), curve.hit_size_at(c)) for c in capacities)
+        assert curve.total_size == sum(used)

@@ -1,6 +1,6 @@
 """The streaming form: feed accesses in batches, query the hit curve at any time.
 
-State: the replay (a Fenwick tree over compacted slots, at most twice the distinct keys), a dict
+State: the replay (a prefix pyramid over compacted slots, at most twice the distinct keys), a dict
 from key to dense id, and the distance histogram so far, whose bins are distinct distance values:
 at most the number of distinct keys for unit sizes, and at most the total size of the distinct
 keys otherwise. None of it grows with the number of accesses.
