@@ -20,6 +20,11 @@ Usage::
 
     python benchmarks/bench_scale.py                      # 3e7 and 1e8 (about 10 minutes here)
     python benchmarks/bench_scale.py --sizes 1e6 --quick  # smoke test
+    BENCH_SCALE_TMP=/tmp/huge python benchmarks/bench_scale.py --huge 1e9 --turns 40 --no-plain  # the 10^9 run
+    BENCH_SCALE_TMP=/tmp/huge python benchmarks/bench_scale.py --huge 5e8 --turns 40 --quick \
+        --huge-part "5e8, with the plain exact replay"                       # the plain replay where it fits
+
+``--huge`` writes 8 bytes an access to ``BENCH_SCALE_TMP`` (8 GB at 10^9; deleted afterwards).
 """
 
 from __future__ import annotations
@@ -91,13 +96,17 @@ def request_log(n_accesses: int, seed: int = 0, prompts: int = 300, chunk: int =
 
 
 def request_chunks(n_accesses: int, seed: int = 0, prompts: int = 300, window: int = 3000, turns: float = 6.5,
-                   requests_per_step: int = 1 << 16):
+                   requests_per_step: int = 1 << 16, max_history: int = 500):
     """The same kind of request log as :func:`request_log`, vectorized for 10^9 accesses: yields
     int64 block-id arrays (whole requests, the last cut at ``n_accesses``). Request ``r`` picks a
     shared prompt by Zipf(1.1) (``p * 64 + j``, 8-40 blocks) and a session uniformly among
     ``window`` open ones (the window slides by one session every ``turns`` requests, so a session
-    gets about ``turns`` turns); its history grows by 2-30 blocks a turn up to 500
-    (``2**20 + session * 512 + j``). O(accesses); state O(window)."""
+    gets about ``turns`` turns); its history grows by 2-30 blocks a turn up to ``max_history``
+    (``2**20 + session * stride + j``, ``stride`` 512 or the next power of two above
+    ``max_history``). The defaults give about one new block in five accesses; more turns than
+    ``max_history / 16`` let histories reach their cap and be re-read whole, so fewer blocks are
+    new (``turns=40``: about 4 %). O(accesses); state O(window)."""
+    stride = max(512, 1 << (int(max_history) - 1).bit_length())
     rng = np.random.default_rng(seed)
     prompt_len = rng.integers(8, 41, prompts)
     history = np.zeros(window + requests_per_step, np.int64)  # by session - base, carried over
@@ -117,7 +126,7 @@ def request_chunks(n_accesses: int, seed: int = 0, prompts: int = 300, window: i
         cum = np.cumsum(n_sorted)
         group_start = np.maximum.accumulate(np.where(start, np.arange(k), 0))
         grown[order] = cum - np.r_[0, cum][group_start]
-        hist = np.minimum(history[slot] + grown, 500)
+        hist = np.minimum(history[slot] + grown, max_history)
         last = np.zeros(k, bool)
         last[order[np.r_[s_sorted[1:] != s_sorted[:-1], True]]] = True
         history[slot[last]] = hist[last]
@@ -127,7 +136,7 @@ def request_chunks(n_accesses: int, seed: int = 0, prompts: int = 300, window: i
         j = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
         in_prompt = j < np.repeat(plen, lengths)
         ids = np.where(in_prompt, np.repeat(p * 64, lengths) + j,
-                       (1 << 20) + np.repeat(session * 512, lengths) + j - np.repeat(plen, lengths))
+                       (1 << 20) + np.repeat(session * stride, lengths) + j - np.repeat(plen, lengths))
         ids = ids[: n_accesses - total]
         total += ids.size
         yield ids.astype(np.int64)
@@ -149,7 +158,7 @@ def _tree_rss(proc: Any) -> int:
 def run_cli(argv: list[str], command: list[str] | None = None) -> dict[str, Any]:
     """One ``stackdist curve`` process (or ``command`` + ``argv``): its JSON, wall seconds and
     peak resident memory (MiB) of it and its children, sampled every 50 ms (``ru_maxrss`` would
-    report the forking parent's), and CPU seconds (user + system, the process and the children
+    report the forking parent's), the lowest and highest 1-minute load average meanwhile, and CPU seconds (user + system, the process and the children
     it waited for: the Dask workers)."""
     import psutil
 
@@ -163,8 +172,10 @@ def run_cli(argv: list[str], command: list[str] | None = None) -> dict[str, Any]
     head = [sys.executable, "-m", "stackdist", "curve"] if command is None else command
     proc = subprocess.Popen([*head, *argv, "-o", out], env=env, stderr=subprocess.PIPE)
     watched, peak = psutil.Process(proc.pid), 0
+    loads = [os.getloadavg()[0]]
     while proc.poll() is None:
         peak = max(peak, _tree_rss(watched))
+        loads.append(os.getloadavg()[0])
         time.sleep(0.05)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -174,7 +185,8 @@ def run_cli(argv: list[str], command: list[str] | None = None) -> dict[str, Any]
         raise RuntimeError(f"stackdist curve {' '.join(argv)} failed: {err}")
     report = json.loads(Path(out).read_text())
     os.unlink(out)
-    return {"report": report, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak / 2**20}
+    return {"report": report, "wall_s": wall, "cpu_s": cpu, "peak_rss_mib": peak / 2**20,
+            "load_average": [min(loads), max(loads)]}
 
 
 def write_formats(n: int, folder: Path) -> dict[str, list[str]]:
@@ -240,75 +252,115 @@ def acceptance(n: int, dask: bool = True) -> dict[str, Any]:
 def dask_histogram_run(files: list[str], capacities: list[int], workers: int = 2) -> dict[str, Any]:
     """Exact hits at ``capacities`` on a local cluster of ``workers`` processes: each worker
     reads its files and replays them alone (:func:`~stackdist.engine.scale.distributed.chunk_histogram`),
-    the client merges (:func:`~stackdist.engine.scale.distributed.merge_histograms`)."""
+    the client merges (:func:`~stackdist.engine.scale.distributed.merge_histograms`). Also the
+    wall seconds of the workers' part and of the merge (and its CPU seconds), the workers' CPU seconds in their tasks
+    and the largest worker's peak resident memory."""
     import distributed
 
     from stackdist.engine.scale.distributed import chunk_histogram, merge_histograms
 
     def read_and_replay(path: str) -> Any:
-        return chunk_histogram(np.load(path))
+        import resource
+
+        t0 = time.process_time()
+        part = chunk_histogram(np.load(path))
+        return part, time.process_time() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             distributed.Client(cluster) as client:
-        parts = client.gather(client.map(read_and_replay, files, pure=False))
+        t0 = time.perf_counter()
+        done = client.gather(client.map(read_and_replay, files, pure=False))
+        workers_s = time.perf_counter() - t0
+    parts = [d[0] for d in done]
+    t0, c0 = time.perf_counter(), time.process_time()
     values, counts, cold = merge_histograms(parts)
+    merge_s, merge_cpu_s = time.perf_counter() - t0, time.process_time() - c0
     cum = np.cumsum(counts)
     idx = np.searchsorted(values, np.asarray(capacities, np.int64), side="right") - 1
     hits = np.where(idx < 0, 0, cum[np.maximum(idx, 0)])
     merged = int(sum(p[0].keys.shape[0] for p in parts))
     n = int(cum[-1] if cum.size else 0) + cold
     return {"curve": {"capacity": list(capacities), "hits": hits.tolist()}, "accesses": n, "merge_accesses": merged,
-            "merge_share": merged / max(n, 1)}
+            "merge_share": merged / max(n, 1), "chunks": len(parts), "workers_s": workers_s, "merge_s": merge_s, "merge_cpu_s": merge_cpu_s,
+            "worker_task_cpu_s": sum(d[1] for d in done), "worker_peak_rss_mib": max(d[2] for d in done)}
 
 
-def huge(n: int, folder: Path, stream_exact: bool = True) -> dict[str, Any]:
-    """The issue's large run on ``n`` accesses of :func:`request_chunks`, saved as ``.npy`` files
-    of 2**24 accesses read back as one trace (a glob): exact in one process (the plain replay,
-    memory O(trace), and the streamed rate-1 hashed stack, memory O(distinct keys)), sampled at
-    0.01 and 0.001 (3 seeds, streamed), exact on a two-worker local Dask cluster (workers read
-    the files; histograms merged)."""
+def huge(n: int, folder: Path, stream_exact: bool = True, plain_exact: bool = True,
+         generator: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The issue's large run on ``n`` accesses of :func:`request_chunks` (``generator``: its
+    keyword parameters), saved as ``.npy`` files of 2**24 accesses read back as one trace (a
+    glob): exact in one process (the plain replay, memory O(trace), and the streamed rate-1
+    hashed stack, memory O(distinct keys)), sampled at 0.01 and 0.001 (3 seeds, streamed), exact
+    on a two-worker local Dask cluster (workers read the files; histograms merged). The truth
+    the others are compared with is the plain replay, or the streamed one without it; each row
+    records the load average beside its times (the machine is shared)."""
+    generator = {"seed": 11, **(generator or {})}
     t0 = time.perf_counter()
-    files, buf, part = [], [], 0
-    for ids in request_chunks(n, seed=11):
+    files: list[str] = []
+    buf: list[np.ndarray] = []
+    held = 0
+    file_size = 1 << 24
+
+    def flush(upto: int) -> None:
+        nonlocal buf, held
+        whole = np.concatenate(buf)
+        while whole.size >= upto and whole.size:
+            files.append(str(folder / f"part-{len(files):05d}.npy"))
+            np.save(files[-1], whole[:file_size])
+            whole = whole[file_size:]
+        buf, held = [whole], whole.size
+
+    for ids in request_chunks(n, **generator):
         buf.append(ids)
-        if sum(b.size for b in buf) >= 1 << 24:
-            files.append(str(folder / f"part-{part:05d}.npy"))
-            np.save(files[-1], np.concatenate(buf))
-            buf, part = [], part + 1
-    if buf:
-        files.append(str(folder / f"part-{part:05d}.npy"))
-        np.save(files[-1], np.concatenate(buf))
-    rows: dict[str, Any] = {"accesses": n, "files": len(files), "generate_s": time.perf_counter() - t0}
+        held += ids.size
+        if held >= file_size:
+            flush(file_size)
+    if held:
+        flush(1)
+    rows: dict[str, Any] = {"accesses": n, "generator": generator, "files": len(files),
+                            "generate_s": time.perf_counter() - t0}
     glob_arg = str(folder / "part-*.npy")
     print(f"  generated {n:,} accesses in {len(files)} files, {rows['generate_s']:.0f} s", flush=True)
 
     def keep(label: str, got: dict[str, Any], truth: np.ndarray | None) -> None:
-        row = {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"], "peak_rss_mib": got["peak_rss_mib"]}
+        row = {"wall_s": got["wall_s"], "cpu_s": got["cpu_s"], "peak_rss_mib": got["peak_rss_mib"],
+               "load_average": got["load_average"]}
         rep = got["report"]
         if truth is not None:
             est = np.array(rep["curve"]["hits"], np.float64)
             row["mae"] = float(np.abs(est - truth).mean() / n)
+            row["max_abs_error"] = float(np.abs(est - truth).max() / n)
             row["equal_hits"] = bool(np.array_equal(np.round(est), truth))
             if "hit_rate_min" in rep["curve"]:
                 row["mean_error_bar_width"] = float((np.array(rep["curve"]["hit_rate_max"]) - np.array(rep["curve"]["hit_rate_min"])).mean())
-        for key in ("merge_share", "accesses"):
+        for key in ("merge_share", "accesses", "merge_accesses", "merge_s", "merge_cpu_s", "workers_s", "chunks", "worker_task_cpu_s",
+                    "worker_peak_rss_mib"):
             if key in rep:
                 row[key] = rep[key]
         rows[label] = row
-        print(f"  {label:28s} {row['wall_s']:7.1f} s wall {row['cpu_s']:7.1f} s cpu {row['peak_rss_mib']:8.0f} MiB  "
+        print(f"  {label:28s} {row['wall_s']:7.1f} s wall {row['cpu_s']:7.1f} s cpu {row['peak_rss_mib']:8.0f} MiB  load "
+              f"{row['load_average'][0]:.1f}-{row['load_average'][1]:.1f}  "
               + (f"MAE {row['mae']:.5f} equal {row['equal_hits']}" if "mae" in row else ""), flush=True)
 
-    exact = run_cli([glob_arg, "--points", "40"])
+    if plain_exact:
+        exact = run_cli([glob_arg, "--points", "40"])
+        label = "exact, one process"
+    else:
+        exact = run_cli([glob_arg, "--points", "40", "--sample-rate", "1", "--sample-seeds", "1"])
+        label = "exact, streamed (rate 1)"
     caps = exact["report"]["curve"]["capacity"]
     truth = np.array(exact["report"]["curve"]["hits"], np.float64)
     rows["ceiling_hit_rate"] = exact["report"]["summary"]["ceiling_hit_rate"]
-    keep("exact, one process", exact, None)
+    rows["distinct_keys"] = round(n * (1 - rows["ceiling_hit_rate"]))  # each distinct key misses once, cold
+    rows["truth"] = label
+    rows["capacities"], rows["exact_hits"] = list(caps), [int(h) for h in truth]
+    keep(label, exact, None)
     cap_arg = ",".join(map(str, caps))
     for label, flags in (("rate 0.01 (3 seeds)", ["--sample-rate", "0.01"]), ("rate 0.001 (3 seeds)", ["--sample-rate", "0.001"])):
         keep(label, run_cli([glob_arg, "--capacities", cap_arg, *flags]), truth)
     keep("dask local:2 (histograms)", run_cli([json.dumps(files), cap_arg],
                                               [sys.executable, str(Path(__file__).resolve()), "--dask-files"]), truth)
-    if stream_exact:
+    if stream_exact and plain_exact:
         keep("exact, streamed (rate 1)", run_cli([glob_arg, "--capacities", cap_arg, "--sample-rate", "1", "--sample-seeds", "1"]), truth)
     return rows
 
@@ -408,6 +460,17 @@ def main() -> int:
     parser.add_argument("--huge", type=lambda t: int(float(t)), metavar="N",
                         help="only the large run (exact, sampled, Dask) on N accesses in files, added to --output "
                         "(--quick: without the streamed rate-1 exact run)")
+    parser.add_argument("--turns", type=float, default=6.5,
+                        help="--huge generator: requests per session, about (default 6.5: one new block in five "
+                        "accesses; 40: about 4 %%)")
+    parser.add_argument("--window", type=int, default=3000, help="--huge generator: open sessions (default 3000)")
+    parser.add_argument("--prompts", type=int, default=300, help="--huge generator: shared system prompts (default 300)")
+    parser.add_argument("--max-history", type=int, default=500, help="--huge generator: history cap in blocks (default 500)")
+    parser.add_argument("--no-plain", action="store_true",
+                        help="--huge: no plain exact replay (memory about 24 bytes an access); the streamed rate-1 "
+                        "replay is the truth")
+    parser.add_argument("--huge-part", metavar="NAME",
+                        help="--huge: keep this run as NAME inside the existing \"huge\" entry instead of replacing it")
     parser.add_argument("--dask-files", nargs=2, metavar=("FILES_JSON", "CAPS"), help=argparse.SUPPRESS)
     parser.add_argument("--acceptance", type=lambda t: int(float(t)), metavar="N",
                         help="only the held-out check (exact vs --sample-rate 0.01 vs --dask local:2) on every input form "
@@ -423,8 +486,11 @@ def main() -> int:
     if args.huge:
         print(f"{args.huge:,} accesses, exact / sampled / Dask:")
         with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_SCALE_TMP")) as tmp:
-            got = huge(args.huge, Path(tmp), not args.quick)
+            gen = {"turns": args.turns, "window": args.window, "prompts": args.prompts, "max_history": args.max_history}
+            got = huge(args.huge, Path(tmp), not args.quick, not args.no_plain, gen)
         old = json.loads(Path(args.output).read_text()) if Path(args.output).exists() else {}
+        if args.huge_part:  # a side run kept inside the main one's entry
+            got = {**old.get("huge", {}), args.huge_part: got}
         write_json(args.output, {**old, "huge": got})
         return 0
     if args.acceptance:
