@@ -357,7 +357,9 @@ def _replay(st, policy, alpha, exclusive, top, prefix, budget, blocks, offsets, 
                     round_mark[q] = r
                     waits[n_waits] = q
                     n_waits += 1
-        before[:, :] = ctr
+        for row in range(ctr.shape[0]):  # loops: an array assignment compiles a shape check (seconds)
+            for link in range(n_links):
+                before[row, link] = ctr[row, link]
         cached = 0
         if prefix:
             for i in range(lo, hi):

@@ -262,7 +262,10 @@ def _vllm_kernel(key, off, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N
     tbl = np.empty(tbl_off[n_req], np.int32)
     nblk = np.zeros(n_req, np.int64)
     ncached = np.zeros(n_req, np.int64)
-    first = np.empty(max(1, int(np.max(np.diff(tbl_off))) if n_req else 1), np.int32)
+    widest = 1  # the longest block table (a loop: np.diff/np.max cost seconds of compilation)
+    for r in range(n_req):
+        widest = max(widest, tbl_off[r + 1] - tbl_off[r])
+    first = np.empty(widest, np.int32)
     for e in range(len(ev_kind)):
         r = ev_req[e]
         kind = ev_kind[e]
