@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -43,13 +46,42 @@ def run_python() -> RunPython:
     return run
 
 
+_WARM_ENV = "STACKDIST_WARM_FOLDER"
+_WARM_PROCESSES = 2
+_warm_key = pytest.StashKey[list]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist, compile the numba kernels once, in two processes, before the workers
-    start (``tests/warm_kernels.py``): each worker then loads them from numba's cache instead of
-    compiling them again. The controller only (a worker has ``workerinput``)."""
+    """Under pytest-xdist, compile the numba kernels once, in two processes sharing the tasks of
+    ``tests/warm_kernels.py``, while the workers start and collect: each worker then loads the
+    kernels from numba's cache instead of compiling them again. The controller only (a worker has
+    ``workerinput``); the workers wait for the warm-up before their first test
+    (:func:`pytest_runtestloop`), and find its folder in the environment they inherit."""
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
+    folder = tempfile.mkdtemp(prefix="stackdist-warm-")
     script = str(Path(__file__).with_name("warm_kernels.py"))
-    groups = [subprocess.Popen([sys.executable, script, group], cwd=REPO_ROOT) for group in ("engine", "serving")]
-    for process in groups:
+    config.stash[_warm_key] = [
+        subprocess.Popen([sys.executable, script, "--share", folder], cwd=REPO_ROOT) for _ in range(_WARM_PROCESSES)
+    ]
+    os.environ[_WARM_ENV] = folder
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """In a worker: wait until the warm-up processes have finished (at most 10 minutes)."""
+    folder = os.environ.get(_WARM_ENV)
+    if not folder or not hasattr(session.config, "workerinput"):
+        return
+    deadline = time.monotonic() + 600
+    while len([f for f in os.listdir(folder) if f.startswith("exit-")]) < _WARM_PROCESSES and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Reap the warm-up processes and remove their folder (the controller)."""
+    for process in config.stash.get(_warm_key, []):
         process.wait()
+    folder = os.environ.pop(_WARM_ENV, None)
+    if folder and not hasattr(config, "workerinput"):
+        shutil.rmtree(folder, ignore_errors=True)
