@@ -144,6 +144,24 @@ def reblocked(out: str) -> None:
     vllm_one_replay(engine_pages(t), [3, None])
 
 
+def stream(out: str) -> None:
+    """The streaming replay (sized state, int64 throughout), fed unit then sized batches."""
+    import numpy as np
+
+    from stackdist.engine import StackDistanceStream
+
+    keys = np.arange(40) % 9
+    sized = StackDistanceStream()
+    sized.feed(keys)
+    sized.feed(keys + 100, keys + 1)
+    StackDistanceStream().feed(keys)
+
+
+def sampled_plan(out: str) -> None:
+    """The plan of a SHARDS sample of the requests."""
+    _stackdist("plan", MOONCAKE, "--sample-rate", "0.5", "--json", os.path.join(out, "r.json"))
+
+
 def jsonl(out: str) -> None:
     """The JSONL access reader's compiled scan."""
     path = _write(out, "keys.jsonl", [f'{{"key": {i % 7}, "size": {1 + i % 7 % 3}}}' for i in range(50)])
@@ -230,6 +248,8 @@ TASKS: list[tuple[str, Callable[[str], None], tuple[str, ...]]] = [
     ("jsonl", jsonl, ("sized_curve",)),
     ("sized_depths", sized_depths, ("sized_curve", "plan")),
     ("reblocked", reblocked, ("vllm",)),
+    ("stream", stream, ("sized_curve",)),
+    ("sampled_plan", sampled_plan, ("plan", "sampling")),
 ]
 
 
