@@ -206,3 +206,37 @@ def test_histogram_merge_equals_the_one_process_histogram(seed):
     want_values, want_counts = np.unique(np.array(finite, np.int64), return_counts=True)
     assert values.tolist() == want_values.tolist() and counts.tolist() == want_counts.tolist()
     assert cold == sum(d is None for d in exact)
+
+
+@pytest.mark.parametrize("case", ["unit", "sized", "unit-window"])
+def test_curve_of_many_files_on_a_local_cluster_equals_one_process(tmp_path, scheduler, case):
+    # Unit-size files merge as histograms (the client holds O(distinct keys), not the trace);
+    # sized files, and any window or warm-up, merge every distance. Both equal one process.
+    import json
+
+    from stackdist.cli.main import main
+
+    rng = np.random.default_rng(len(case))
+    keys = rng.zipf(1.2, 4000) % 500
+    for i, (a, b) in enumerate([(0, 1300), (1300, 1300), (1300, 2900), (2900, 4000)]):  # one file empty
+        rows = [f"{k},{k % 4 + 1}" if case == "sized" else str(k) for k in keys[a:b].tolist()]
+        (tmp_path / f"part-{i}.csv").write_text("".join(r + "\n" for r in rows))
+    common = [str(tmp_path / "part-*.csv"), "--points", "30"] + (["--window", "500:"] if case == "unit-window" else [])
+    one, two = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["curve", *common, "-o", str(one)]) == 0
+    assert main(["curve", *common, "--dask", scheduler, "-o", str(two)]) == 0
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    info = b.pop("dask")
+    assert info.get("merged") == ("histograms" if case == "unit" else None) and info["chunks"] == 4
+    assert a == b
+
+
+def test_files_mixing_sized_and_unsized_accesses_are_a_data_error(tmp_path, capsys, scheduler):
+    from stackdist.cli.main import main
+
+    (tmp_path / "a.csv").write_text("1,2\n2,3\n")
+    (tmp_path / "b.csv").write_text("1\n2\n")
+    for extra in ([], ["--dask", scheduler]):
+        assert main(["curve", str(tmp_path / "*.csv"), *extra]) == 1
+        err = capsys.readouterr().err
+        assert "some inputs have a size column and some do not" in err and "Traceback" not in err

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from stackdist.errors import UsageError, require_data
+from stackdist.errors import TraceFormatError, UsageError, require_data
 from stackdist.output import write_json
 
 from .args import (
@@ -113,9 +113,22 @@ def _read_keys(trace: str, fmt: str | None) -> tuple[np.ndarray, np.ndarray | No
     parts = list(iter_access_chunks(trace, fmt))
     if not parts:
         return np.zeros(0, np.uint64), None
-    keys = np.concatenate([k for k, _ in parts])
-    sizes = None if parts[0][1] is None else np.concatenate([s for _, s in parts])
-    return keys, sizes
+    return np.concatenate([k for k, _ in parts]), joined_sizes(parts, trace)
+
+
+def joined_sizes(parts: list[tuple[np.ndarray, np.ndarray | None]], source: Any) -> np.ndarray | None:
+    """The sizes of several (keys, sizes) parts of one trace: None when no part has sizes, else
+    every non-empty part must have them (a TraceFormatError names the mix). O(n).
+
+    >>> joined_sizes([(np.array([1]), np.array([2])), (np.zeros(0), None)], "t").tolist()
+    [2]
+    """
+    if all(s is None for _, s in parts):
+        return None
+    if any(s is None and k.shape[0] for k, s in parts):
+        raise TraceFormatError(str(source), None, "some inputs have a size column and some do not: give every file "
+                               "the size column or none")
+    return np.concatenate([np.zeros(0, np.int64) if s is None else s for _, s in parts])
 
 
 def _iter_keys(trace: str, fmt: str | None) -> Any:
@@ -249,12 +262,15 @@ def _dask_curve(args: argparse.Namespace, client: Any = None) -> tuple[Any, dict
     try:
         workers = max(1, len(client.nthreads()))
         files = expand_inputs(args.trace)
+        if len(files) > 1 and not _needs_positions(args):  # unit-size files: histograms only, O(distinct) here
+            parts = dask_map(client)(functools.partial(_read_and_histogram, fmt=args.format), files)
+            if all(part[0] is not None for part in parts):
+                return _histogram_curve(args, parts, workers)
         if len(files) > 1:  # one chunk per file: the workers parse them too
             results = dask_map(client)(functools.partial(_read_and_summarize, fmt=args.format), files)
             summaries = [r[0] for r in results]
             keys = np.concatenate([r[1] for r in results])
-            sized = [r[2] for r in results]
-            sizes = None if sized[0] is None else np.concatenate(sized)
+            sizes = joined_sizes([(r[1], r[2]) for r in results], args.trace)
         else:
             from stackdist.engine.scale.distributed import chunk_summary
 
@@ -271,6 +287,39 @@ def _dask_curve(args: argparse.Namespace, client: Any = None) -> tuple[Any, dict
     info = {"scheduler": args.dask, "workers": workers, "chunks": len(summaries), "merge_accesses": merged,
             "merge_share": merged / max(int(keys.shape[0]), 1)}
     return HitCurve(dense_keys(keys), sizes, distances, (start, stop)), info
+
+
+def _needs_positions(args: argparse.Namespace) -> bool:
+    """A window or warm-up counts accesses by position: the merge then needs every distance."""
+    return bool(args.window or getattr(args, "warmup", None))
+
+
+def _read_and_histogram(path: str, fmt: str | None) -> tuple[Any, int]:
+    """A worker's job for one unit-size input file: read it, replay it alone, return its
+    summary and distance histogram (:func:`~stackdist.engine.scale.distributed.chunk_histogram`),
+    O(its distinct keys), and its length; ``(None, length)`` for a file with sizes."""
+    from stackdist.engine.scale.distributed import chunk_histogram
+
+    keys, sizes = _read_keys(path, fmt)
+    if sizes is not None:
+        return None, int(keys.shape[0])
+    return chunk_histogram(keys), int(keys.shape[0])
+
+
+def _histogram_curve(args: argparse.Namespace, parts: list[Any], workers: int) -> tuple[Any, dict[str, Any]]:
+    """The exact curve of unit-size files from the workers' histograms, merged here. O(merged accesses)."""
+    from stackdist.engine import HitCurve
+    from stackdist.engine.histogram import Histogram
+    from stackdist.engine.scale.distributed import merge_histograms
+
+    n = sum(length for _, length in parts)
+    require_data(n, args.trace, "the trace has no accesses")
+    values, counts, _cold = merge_histograms([part for part, _ in parts])
+    cum = np.cumsum(counts)
+    merged = int(sum(part[0].keys.shape[0] for part, _ in parts))
+    info = {"scheduler": args.dask, "workers": workers, "chunks": len(parts), "merge_accesses": merged,
+            "merge_share": merged / n, "merged": "histograms"}
+    return HitCurve.from_histogram(Histogram(values, cum, cum.copy()), n), info
 
 
 def _read_and_summarize(path: str, fmt: str | None) -> tuple[Any, np.ndarray, np.ndarray | None]:

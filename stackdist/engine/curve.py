@@ -159,6 +159,20 @@ class HitCurve:
         distances, size_of_key, histogram = replay_counting(dense, size_arr, (start, stop), progress, largest, whole)
         return cls(dense, size_arr, distances, (start, stop), size_of_key, histogram, whole)
 
+    @classmethod
+    def from_histogram(cls, histogram: Histogram, n_accesses: int) -> HitCurve:
+        """The curve of ``n_accesses`` unit-size accesses from their distance histogram alone
+        (what the distributed merge gives, :func:`~stackdist.engine.scale.distributed.merge_histograms`):
+        every query and the summary are the exact curve's; only the per-access views
+        (:attr:`distances` is empty, :meth:`hit_mask`, :attr:`keys`) are not kept. O(1).
+
+        >>> whole = HitCurve.from_trace([0, 1, 0, 2, 1, 0])
+        >>> HitCurve.from_histogram(whole.histogram, 6).sample([1, 2, 3]) == whole.sample([1, 2, 3])
+        True
+        """
+        one = DenseKeys(np.zeros(1 if n_accesses else 0, np.int64), 1 if n_accesses else 0)  # unit sizes: one level
+        return cls(one, None, np.zeros(0, np.int64), (0, int(n_accesses)), None, histogram, int(n_accesses))
+
     @property
     def histogram(self) -> Histogram:
         """The window's distance histogram: exact hits at capacities at or above
@@ -435,6 +449,8 @@ class HitCurve:
         capacity = int(capacity)
         if capacity < 0:
             raise ValueError(f"capacity must be non-negative; got {capacity}.")
+        if self.distances.shape[0] != self._dense.ids.shape[0]:
+            raise ValueError("this curve was built from a histogram (from_histogram): it has no per-access hits.")
         capacity = min(capacity, COLD - 1)  # a cold miss (COLD) never hits, even at 2**63 - 1
         if capacity >= self.max_object_size:
             return self.distances <= capacity

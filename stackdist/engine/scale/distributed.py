@@ -172,10 +172,11 @@ def _resolve(summaries: Sequence[ChunkSummary]) -> np.ndarray:
     """The merge's replay of the compressed sequences: the exact distances of every chunk's
     first occurrences, chunk after chunk. O(m log k)."""
     keys = np.concatenate([s.keys for s in summaries])
-    sized = [s.sizes is not None for s in summaries]
+    sized = [s.sizes is not None for s in summaries if s.keys.shape[0]]  # an empty chunk has no say
     if any(sized) and not all(sized):
         raise ValueError("chunks must all have sizes or all be unit-sized.")
-    sizes = np.concatenate([s.sizes for s in summaries]) if all(sized) else None
+    sizes = (np.concatenate([np.zeros(0, np.int64) if s.sizes is None else s.sizes for s in summaries])
+             if any(sized) else None)
     engine = [s.offsets is not None for s in summaries]
     if any(engine) and not all(engine):
         raise ValueError("chunks must all carry request offsets (engine semantics) or none.")
@@ -227,8 +228,9 @@ def dask_map(client: Any) -> Mapper:
     True
     """
     def run(fn: Callable[[Any], Any], items: Sequence[Any]) -> list:
-        # Scatter the items first: large arrays go to the workers once, not inside the task graph.
-        futures = client.scatter(list(items)) if items else []
+        # Scatter the items first: large arrays go to the workers once, not inside the task graph;
+        # unique keys, so a second map of equal items never shares (and loses) the first one's.
+        futures = client.scatter(list(items), hash=False) if items else []
         return client.gather(client.map(fn, futures, pure=False))
 
     return run
