@@ -152,7 +152,10 @@ def _vllm_routed(key, off, ntr, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_ke
     tbl = np.empty(tbl_off[n_req], np.int32)
     nblk = np.zeros(n_req, np.int64)
     ncached = np.zeros(n_req, np.int64)
-    first = np.empty(max(1, int(np.max(np.diff(tbl_off))) if n_req else 1), np.int32)
+    widest = 1  # the longest block table (a loop: np.diff/np.max cost seconds of compilation)
+    for q in range(n_req):
+        widest = max(widest, tbl_off[q + 1] - tbl_off[q])
+    first = np.empty(widest, np.int32)
     act = np.zeros((K, n_keys), np.int32)
     active = np.zeros(K, np.int64)
     pending = np.zeros(K, np.int64)
