@@ -21,6 +21,7 @@ Usage::
     python benchmarks/bench_scale.py                      # 3e7 and 1e8 (about 10 minutes here)
     python benchmarks/bench_scale.py --sizes 1e6 --quick  # smoke test
     BENCH_SCALE_TMP=/tmp/huge python benchmarks/bench_scale.py --huge 1e9 --turns 40 --no-plain  # the 10^9 run
+    BENCH_SCALE_TMP=/tmp/huge python benchmarks/bench_scale.py --huge 1e9 --turns 40 --cli-dask-only  # + stackdist curve --dask
     BENCH_SCALE_TMP=/tmp/huge python benchmarks/bench_scale.py --huge 5e8 --turns 40 --quick \
         --huge-part "5e8, with the plain exact replay"                       # the plain replay where it fits
 
@@ -286,14 +287,16 @@ def dask_histogram_run(files: list[str], capacities: list[int], workers: int = 2
 
 
 def huge(n: int, folder: Path, stream_exact: bool = True, plain_exact: bool = True,
-         generator: dict[str, Any] | None = None) -> dict[str, Any]:
+         generator: dict[str, Any] | None = None, known: dict[str, Any] | None = None) -> dict[str, Any]:
     """The issue's large run on ``n`` accesses of :func:`request_chunks` (``generator``: its
     keyword parameters), saved as ``.npy`` files of 2**24 accesses read back as one trace (a
     glob): exact in one process (the plain replay, memory O(trace), and the streamed rate-1
     hashed stack, memory O(distinct keys)), sampled at 0.01 and 0.001 (3 seeds, streamed), exact
     on a two-worker local Dask cluster (workers read the files; histograms merged). The truth
     the others are compared with is the plain replay, or the streamed one without it; each row
-    records the load average beside its times (the machine is shared)."""
+    records the load average beside its times (the machine is shared). With ``known`` (an earlier
+    entry of the same stream: its capacities and exact hits) only ``stackdist curve --dask
+    local:2`` runs, and is checked against those hits."""
     generator = {"seed": 11, **(generator or {})}
     t0 = time.perf_counter()
     files: list[str] = []
@@ -342,6 +345,11 @@ def huge(n: int, folder: Path, stream_exact: bool = True, plain_exact: bool = Tr
               f"{row['load_average'][0]:.1f}-{row['load_average'][1]:.1f}  "
               + (f"MAE {row['mae']:.5f} equal {row['equal_hits']}" if "mae" in row else ""), flush=True)
 
+    if known is not None:  # only the product's own --dask path, against the truth of an earlier run of this stream
+        truth = np.array(known["exact_hits"], np.float64)
+        keep("dask local:2 (stackdist curve)", run_cli([glob_arg, "--capacities", ",".join(map(str, known["capacities"])),
+                                                        "--dask", "local:2"]), truth)
+        return rows
     if plain_exact:
         exact = run_cli([glob_arg, "--points", "40"])
         label = "exact, one process"
@@ -471,6 +479,9 @@ def main() -> int:
                         "replay is the truth")
     parser.add_argument("--huge-part", metavar="NAME",
                         help="--huge: keep this run as NAME inside the existing \"huge\" entry instead of replacing it")
+    parser.add_argument("--cli-dask-only", action="store_true",
+                        help="--huge: regenerate the stream of the existing \"huge\" entry and run only `stackdist curve "
+                        "--dask local:2` on it, checked against that entry's exact hits")
     parser.add_argument("--dask-files", nargs=2, metavar=("FILES_JSON", "CAPS"), help=argparse.SUPPRESS)
     parser.add_argument("--acceptance", type=lambda t: int(float(t)), metavar="N",
                         help="only the held-out check (exact vs --sample-rate 0.01 vs --dask local:2) on every input form "
@@ -485,11 +496,17 @@ def main() -> int:
         return 0
     if args.huge:
         print(f"{args.huge:,} accesses, exact / sampled / Dask:")
-        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_SCALE_TMP")) as tmp:
-            gen = {"turns": args.turns, "window": args.window, "prompts": args.prompts, "max_history": args.max_history}
-            got = huge(args.huge, Path(tmp), not args.quick, not args.no_plain, gen)
         old = json.loads(Path(args.output).read_text()) if Path(args.output).exists() else {}
-        if args.huge_part:  # a side run kept inside the main one's entry
+        known = old.get("huge") if args.cli_dask_only else None
+        gen = {"turns": args.turns, "window": args.window, "prompts": args.prompts, "max_history": args.max_history}
+        if known is not None and (known.get("accesses") != args.huge or known.get("generator") != {"seed": 11, **gen}):
+            print("--cli-dask-only: the existing \"huge\" entry is of another stream", file=sys.stderr)
+            return 2
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_SCALE_TMP")) as tmp:
+            got = huge(args.huge, Path(tmp), not args.quick, not args.no_plain, gen, known)
+        if known is not None:
+            got = {**known, **{k: v for k, v in got.items() if k.startswith("dask")}}
+        elif args.huge_part:  # a side run kept inside the main one's entry
             got = {**old.get("huge", {}), args.huge_part: got}
         write_json(args.output, {**old, "huge": got})
         return 0
