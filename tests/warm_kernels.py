@@ -12,9 +12,11 @@ one) waits for it (``after``). The workers then load every kernel from the cache
 skipped: the compile time is still in the test run, once. A signature the tasks do not reach is
 compiled by the worker that needs it (correct, only slower).
 
-Compile times on a cold cache (``NUMBA_CACHE_DIR`` empty; seconds of CPU, one core):
-placement simulator 15, the Mooncake reader's scan 5, each sized replay dtype (slot sizes
-uint8/uint16/int32/int64, pyramid int32/int64) 3-5, vLLM 4, SGLang 5, routed 5, Belady 1.5.
+Compile times on a cold cache (``NUMBA_CACHE_DIR`` empty; seconds of CPU, measured with
+numba's ``numba:compile`` events): about 100 in all, 50 per process; the placement simulator
+15, the engine's sized replay 22 (replay_sized, compact and build_levels for each slot-size and
+pyramid dtype: about 4 each), the Mooncake reader's scan 6, the JSONL scan 3, SGLang 5, routed
+engines 6, vLLM 3, SHARDS 5, Belady 1.7.
 
 Run by hand: ``python tests/warm_kernels.py`` (every task, in one process) or
 ``python tests/warm_kernels.py TASK ...``; ``--share FOLDER`` is the two-process mode.
