@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -48,7 +51,21 @@ def run_python() -> RunPython:
 
 _WARM_ENV = "STACKDIST_WARM_FOLDER"
 _WARM_PROCESSES = 2
-_warm_key = pytest.StashKey[list]()
+_warm_key = pytest.StashKey[tuple[list, Path, str]]()
+
+
+def _warm_stamp() -> tuple[Path, str]:
+    """Where the last complete warm-up is recorded, and the key it must match: the interpreter,
+    numba's version, the checkout and each source file's path, mtime and size (what numba's
+    cache index checks), so that an edited, touched or other checkout is warmed up again."""
+    cache = os.environ.get("NUMBA_CACHE_DIR")
+    digest = hashlib.sha256(f"{sys.executable}|{sys.version}|{importlib.metadata.version('numba')}|{cache}".encode())
+    sources = [p for folder in ("stackdist", "kvlab") for p in sorted((REPO_ROOT / folder).rglob("*.py"))]
+    for path in [*sources, Path(__file__).with_name("warm_kernels.py")]:
+        st = path.stat()
+        digest.update(f"|{path}|{st.st_mtime_ns}|{st.st_size}".encode())
+    where = Path(cache) if cache else REPO_ROOT / "stackdist" / "__pycache__"
+    return where / "warm_kernels.stamp", digest.hexdigest()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,14 +73,20 @@ def pytest_configure(config: pytest.Config) -> None:
     ``tests/warm_kernels.py``, while the workers start and collect: each worker then loads the
     kernels from numba's cache instead of compiling them again. The controller only (a worker has
     ``workerinput``); the workers wait for the warm-up before their first test
-    (:func:`pytest_runtestloop`), and find its folder in the environment they inherit."""
+    (:func:`pytest_runtestloop`), and find its folder in the environment they inherit. Skipped
+    when a complete warm-up of these very sources is recorded (:func:`_warm_stamp`)."""
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
+    stamp, key = _warm_stamp()
+    with contextlib.suppress(OSError):
+        if stamp.read_text() == key:
+            return
     folder = tempfile.mkdtemp(prefix="stackdist-warm-")
     script = str(Path(__file__).with_name("warm_kernels.py"))
-    config.stash[_warm_key] = [
+    processes = [
         subprocess.Popen([sys.executable, script, "--share", folder], cwd=REPO_ROOT) for _ in range(_WARM_PROCESSES)
     ]
+    config.stash[_warm_key] = (processes, stamp, key)
     os.environ[_WARM_ENV] = folder
 
 
@@ -79,9 +102,14 @@ def pytest_runtestloop(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Reap the warm-up processes and remove their folder (the controller)."""
-    for process in config.stash.get(_warm_key, []):
-        process.wait()
+    """Reap the warm-up processes, record a complete warm-up, remove its folder (the controller)."""
+    if hasattr(config, "workerinput") or _warm_key not in config.stash:
+        return
+    processes, stamp, key = config.stash[_warm_key]
+    if all(process.wait() == 0 for process in processes):
+        with contextlib.suppress(OSError):
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            stamp.write_text(key)
     folder = os.environ.pop(_WARM_ENV, None)
-    if folder and not hasattr(config, "workerinput"):
+    if folder:
         shutil.rmtree(folder, ignore_errors=True)
