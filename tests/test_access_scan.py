@@ -237,3 +237,13 @@ def test_the_mooncake_scan_in_halves_is_the_scan_of_the_whole_buffer():
         assert a.tolist() == b.tolist()
     rows[9_000] = rows[9_000].replace('"timestamp": ', '"timestamp": 0.5', 1)  # not plain, in the second half
     assert fast_json.scan_mooncake_in_halves(("\n".join(rows) + "\n").encode(), 16)[6] is False
+
+
+@pytest.mark.parametrize("name", ["timestamp", "input_length", "output_length", "hash_ids"])
+def test_the_mooncake_scan_refuses_a_field_one_letter_off(name):
+    good = {"timestamp": 5, "input_length": 20, "output_length": 3, "hash_ids": [1, 2]}
+    assert fast_json.scan_mooncake(np.frombuffer((json.dumps(good) + "\n").encode(), np.uint8), 16)[6]
+    for q in range(1, len(name)):  # the first letter picks the field: every later one is checked
+        bad = name[:q] + ("x" if name[q] != "x" else "y") + name[q + 1:]
+        line = json.dumps({(bad if k == name else k): v for k, v in good.items()}) + "\n"
+        assert fast_json.scan_mooncake(np.frombuffer(line.encode(), np.uint8), 16)[6] is False, bad

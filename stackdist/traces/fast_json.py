@@ -57,6 +57,23 @@ def _number(buf, i, n):
     return v, i, ok
 
 
+def _packed(name: bytes) -> tuple[int, int]:
+    """A field name as (its first 8 bytes, the rest) read as little-endian integers."""
+    return int.from_bytes(name[:8], "little"), int.from_bytes(name[8:], "little")
+
+
+_TS, _IN, _OUT, _HASH = (_packed(k) for k in (b"timestamp", b"input_length", b"output_length", b"hash_ids"))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _word(buf, i, n_bytes):
+    """The ``n_bytes`` (at most 8) bytes at ``i`` as a little-endian integer (wrapping past 2**63)."""
+    v = 0
+    for q in range(n_bytes):
+        v |= np.int64(buf[i + q]) << np.int64(8 * q)
+    return v
+
+
 @njit(cache=True, nogil=True)
 def scan_mooncake(buf, block_size):
     """Scan whole Mooncake lines of ``buf`` (blank lines skipped). Returns ``(ids, n_blocks,
@@ -113,10 +130,9 @@ def scan_mooncake(buf, block_size):
                 key = 8
             if key == 0 or seen & key:
                 return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
-            expect = "timestamp" if key == 1 else "input_length" if key == 2 else "output_length" if key == 4 else "hash_ids"
-            for q in range(length):
-                if buf[i + 1 + q] != ord(expect[q]):
-                    return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+            head, tail = (_TS if key == 1 else _IN if key == 2 else _OUT if key == 4 else _HASH)
+            if _word(buf, i + 1, 8) != head or _word(buf, i + 9, length - 8) != tail:
+                return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
             seen |= key
             i = _skip_ws(buf, j + 1, n)
             if i >= n or buf[i] != 58:
