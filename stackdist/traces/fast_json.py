@@ -328,35 +328,16 @@ def mooncake_block_ids(blocks: Iterable[bytes], block_size: int, exact: Callable
     >>> [c.tolist() for c in mooncake_block_ids([b'{"timestamp": 0, "input_length": 9, "hash_ids": [4]}\\n'], 16, None)]
     [[4]]
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     lines_before = 0
-    pool = ThreadPoolExecutor(2)  # the scan releases the GIL: the two halves of a block at once
-    try:
-        for block in blocks:
-            ok, ids = _scan_halves(pool, block, block_size)
-            if ok:
-                yield ids
-            else:
-                numbered = numbered_lines(block, lines_before)
-                if numbered:
-                    yield exact(numbered).block_ids
-            lines_before += block.count(b"\n")
-    finally:
-        pool.shutdown()
-
-
-def _scan_halves(pool: Any, block: bytes, block_size: int) -> tuple[bool, np.ndarray]:
-    """:func:`scan_mooncake` on a block of whole lines cut in two at a newline, both halves at
-    once: (every line accepted, the ids in order). O(bytes / 2) wall time on two cores."""
-    buf = np.frombuffer(block, np.uint8)
-    mid = block.find(b"\n", len(block) // 2) + 1
-    if len(block) < 1 << 20 or mid <= 0:
-        got = scan_mooncake(buf, block_size)
-        return bool(got[6]), got[0]
-    first, second = (pool.submit(scan_mooncake, part, block_size) for part in (buf[:mid], buf[mid:]))
-    a, b = first.result(), second.result()
-    return bool(a[6] and b[6]), np.concatenate([a[0], b[0]])
+    for block in blocks:
+        got = scan_mooncake_in_halves(block, block_size)
+        if got[6]:
+            yield got[0]
+        else:
+            numbered = numbered_lines(block, lines_before)
+            if numbered:
+                yield exact(numbered).block_ids
+        lines_before += block.count(b"\n")
 
 
 def mooncake_chunks(blocks: Iterable[bytes], path: str, block_size: int, exact: Callable[[list[tuple[int, bytes]]], Any]
@@ -368,9 +349,9 @@ def mooncake_chunks(blocks: Iterable[bytes], path: str, block_size: int, exact: 
 
     lines_before = 0
     for block in blocks:
-        ids, n_blocks, ts, inputs, outputs, _, ok = scan_mooncake(np.frombuffer(block, np.uint8), block_size)
+        ids, n_blocks, ts, inputs, outputs, _, ok = scan_mooncake_in_halves(block, block_size)
         if ok:
-            yield assemble(path, ids.copy(), n_blocks, ts / 1000.0, inputs, outputs, block_size, 0)
+            yield assemble(path, ids, n_blocks, ts / 1000.0, inputs, outputs, block_size, 0)
         else:
             numbered = numbered_lines(block, lines_before)
             if numbered:
