@@ -151,7 +151,7 @@ def compact(slot_of, words, tree, slot_size, scalars):
                 bits |= np.uint64(slot_size[first + b] != 0) << np.uint64(b)
             words[w] = bits
     base = np.empty(used + 1, np.int64)
-    acc = 0
+    acc = np.int64(0)  # typed, not the literal 0: numba would also compile build_levels for Literal[int](0)
     for w in range(used):
         base[w] = acc
         acc += popcount(words[w])
@@ -310,7 +310,7 @@ def replay_unit(ids, slot_of, size_of, words, tree, scalars, out, table, count_l
     cap = words.shape[0] << WORD_SHIFT
     tree_shift = line_shift(tree)
     lane = (1 << tree_shift) - 1
-    offsets = level_offsets(cap, WORD_SHIFT, tree_shift)
+    offsets = level_offsets(cap, np.int64(WORD_SHIFT), tree_shift)  # typed: one level_offsets signature
     levels = offsets.shape[0] - 1
     counting = table.shape[0] > 0
     keep_sizes = size_of.shape[0] > 0
@@ -363,8 +363,10 @@ def replay_unit(ids, slot_of, size_of, words, tree, scalars, out, table, count_l
         slot_of[k] = t
         total += 1
         t += 1
-    if counting:
-        count_range(table, out, out, True, max(count_lo, n - COUNT_LAG), min(count_hi, n))
+    if counting:  # the last COUNT_LAG distances (written out: count_range would compile once more per table dtype)
+        for j in range(max(count_lo, n - COUNT_LAG), min(count_hi, n)):
+            if out[j] != COLD:
+                table[out[j], 0] += 1
     scalars[0] = t
     scalars[1] = total
     return NO_ERROR
