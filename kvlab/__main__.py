@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import sys
 
-from stackdist.errors import EXIT_INTERRUPTED, install_interrupt_handler, started_as
+from stackdist.errors import (
+    EXIT_INTERRUPTED,
+    freeze_for_exit,
+    install_interrupt_handler,
+    started_as,
+)
 
 if started_as("kvlab", "__main__.py"):  # the command itself: Ctrl-C during the imports is one line, exit 130
     install_interrupt_handler("kvlab", guarded=False)
@@ -100,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if restore is not None:
             restore()
+        if argv is None:  # this process's own command line: it exits next
+            freeze_for_exit()
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -39,6 +39,7 @@ __all__ = [
     "EmptyInputError",
     "TraceFormatError",
     "UsageError",
+    "freeze_for_exit",
     "install_interrupt_handler",
     "require_data",
     "started_as",
@@ -181,6 +182,22 @@ def install_interrupt_handler(prog: str, guarded: bool = True) -> Callable[[], N
 def started_as(*names: str) -> bool:
     """True when this process was started as one of the commands ``names`` (its ``argv[0]``). O(1)."""
     return bool(sys.argv) and os.path.basename(sys.argv[0] or "") in names
+
+
+def freeze_for_exit() -> None:
+    """Move every live object to the collector's permanent generation, just before a command
+    line process returns its exit status: the interpreter's exit then skips their collection.
+    Freeing numba's and the importer's object graph one by one took a quarter of a small run's
+    CPU (0.28 s of a 1.14 s ``stackdist plan``). Only for a process's own command line, never a
+    ``main([...])`` called in-process. O(objects).
+
+    >>> import gc; freeze_for_exit(); gc.get_freeze_count() > 0
+    True
+    >>> gc.unfreeze()
+    """
+    import gc
+
+    gc.freeze()
 
 
 class writing_files:

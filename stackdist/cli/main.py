@@ -11,7 +11,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from stackdist.errors import EXIT_INTERRUPTED, install_interrupt_handler
+from stackdist.errors import (
+    EXIT_INTERRUPTED,
+    freeze_for_exit,
+    install_interrupt_handler,
+)
 from stackdist.version import __version__
 
 from .args import declared_paths
@@ -96,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if restore is not None:
             restore()
+        if argv is None:  # this process's own command line: it exits next
+            freeze_for_exit()
 
 
 def _main(argv: list[str]) -> int:
