@@ -459,3 +459,38 @@ def test_sample_request_trace_equals_a_loop_over_requests(seed):
     assert got_rate == pytest.approx(rate, rel=1e-12)
     assert sub.block_ids.tolist() == ids and sub.offsets.tolist() == offsets
     assert sub.block_tokens.tolist() == tokens and sub.input_length.tolist() == inputs
+
+
+def test_a_seed_whose_sample_keeps_nothing_is_exit_1_not_a_zero_curve(tmp_path, capsys):
+    # 30 accesses over 3 keys at rate 0.5: for some first seeds every one of the 3 seeds keeps a
+    # key, for others one keeps none. The run answers (exit 0) exactly when every seed keeps an
+    # access, else exit 1 naming the flag and the seed (an empty sample used to estimate a hit
+    # rate of 0 at every size). One first seed of each kind, per command.
+    from stackdist.cli import main
+
+    keys = np.arange(30) % 3
+    blocks = np.concatenate([[k, k + 3] for k in keys])
+    trace = tmp_path / "t.csv"
+    trace.write_text("".join(f"{k}\n" for k in keys))
+    requests = tmp_path / "m.jsonl"
+    requests.write_text("".join(f'{{"timestamp": {i}, "input_length": 1024, "hash_ids": [{k}, {k + 3}]}}\n'
+                                for i, k in enumerate(keys)))
+
+    def kept(ids, first):
+        return [int(sample_mask(ids, 0.5, first + i).sum()) for i in range(3)]
+
+    def firsts(ids):  # the first seed where all three keep something, and one where one does not
+        ok = next(f for f in range(100) if min(kept(ids, f)))
+        empty = next(f for f in range(100) if not min(kept(ids, f)))
+        return ok, empty
+
+    runs = {"curve": (["curve", str(trace), "-o", str(tmp_path / "c.json")], keys, "accesses"),
+            "tiers": (["tiers", str(trace), "--gpu", "1", "-o", str(tmp_path / "t.json")], keys, "accesses"),
+            "plan": (["plan", str(requests), "--json", str(tmp_path / "p.json")], blocks, "prompt blocks")}
+    for argv, ids, unit in runs.values():
+        ok, empty = firsts(ids)
+        assert main([*argv, "--sample-rate", "0.5", "--seed", str(ok)]) == 0
+        capsys.readouterr()
+        assert main([*argv, "--sample-rate", "0.5", "--seed", str(empty)]) == 1
+        seed = empty + kept(ids, empty).index(0)
+        assert f"--sample-rate 0.5 (seed {seed}) kept none of the {ids.size} {unit}" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -153,6 +153,17 @@ def _needs_length(args: argparse.Namespace) -> bool:
     return bool(window and any(v is not None and v < 0 for v in window)) or warm.endswith("%")
 
 
+def require_sample(kept: Sequence[int], total: int, args: argparse.Namespace, unit: str = "accesses",
+                   seeds: Sequence[int] | None = None) -> None:
+    """Exit 1 (no answer) when a seed's sample kept nothing (``kept[i]`` of ``total`` for the
+    i-th of ``seeds``, default all of the run's): an empty sample says nothing about the trace
+    (its estimate would be a hit rate of 0 at every size). O(seeds)."""
+    for seed, count in zip(seeds_of(args) if seeds is None else seeds, kept):
+        flag = f"--sample-rate {args.sample_rate:g}" if args.sample_size is None else f"--sample-size {args.sample_size}"
+        require_data(count, args.trace, f"{flag} (seed {seed}) kept none of the {total:,} {unit}: raise the rate or "
+                     "the size, or drop sampling for the exact answer")
+
+
 def _sampled_curves(args: argparse.Namespace) -> list[Any]:
     """One SHARDS curve per seed, the trace read once in chunks (bounded memory unless the
     window or warm-up counts from the end)."""
@@ -176,6 +187,7 @@ def _sampled_curves(args: argparse.Namespace) -> list[Any]:
         pos += n
     require_data(pos, args.trace, "the trace has no accesses")
     require_data(samplers[0].n_accesses, args.trace, "no accesses are counted (--window, --warmup)")
+    require_sample([s.n_sampled_accesses for s in samplers], samplers[0].n_accesses, args)
     return [s.curve() for s in samplers]
 
 
@@ -217,6 +229,7 @@ def _sampled_on_workers(args: argparse.Namespace, samplers: list[Any]) -> list[A
     finally:
         close(client)
     require_data(curves[0].n_accesses, args.trace, "the trace has no accesses")
+    require_sample([c.n_sampled_accesses for c in curves], curves[0].n_accesses, args)
     return curves
 
 
@@ -454,6 +467,8 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
     seeds = seeds_of(args) if is_sampled(args) else [0]  # a streamed input, not sampled: rate 1, exact
     for seed in seeds:
         mask, rate = sample_keys(keys, args.sample_rate, args.sample_size, seed)
+        if is_sampled(args):
+            require_sample([int(mask[start:stop].sum())], stop - start, args, seeds=[seed])
         counted = np.zeros(keys.shape[0], bool)
         counted[start:stop] = True
         sub_counted = np.flatnonzero(counted[mask])
@@ -538,6 +553,7 @@ def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]
     with ThreadPoolExecutor(2) as pool:  # hashing and thinning release the GIL: two seeds' samples at once
         samples = list(pool.map(lambda seed: sample_request_trace(trace, args.sample_rate, args.sample_size, seed),
                                 seeds_of(args)))
+    require_sample([sub.n_blocks for sub, _ in samples], trace.n_blocks, args, "prompt blocks")
     for sub, rate in samples:
         reports.append(shards_adjusted(rescale_report(build(sub), rate), trace, sub, rate))
         rates.append(rate)
