@@ -283,9 +283,9 @@ def _access(st, policy, exclusive, top, b, usable):  # pragma: no cover - compil
         else:
             for link in range(top):
                 ctr[1, link] += 1
-        _insert_exclusive(st, policy, top, b, 1)
+        _insert_exclusive(st, policy, top, b, np.int64(1))
         return t
-    t = _locate(st, False, b)
+    t = _locate(st, np.bool_(False), b)
     if t >= 0 and usable:
         _insert(st, policy, t, b)
         for link in range(t):
@@ -319,7 +319,7 @@ def _prefetch(st, policy, exclusive, top, b):  # pragma: no cover - compiled
         ctr[2, link] += 1
     if exclusive:
         _remove(st[0], st[1], st[2], st[3], t, b)
-        _insert_exclusive(st, policy, top, b, 3)
+        _insert_exclusive(st, policy, top, b, np.int64(3))
     else:
         for a in range(active.shape[0]):
             if active[a] >= t:
@@ -383,7 +383,7 @@ def _replay(st, policy, alpha, exclusive, top, prefix, budget, blocks, offsets, 
                 clock[0] += 1
                 if policy != 0:
                     _on_access(st, policy, alpha, blocks[i], clock[0])
-                t = _access(st, policy, exclusive, top, blocks[i], True)
+                t = _access(st, policy, exclusive, top, blocks[i], np.bool_(True))
                 found[i] = t
                 if t >= 0:
                     hits[t] += 1

@@ -90,7 +90,7 @@ def _belady(ids, nxt, depth, offsets, n_keys, capacity, hit):  # type: ignore[no
     heap_t = np.empty(m + n_keys, np.int64)
     heap_d = np.empty(m + n_keys, np.int64)
     heap_k = np.empty(m + n_keys, np.int64)
-    size = 0
+    size = np.int64(0)  # typed: a literal 0 would make numba compile _pop a second time
     cached = 0
     for r in range(offsets.shape[0] - 1):
         lo, hi = offsets[r], offsets[r + 1]

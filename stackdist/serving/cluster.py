@@ -164,7 +164,7 @@ def _cluster_kernel(block, off, tok, assign, slot, K, C, S, W, BT, prv, nxt, spr
         out_w[r], out_g[r], out_s[r] = w, g_tok, s_tok
         if S != 0:
             for i in range(b - 1, first_miss - 1, -1):
-                lru_touch(sprv, snxt, D, block[i], ssize, 0, S)
+                lru_touch(sprv, snxt, D, block[i], ssize, np.int64(0), S)  # typed 0: one signature
         for i in range(b - 1, a - 1, -1):
             lru_touch(prv, nxt, n_slots + w, block[i] * K + w if kv else slot[i], size, w, C)
 

@@ -98,6 +98,7 @@ __all__ = ["DEFAULT_OVERLAP_WEIGHT", "ROUTED_MODELS", "shared_tier_hits", "simul
 DEFAULT_OVERLAP_WEIGHT = 1.0
 """Dynamo's default ``overlap_score_weight`` (``KvRouterConfig``; ``--kv-overlap-score-weight``)."""
 ROUTED_MODELS = ("vllm", "sglang")
+_START, _STOP = np.int64(1), np.int64(-1)  # typed, not literals: numba compiles _track once, not per sign
 
 
 @njit(cache=True, nogil=True)
@@ -184,7 +185,7 @@ def _vllm_routed(key, off, ntr, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_ke
             nfree[w] = nf
             routed[w] += 1
             pending[w] += P[r] - hits[r]
-            _track(w, 1, key, a, b, act, active, running)
+            _track(w, _START, key, a, b, act, active, running)
         elif kind == 2:
             pending[out_w[r]] -= P[r] - hits[r]
         elif kind == 1:
@@ -196,7 +197,7 @@ def _vllm_routed(key, off, ntr, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_ke
         elif kind == 0:
             w = out_w[r]
             nfree[w] += pool_finish(r, tbl, tb, nblk, ncached, n_final, bs[w], ks[w], key, off, cont, HEAD, TAIL, first)
-            _track(w, -1, key, a, b, act, active, running)
+            _track(w, _STOP, key, a, b, act, active, running)
     return -1
 
 
@@ -233,7 +234,7 @@ def _vllm_routed_inf(key, off, ntr, P, n_final, ev_kind, ev_req, n_keys, B, K, a
                 cached[w, key[a + j]] = 1
             routed[w] += 1
             pending[w] += P[r] - hits[r]
-            _track(w, 1, key, a, b, act, active, running)
+            _track(w, _START, key, a, b, act, active, running)
         elif kind == 2:
             pending[out_w[r]] -= P[r] - hits[r]
         elif kind == 0:
@@ -242,7 +243,7 @@ def _vllm_routed_inf(key, off, ntr, P, n_final, ev_kind, ev_req, n_keys, B, K, a
             if q >= 0:
                 for j in range(P[r] // B, min(n_final[r], off[q + 1] - off[q])):
                     cached[w, key[off[q] + j]] = 1
-            _track(w, -1, key, a, b, act, active, running)
+            _track(w, _STOP, key, a, b, act, active, running)
     return -1
 
 
@@ -286,11 +287,11 @@ def _sglang_routed(key, off, ntr, P, ev_kind, ev_req, n_keys, N, B, K, assign, W
         if kind == 3:
             routed[w] += 1
             pending[w] += P[r] - hits[r]
-            _track(w, 1, key, a, b, act, active, running)
+            _track(w, _START, key, a, b, act, active, running)
         elif kind == 2:
             pending[w] -= P[r] - hits[r]
         elif kind == 0:
-            _track(w, -1, key, a, b, act, active, running)
+            _track(w, _STOP, key, a, b, act, active, running)
     return -1
 
 
@@ -311,7 +312,7 @@ def _shared_kernel(key, off, P, order, gpu_hits, B, S, prv, nxt, out_s):  # type
         out_s[r] = B * (j - g)
         if S != 0:
             for i in range(P[r] // B - 1, g - 1, -1):
-                lru_touch(prv, nxt, D, key[a + i], size, 0, S)
+                lru_touch(prv, nxt, D, key[a + i], size, np.int64(0), S)
 
 
 def shared_tier_hits(pages: EnginePages, schedule: Schedule, gpu_hits: np.ndarray, shared_pages: int | None) -> np.ndarray:

@@ -82,6 +82,10 @@ __all__ = ["sglang_pool_run", "simulate_sglang", "tree_event", "tree_init", "tre
 
 _B = 16
 _ROOT = 0
+# Flags and deltas passed to the compiled helpers as typed values, not Python literals: numba
+# compiles a helper once per literal argument value (``_walk`` twice, ``_lock`` twice otherwise).
+_MATCH, _INSERT = np.bool_(False), np.bool_(True)
+_LOCK_ONE, _UNLOCK_ONE = np.int64(1), np.int64(-1)
 
 
 @njit(cache=True, nogil=True)
@@ -208,7 +212,7 @@ def _walk(nd, key, base, L, plen, gkey, first_node, ht, hn, hs, inserting):  # t
     hs[_CLOCK] += 1
     t = hs[_CLOCK]
     node = _ROOT
-    i = 0
+    i = np.int64(0)  # typed: _common gets one signature, not also Literal[int](0)
     while i < L:
         ck = key[base + i] if i < plen else gkey
         c = first_node[ck]
@@ -301,7 +305,7 @@ def _init_tree(nd, first_node, hs, N):  # type: ignore[no-untyped-def]
 def _match_length(nd, key, base, L, plen, first_node):  # type: ignore[no-untyped-def]
     """The pages ``match_prefix`` would match over ``L`` key pages, read only (no time stamp,
     no split): what the engine would report as a hit at this moment."""
-    i = 0
+    i = np.int64(0)
     while i < L:
         c = first_node[key[base + i]]
         if c < 0:
@@ -325,9 +329,9 @@ def _event(kind, r, key, off, P, n_keys, B, nd, first_node, ht, hn, hs, lock_nod
         m = 0
         node = _ROOT
         if cap > 0:
-            m, node = _walk(nd, key, base, cap, plen, gkey, first_node, ht, hn, hs, False)
+            m, node = _walk(nd, key, base, cap, plen, gkey, first_node, ht, hn, hs, _MATCH)
         hits[r] = B * m
-        _lock(nd, node, 1, ht, hn, hs)
+        _lock(nd, node, _LOCK_ONE, ht, hn, hs)
         lock_node[r] = node
         protected[r] = m
         _evict_to_free(nd, p - B * m + B, B, first_node, ht, hn, hs)
@@ -350,7 +354,7 @@ def _event(kind, r, key, off, P, n_keys, B, nd, first_node, ht, hn, hs, lock_nod
         _checkpoint(nd, key, base, L, plen, gkey, first_node, ht, hn, hs, lock_node, protected, r)
         if seq[r] % B:
             hs[_FREE] += 1
-        _lock(nd, lock_node[r], -1, ht, hn, hs)
+        _lock(nd, lock_node[r], _UNLOCK_ONE, ht, hn, hs)
     return True
 
 
@@ -392,19 +396,19 @@ def _checkpoint(nd, key, base, L, plen, gkey, first_node, ht, hn, hs, lock_node,
     (``split_prompt``), re-match, move the lock to the new last node."""
     pre = 0
     if L > 0:
-        pre, _n = _walk(nd, key, base, L, plen, gkey, first_node, ht, hn, hs, True)
+        pre, _n = _walk(nd, key, base, L, plen, gkey, first_node, ht, hn, hs, _INSERT)
     else:
         hs[_CLOCK] += 1
     if pre > protected[r]:
         hs[_FREE] += pre - protected[r]
     if 0 < plen < L:
-        _walk(nd, key, base, plen, plen, gkey, first_node, ht, hn, hs, True)
+        _walk(nd, key, base, plen, plen, gkey, first_node, ht, hn, hs, _INSERT)
     node = _ROOT
     if L > 0:
-        _m, node = _walk(nd, key, base, L, plen, gkey, first_node, ht, hn, hs, False)
+        _m, node = _walk(nd, key, base, L, plen, gkey, first_node, ht, hn, hs, _MATCH)
     protected[r] = L
-    _lock(nd, lock_node[r], -1, ht, hn, hs)
-    _lock(nd, node, 1, ht, hn, hs)
+    _lock(nd, lock_node[r], _UNLOCK_ONE, ht, hn, hs)
+    _lock(nd, node, _LOCK_ONE, ht, hn, hs)
     lock_node[r] = node
 
 
