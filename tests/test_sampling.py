@@ -494,3 +494,32 @@ def test_a_seed_whose_sample_keeps_nothing_is_exit_1_not_a_zero_curve(tmp_path, 
         assert main([*argv, "--sample-rate", "0.5", "--seed", str(empty)]) == 1
         seed = empty + kept(ids, empty).index(0)
         assert f"--sample-rate 0.5 (seed {seed}) kept none of the {ids.size} {unit}" in capsys.readouterr().err
+
+
+def test_seeds_replayed_on_two_threads_equal_one_loop_and_raise_the_first_error():
+    # A chunk of 2**16 accesses or more replays the seeds on two threads: the same curves as each
+    # seed fed alone, and a key whose size changes raises the error the first seed's loop would.
+    from stackdist.engine.scale.sampling import feed_all
+
+    rng = np.random.default_rng(5)
+    keys = rng.zipf(1.2, 1 << 16) % 5_000
+    samplers = [ShardsSampler(rate=0.3, seed=s) for s in range(4)]
+    feed_all(samplers, keys)
+    for s, sampler in enumerate(samplers):
+        alone = ShardsSampler(rate=0.3, seed=s)
+        alone.feed(keys, distances=False)
+        assert sampler.curve().hits_at(500) == alone.curve().hits_at(500)
+        assert sampler.n_sampled_accesses == alone.n_sampled_accesses
+    # Two keys change size: ``early`` (sampled by seed 1 only) before ``late`` (sampled by seed 0).
+    # A loop in seed order stops at seed 0's error (the late key); so must the threads.
+    by_seed = [set(np.unique(keys[sample_mask(keys, 0.5, s)]).tolist()) for s in (0, 1)]
+    early = next(k for k in keys.tolist() if k in by_seed[1] and k not in by_seed[0])
+    late = next(k for k in keys[::-1].tolist() if k in by_seed[0] and k != early)
+    sizes = np.ones(keys.size, np.int64)
+    sizes[np.flatnonzero(keys == early)[1:]] = 2
+    sizes[np.flatnonzero(keys == late)[-1]] = 3
+    with pytest.raises(ValueError) as first_seed:
+        ShardsSampler(rate=0.5, seed=0).feed(keys, sizes, distances=False)
+    with pytest.raises(ValueError) as threaded:
+        feed_all([ShardsSampler(rate=0.5, seed=s) for s in (0, 1)], keys, sizes)
+    assert str(threaded.value) == str(first_seed.value) and f"key {late}" in str(first_seed.value)

@@ -42,7 +42,7 @@ blake2b-64 first. Capacities with varied sizes are meant at or above the largest
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -186,6 +186,25 @@ def _collapse(values: np.ndarray, *weights: np.ndarray) -> tuple[np.ndarray, ...
     return (v[starts],) + tuple(np.add.reduceat(w[order], starts) for w in weights)
 
 
+def _collapse_fixed_rate(d: np.ndarray, rate: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_collapse` of unit-size accesses sampled at one ``rate`` (sampled distances
+    ``d``): their scaled capacities ``ceil(d / rate)`` rise with ``d``, so they are collapsed by
+    counting the distances (which a sample's distinct keys bound) instead of sorting. O(n + max d).
+
+    >>> [a.tolist() for a in _collapse_fixed_rate(np.array([3, 1, 3]), 0.5)]
+    [[2, 6], [2.0, 4.0], [2.0, 4.0]]
+    """
+    if d.size == 0 or int(d.max()) > 4 * d.size + (1 << 16):
+        caps = np.ceil(d / rate - 1e-9).astype(np.int64)
+        w = np.full(d.size, 1.0 / rate)
+        values, weight, size_weight = _collapse(caps, w, w.copy())
+        return values, weight, size_weight
+    counts = np.bincount(d)
+    present = np.flatnonzero(counts)
+    weight = counts[present] / rate
+    return np.ceil(present / rate - 1e-9).astype(np.int64), weight, weight.copy()
+
+
 class ShardsSampler:
     """Feed accesses in chunks; get a :class:`SampledCurve` at any time. O(S) state.
 
@@ -266,7 +285,7 @@ class ShardsSampler:
                                                self._thresh, limit)
             idx, error = subset[idx], (int(subset[error]) if error >= 0 else error)
         if error >= 0:
-            shown = values[error] if keys is None else np.asarray(keys)[error]
+            shown = (values[error] if keys is None else np.asarray(keys)[error]).tolist()  # 7, not np.int64(7)
             raise ValueError(f"key {shown!r} changed size at position {self.n_accesses + error}; "
                              "a key's size must be fixed.")
         n = values.shape[0]
@@ -342,11 +361,15 @@ class ShardsSampler:
         self.cold_weight += float(w[cold].sum())
         self.cold_size_weight += float((w * s)[cold].sum())
         finite = ~cold
-        caps = np.ceil(d[finite] / r[finite] - 1e-9).astype(np.int64)
-        if self.max_keys is not None:
-            caps = _quantize_up(caps)
-        self._pending.append((caps, w[finite], (w * s)[finite]))
-        self._pending_n += caps.size
+        if sizes is None and self.max_keys is None:  # one threshold, unit weights: collapse by distance now
+            self._pending.append(_collapse_fixed_rate(d[finite], float(r[0]) if r.size else 1.0))
+            self._pending_n += self._pending[-1][0].size
+        else:
+            caps = np.ceil(d[finite] / r[finite] - 1e-9).astype(np.int64)
+            if self.max_keys is not None:
+                caps = _quantize_up(caps)
+            self._pending.append((caps, w[finite], (w * s)[finite]))
+            self._pending_n += caps.size
         if self._pending_n > max(1 << 20, self._values.size):  # collapse in batches: amortized O(log) per access
             self._collapse_pending()
 
@@ -391,12 +414,41 @@ def feed_all(samplers: Sequence[ShardsSampler], keys: Any, sizes: Any = None, co
     salts = np.array([s._salt for s in samplers], np.uint64)
     cuts = np.array([s._thresh[0] for s in samplers], np.uint64)
     idx, own = _filter_on_two_threads(values, salts, cuts)
-    for j, sampler in enumerate(samplers):
+
+    def replay(j: int) -> None:
         sub = idx if len(samplers) == 1 else idx[(own >> j) & 1 == 1]
-        sampler.feed_values(values, size_arr, counted, distances=False, subset=sub, keys=keys)
+        samplers[j].feed_values(values, size_arr, counted, distances=False, subset=sub, keys=keys)
+
+    _on_two_threads(replay, len(samplers), values.shape[0] >= 1 << 16)
 
 
 _POOL: list[ThreadPoolExecutor] = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="stackdist-filter"))
+    return _POOL[0]
+
+
+def _on_two_threads(job: Callable[[int], None], n: int, threads: bool) -> None:
+    """``job(0) ... job(n - 1)``, the odd ones on the helper thread while this one runs the even
+    ones (the replays release the GIL), when ``threads``; the first error in index order is
+    raised, as a loop in order would (each job touches only its own sampler). O(1) + the jobs."""
+    if not threads or n < 2:
+        for j in range(n):
+            job(j)
+        return
+    futures = [(j, _pool().submit(job, j)) for j in range(1, n, 2)]
+    errors: list[tuple[int, BaseException]] = []
+    for j in range(0, n, 2):
+        try:
+            job(j)
+        except Exception as exc:  # noqa: BLE001 - re-raised below, in index order
+            errors.append((j, exc))
+    errors += [(j, f.exception()) for j, f in futures if f.exception() is not None]  # type: ignore[misc]
+    if errors:
+        raise min(errors, key=lambda e: e[0])[1]
 
 
 def _filter_on_two_threads(values: np.ndarray, salts: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -405,10 +457,8 @@ def _filter_on_two_threads(values: np.ndarray, salts: np.ndarray, cuts: np.ndarr
     n = values.shape[0]
     if n < 1 << 16:
         return multi_filter(values, salts, cuts)
-    if not _POOL:
-        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="stackdist-filter"))
     mid = n // 2
-    first = _POOL[0].submit(multi_filter, values[:mid], salts, cuts)
+    first = _pool().submit(multi_filter, values[:mid], salts, cuts)
     idx_b, own_b = multi_filter(values[mid:], salts, cuts)
     idx_a, own_a = first.result()
     return np.concatenate([idx_a, idx_b + mid]), np.concatenate([own_a, own_b])
