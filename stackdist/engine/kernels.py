@@ -19,7 +19,7 @@ size is 1) or *sized*; the layout depends only on that, never on a call's ``unit
   key's most recent access). Sized states: scratch for compaction (a slot is live iff its size
   is non-zero, sizes being positive).
 - ``slot_size[j]`` (sized states): the size in slot ``j`` if live, else 0; the narrowest of
-  uint8, uint16, int32, int64 that holds the largest size (int64 when unknown, as in a stream).
+  uint8, int32, int64 that holds the largest size (int64 when unknown, as in a stream).
 - ``tree``: a flat *prefix pyramid* (int32 while the largest possible live total fits, else
   int64). Level 0 has one entry per *group*: a word of ``words`` (unit states) or a 64-byte line
   of ``slot_size`` (64 slots of uint8 ... 8 of int64; sized states); each next level one entry
