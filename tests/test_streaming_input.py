@@ -238,4 +238,48 @@ def test_plan_and_tiers_read_streamed_inputs_as_the_plain_file(tmp_path):
     keys.write_bytes(gzip.compress(b"".join(f"{k}\n".encode() for k in [1, 2, 1, 3, 2, 1, 4, 1])))
     assert main(["tiers", str(keys), "--gpu", "1", "--cpu", "0,2", "-o", str(tmp_path / "t.json")]) == 0
     grid = json.loads((tmp_path / "t.json").read_text())
-    assert grid["sampled"] is False and grid["inclusive"]["cpu_hits"] == [[0.0, 2.0]]
+    assert grid["sampled"] is False and grid["inclusive"]["cpu_hits"] == [[0, 2]]
+    (tmp_path / "k.csv").write_bytes(gzip.decompress(keys.read_bytes()))
+    assert main(["tiers", str(tmp_path / "k.csv"), "--gpu", "1", "--cpu", "0,2", "-o", str(tmp_path / "p.json")]) == 0
+    plain_grid = json.loads((tmp_path / "p.json").read_text())
+    assert {**grid, "trace": None} == {**plain_grid, "trace": None}  # the same report as the plain file's
+
+
+def test_several_files_on_the_command_line_are_one_trace(tmp_path, capsys):
+    # `stackdist curve part-*.csv` unquoted: the shell passes the files one by one. They are one
+    # trace in order: the same report as the joined file and as the quoted glob, --csv and a
+    # request trace's --window included; an output that is any of them is refused (exit 2).
+    from stackdist.cli.main import main
+
+    rng = np.random.default_rng(3)
+    keys = rng.zipf(1.3, 3_000) % 400
+    parts = [tmp_path / f"part-{i}.csv" for i in range(3)]
+    for part, chunk in zip(parts, np.array_split(keys, 3)):
+        part.write_text("".join(f"{k}\n" for k in chunk))
+    (tmp_path / "all.csv").write_text("".join(f"{k}\n" for k in keys))
+
+    def report(*trace: str) -> dict:
+        assert main(["curve", *trace, "--points", "9", "-o", str(tmp_path / "r.json")]) == 0
+        return {**json.loads((tmp_path / "r.json").read_text()), "trace": None}
+
+    assert report(*map(str, parts)) == report(str(tmp_path / "all.csv")) == report(str(tmp_path / "part-*.csv"))
+    capsys.readouterr()
+    assert main(["curve", *map(str, parts), "--points", "3", "--csv"]) == 0
+    several = capsys.readouterr().out
+    assert main(["curve", str(tmp_path / "all.csv"), "--points", "3", "--csv"]) == 0
+    assert several == capsys.readouterr().out
+    assert main(["curve", *map(str, parts), "-o", str(parts[1])]) == 2
+    assert "is the input" in capsys.readouterr().err
+    plans = []
+    for trace in (list(map(str, parts)), [str(tmp_path / "all.csv")]):
+        assert main(["plan", *trace, "--format", "csv", "--json", str(tmp_path / "p.json")]) == 0
+        plans.append(json.loads((tmp_path / "p.json").read_text()))
+        plans[-1]["trace"].pop("source")
+    assert plans[0] == plans[1]
+    rows = [{"timestamp": i, "input_length": 1024, "hash_ids": [i % 3, 10 + i % 5]} for i in range(40)]
+    halves = [tmp_path / "a.jsonl", tmp_path / "b.jsonl"]
+    for half, chunk in zip(halves, (rows[:25], rows[25:])):
+        half.write_text("".join(json.dumps(r) + "\n" for r in chunk))
+    (tmp_path / "ab.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    window = ["--format", "mooncake", "--window", "5:35", "--warmup", "3"]
+    assert report(*map(str, halves), *window) == report(str(tmp_path / "ab.jsonl"), *window)

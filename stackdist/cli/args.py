@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stackdist.errors import INT64_MAX, UsageError
 
-__all__ = ["WARMUP_HELP", "WINDOW_HELP", "InputPath", "OutputPath", "access_window", "bounded_int", "declared_paths", "finite_float", "fraction_list", "int_list", "parse_int", "resolve_window", "warmup_accesses", "warmup_count", "window_spec"]
+__all__ = ["WARMUP_HELP", "WINDOW_HELP", "InputPath", "InputPaths", "OutputPath", "access_window", "bounded_int", "declared_paths", "finite_float", "fraction_list", "int_list", "one_trace", "parse_int", "resolve_window", "warmup_accesses", "warmup_count", "window_spec"]
 
 
 class InputPath(str):
@@ -24,6 +24,36 @@ class InputPath(str):
     """
 
     __slots__ = ()
+
+
+class InputPaths(InputPath):
+    """Several input files given to one argument (the shell's expansion of ``part-*.csv``, say),
+    read as one trace in their order: a str of the names joined by spaces (for messages and
+    reports) that keeps them in :attr:`files`, which the readers
+    (:func:`~stackdist.traces.stream_input.expand_inputs`) expand.
+
+    >>> p = InputPaths.of(["a.csv", "b.csv"]); str(p), p.files
+    ('a.csv b.csv', ('a.csv', 'b.csv'))
+    """
+
+    files: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, files: Sequence[str]) -> InputPaths:
+        """The files as one argument. O(files)."""
+        joined = cls(" ".join(files))
+        joined.files = tuple(str(f) for f in files)
+        return joined
+
+
+def one_trace(paths: Sequence[InputPath]) -> InputPath:
+    """The ``trace`` argument of a command that takes one or more files: the one path, or the
+    files as one :class:`InputPaths`. O(files).
+
+    >>> one_trace([InputPath("t.csv")]), one_trace([InputPath("a.csv"), InputPath("b.csv")]).files
+    ('t.csv', ('a.csv', 'b.csv'))
+    """
+    return paths[0] if len(paths) == 1 else InputPaths.of(paths)
 
 
 class OutputPath(str):
@@ -45,6 +75,8 @@ def declared_paths(args: argparse.Namespace) -> tuple[list[tuple[str, str]], lis
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, OutputPath):
                 outputs.append((f"--{dest.replace('_', '-')}", str(item)))
+            elif isinstance(item, InputPaths):
+                inputs += item.files
             elif isinstance(item, InputPath):
                 inputs.append(str(item))
     return outputs, inputs

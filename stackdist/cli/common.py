@@ -57,7 +57,9 @@ def tool_header(kind: str) -> dict[str, Any]:
 def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     """The trace and output arguments of ``curve`` and ``tiers``."""
     add_version(p)
-    p.add_argument("trace", type=InputPath, help="key[,size] trace (.csv/.tsv/.txt, .jsonl, .npy) or a request trace (see --format)")
+    p.add_argument("trace", type=InputPath, nargs="+", metavar="TRACE",
+                   help="key[,size] trace (.csv/.tsv/.txt, .jsonl, .npy; .gz/.zst; - for standard input) or a request "
+                   "trace (see --format); several files or a glob are one trace, in order")
     p.add_argument("--format", choices=["csv", "tsv", "jsonl", "npy", "mooncake", "qwen", "tokens"],
                    help="override the format guessed from the extension; mooncake/qwen/tokens replay the request "
                    "trace's block stream (head first, one unit per block)")
@@ -65,6 +67,22 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", metavar="N|DURATION|P%", help=WARMUP_HELP)
     p.add_argument("--output", "-o", type=OutputPath, metavar="FILE", default="-", help="write the JSON here (atomically) instead of stdout")
     p.add_argument("--plot", type=OutputPath, metavar="PNG", help="also draw the curve(s) to this PNG (needs matplotlib)")
+
+
+def _read_streamed(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(keys, sizes, requests or None) of a streamed trace. O(accesses)."""
+    from stackdist.traces import REQUEST_FORMATS
+    from stackdist.traces.stream_input import (
+        concat_requests,
+        iter_request_chunks,
+        read_keys,
+    )
+
+    if args.format in REQUEST_FORMATS:
+        requests = concat_requests(list(iter_request_chunks(args.trace, args.format)), args.trace)
+        return requests.block_ids, None, requests
+    keys, sizes = read_keys(args.trace, args.format)
+    return keys, sizes, None
 
 
 def record_line(path: str, fmt: str | None, position: int) -> str:
@@ -119,20 +137,26 @@ def load_curve(args: argparse.Namespace) -> Any:
     from stackdist.engine.keys import first_size_change
     from stackdist.output import Progress, stage
     from stackdist.traces import REQUEST_FORMATS, read_access_trace, read_requests
+    from stackdist.traces.stream_input import is_streamed
 
     window_spec(args.window, "--window")  # a bad --window is a usage error before any reading
     command = f"stackdist {getattr(args, 'command', '')}".strip()
     stage(command, f"reading {args.trace}")
     requests = None  # a request trace: --window and --warmup count requests (durations from their timestamps)
-    if args.format in REQUEST_FORMATS:
+    streamed = is_streamed(args.trace)
+    if streamed:  # several files, a glob, -, .gz/.zst: read in chunks, replayed as one trace
+        keys, sizes, requests = _read_streamed(args)
+    elif args.format in REQUEST_FORMATS:
         requests = read_requests(args.trace, args.format)
         keys, sizes = requests.block_ids, None
     else:
         trace = read_access_trace(args.trace, args.format)
         keys, sizes = trace.keys, trace.sizes
+    if sizes is not None:
         changed = first_size_change(keys, sizes)
         if changed is not None:
-            raise TraceFormatError(record_line(args.trace, args.format, changed), None,
+            where = f"{args.trace}: access {changed + 1:,}" if streamed else record_line(args.trace, args.format, changed)
+            raise TraceFormatError(where, None,
                                    f"key {_plain(keys[changed])!r} has size {int(sizes[changed]) if sizes is not None else 1} here but another size "
                                    "earlier; a key's size must be fixed")
     n = len(keys)

@@ -70,6 +70,7 @@ def curve_report(args: argparse.Namespace, curve: Any, targets: list[float], sam
     return {
         **tool_header("curve"),
         "trace": args.trace,
+        "sampled": False,
         "window": args.window, "warmup": args.warmup,
         "summary": curve.summary(),
         "min_capacity_for_hit_rate": by_rate,

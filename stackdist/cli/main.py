@@ -18,7 +18,7 @@ from stackdist.errors import (
 )
 from stackdist.version import __version__
 
-from .args import declared_paths
+from .args import declared_paths, one_trace
 from .common import Parser, run_command
 
 __all__ = ["build_parser", "main"]
@@ -109,6 +109,8 @@ def _main(argv: list[str]) -> int:
         top_level_parser().parse_args(argv)  # prints (or errors) and exits, as the full parser would
     try:
         args = build_parser(argv[0] if argv[0] in SUBCOMMANDS else None).parse_args(argv)
+        if isinstance(getattr(args, "trace", None), list):  # one or more files: one trace
+            args.trace = one_trace(args.trace)
         outputs, inputs = declared_paths(args)  # from the parsers' InputPath / OutputPath arguments
         return run_command(args.command, lambda: _run(args), outputs, inputs)
     except KeyboardInterrupt:

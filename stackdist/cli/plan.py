@@ -68,7 +68,9 @@ def add_plan_parser(sub: Any) -> None:
         description="How much KV-cache memory buys each prefix hit rate, per semantics, in blocks, tokens and GiB.",
     )
     add_version(p)
-    p.add_argument("trace", type=InputPath, help="request trace (Mooncake JSONL by default)")
+    p.add_argument("trace", type=InputPath, nargs="+", metavar="TRACE",
+                   help="request trace (Mooncake JSONL by default; .gz/.zst; - for standard input); several files or a "
+                   "glob are one trace, in order")
     p.add_argument("--format", choices=["mooncake", "tokens", "qwen", "dynamo", "lmcache", "csv"], default="mooncake",
                    help="mooncake (hash_ids), tokens (token-id JSONL), qwen (Qwen-Bailian), dynamo (NVIDIA Dynamo's "
                    "dynamo.request.trace.v1 JSONL, with workers and engine-reported hits), lmcache (LMCache's lookup-hash logs: a file or its folder), csv (key[,size]: one block per request)")
@@ -233,19 +235,22 @@ def _every(args: argparse.Namespace) -> tuple[str | None, str]:
 def _load(args: argparse.Namespace) -> Any:
     from stackdist.engine.keys import first_size_change
     from stackdist.traces import (
+        AccessTrace,
         access_as_requests,
         read_access_trace,
         reblock,
     )
+    from stackdist.traces.stream_input import is_streamed, read_keys
 
     if args.block_size is not None and args.block_size < 1:
         raise UsageError(f"--block-size must be a positive integer; got {args.block_size}.")
     if args.format == "csv":  # a key[,size] stream: every access is a one-block request
-        access = read_access_trace(args.trace)
+        streamed = is_streamed(args.trace)  # several files, a glob, -, .gz/.zst
+        access = AccessTrace(*read_keys(args.trace, None), args.trace) if streamed else read_access_trace(args.trace)
         changed = first_size_change(access.keys, access.sizes)
         if changed is not None:
-            raise TraceFormatError(record_line(args.trace, None, changed), None, "this key has another size earlier; "
-                                   "a key's size must be fixed")
+            where = f"{args.trace}: access {changed + 1:,}" if streamed else record_line(args.trace, None, changed)
+            raise TraceFormatError(where, None, "this key has another size earlier; a key's size must be fixed")
         trace = access_as_requests(access, args.block_size)
     else:
         if args.format == "tokens" and any(m in ENGINE_MODELS for m in _models(args.semantics)):

@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from stackdist.errors import TraceFormatError, UsageError, require_data
+from stackdist.errors import UsageError, require_data
 from stackdist.output import write_json
+from stackdist.traces.formats import REQUEST_FORMATS
+from stackdist.traces.stream_input import joined_sizes, read_keys
 
 from .args import (
     access_window,
@@ -44,7 +46,6 @@ __all__ = [
 ]
 
 SCALE_COMMANDS = ("curve", "tiers", "plan")
-_REQUEST_FORMATS = ("mooncake", "qwen", "tokens")
 
 
 def add_scale_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,53 +89,23 @@ def scaled_runner(args: argparse.Namespace) -> Callable[[argparse.Namespace], in
 
     >>> scaled_runner(argparse.Namespace(command="curve", trace="t.csv", sample_rate=None, sample_size=None, dask=None))
     """
-    from stackdist.traces.stream_input import is_streamed
-
     if args.command not in ("curve", "tiers"):
         return None
-    if not (is_sampled(args) or getattr(args, "dask", None) or is_streamed(args.trace)):
-        return None
+    if not (is_sampled(args) or getattr(args, "dask", None)):
+        return None  # exact in one process, a streamed input too (load_curve reads it)
     if args.command == "tiers":
         if getattr(args, "dask", None):
             if is_sampled(args):
                 raise UsageError("tiers: --dask is exact; it takes no --sample-rate/--sample-size.")
             return run_dask_tiers
-        return run_scaled_tiers if is_sampled(args) or is_streamed(args.trace) else None
+        return run_scaled_tiers
     return run_scaled_curve
-
-
-def _read_keys(trace: str, fmt: str | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """The whole trace as key values and sizes, read chunk by chunk (a worker's reader too)."""
-    from stackdist.traces.stream_input import iter_access_chunks, iter_request_chunks
-
-    if fmt in _REQUEST_FORMATS:
-        ids = [t.block_ids for t in iter_request_chunks(trace, fmt)]
-        return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), None
-    parts = list(iter_access_chunks(trace, fmt))
-    if not parts:
-        return np.zeros(0, np.uint64), None
-    return np.concatenate([k for k, _ in parts]), joined_sizes(parts, trace)
-
-
-def joined_sizes(parts: list[tuple[np.ndarray, np.ndarray | None]], source: Any) -> np.ndarray | None:
-    """The sizes of several (keys, sizes) parts of one trace: None when no part has sizes, else
-    every non-empty part must have them (a TraceFormatError names the mix). O(n).
-
-    >>> joined_sizes([(np.array([1]), np.array([2])), (np.zeros(0), None)], "t").tolist()
-    [2]
-    """
-    if all(s is None for _, s in parts):
-        return None
-    if any(s is None and k.shape[0] for k, s in parts):
-        raise TraceFormatError(str(source), None, "some inputs have a size column and some do not: give every file "
-                               "the size column or none")
-    return np.concatenate([np.zeros(0, np.int64) if s is None else s for _, s in parts])
 
 
 def _iter_keys(trace: str, fmt: str | None) -> Any:
     from stackdist.traces.stream_input import iter_access_chunks, iter_block_id_chunks
 
-    if fmt in _REQUEST_FORMATS:
+    if fmt in REQUEST_FORMATS:
         return ((ids, None) for ids in iter_block_id_chunks(trace, fmt))
     return iter_access_chunks(trace, fmt)
 
@@ -173,7 +144,7 @@ def _sampled_curves(args: argparse.Namespace) -> list[Any]:
     if args.dask:
         return _sampled_on_workers(args, samplers)
     if _needs_length(args):
-        keys, sizes = _read_keys(args.trace, args.format)
+        keys, sizes = read_keys(args.trace, args.format)
         chunks: Any = [(keys, sizes)]
         start, stop = _counted_range(args, keys.shape[0])
     else:
@@ -196,7 +167,7 @@ def sample_file(path: str, fmt: str | None, rate: float, seeds: list[int]) -> tu
     ([(keys, sizes) per seed], accesses, total size)."""
     from stackdist.engine.scale.sampling import sample_mask
 
-    keys, sizes = _read_keys(path, fmt)
+    keys, sizes = read_keys(path, fmt)
     out = []
     for seed in seeds:
         mask = sample_mask(keys, rate, seed)
@@ -287,7 +258,7 @@ def _dask_curve(args: argparse.Namespace, client: Any = None) -> tuple[Any, dict
         else:
             from stackdist.engine.scale.distributed import chunk_summary
 
-            keys, sizes = _read_keys(args.trace, args.format)
+            keys, sizes = read_keys(args.trace, args.format)
             parts = [(keys[a:b], None if sizes is None else sizes[a:b]) for a, b in split_even(keys.shape[0], workers)]
             summaries = dask_map(client)(chunk_summary, parts)
         distances = merge_chunks(summaries)
@@ -313,7 +284,7 @@ def _read_and_histogram(path: str, fmt: str | None) -> tuple[Any, int]:
     O(its distinct keys), and its length; ``(None, length)`` for a file with sizes."""
     from stackdist.engine.scale.distributed import chunk_histogram
 
-    keys, sizes = _read_keys(path, fmt)
+    keys, sizes = read_keys(path, fmt)
     if sizes is not None:
         return None, int(keys.shape[0])
     return chunk_histogram(keys), int(keys.shape[0])
@@ -339,7 +310,7 @@ def _read_and_summarize(path: str, fmt: str | None) -> tuple[Any, np.ndarray, np
     """A worker's job for one input file: read it, replay it alone."""
     from stackdist.engine.scale.distributed import chunk_summary
 
-    keys, sizes = _read_keys(path, fmt)
+    keys, sizes = read_keys(path, fmt)
     return chunk_summary((keys, sizes)), keys, sizes
 
 
@@ -376,35 +347,24 @@ def _sampled_report(args: argparse.Namespace, curves: list[Any], targets: list[f
 
 
 def _exact_report(args: argparse.Namespace, curve: Any, targets: list[float], info: dict[str, Any] | None) -> dict[str, Any]:
-    from stackdist.engine.histogram import exact_count
+    from .curve import curve_report
 
-    report = {**tool_header("curve"), "trace": args.trace, "sampled": False, "summary": curve.summary(),
-              "min_capacity_for_hit_rate": {f"{t:g}": curve.min_capacity_for(hit_rate=t) for t in targets},
-              "min_capacity_for_fraction_of_ceiling": {
-                  f"{t:g}": curve.min_capacity_for(hits=exact_count(t, curve.ceiling_hits, "--targets")) for t in targets},
-              "curve": curve.sample(_capacities(curve, args))}
+    report = curve_report(args, curve, targets, curve.sample(_capacities(curve, args)))
     if info is not None:
         report["dask"] = info
     return report
 
 
 def run_scaled_curve(args: argparse.Namespace) -> int:
-    """``curve`` with a scale flag or a streamed input: sampled (with error bars), on Dask, or streamed exact."""
-    from stackdist.engine import HitCurve
-
+    """``curve`` with a scale flag: sampled (with error bars) or exact on Dask."""
     targets = fraction_list(args.targets, "--targets")
     if getattr(args, "csv", False):
-        raise UsageError("--csv is not available with --sample-*, --dask or streamed input; use the JSON output.")
+        raise UsageError("--csv is not available with --sample-* or --dask; use the JSON output.")
     if is_sampled(args):
         report = _sampled_report(args, _sampled_curves(args), targets)
-    elif args.dask:
+    else:
         curve, info = _dask_curve(args)
         report = _exact_report(args, curve, targets, info)
-    else:
-        keys, sizes = _read_keys(args.trace, args.format)
-        require_data(int(keys.shape[0]), args.trace, "the trace has no accesses")
-        curve = HitCurve.from_trace(keys, sizes, _counted_range(args, keys.shape[0]))
-        report = _exact_report(args, curve, targets, None)
     write_json(args.output, report)
     return 0
 
@@ -458,13 +418,13 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
     from .args import int_list
 
     gpus = [v for text in args.gpu for v in int_list(text, "--gpu")]
-    keys, sizes = _read_keys(args.trace, args.format)
+    keys, sizes = read_keys(args.trace, args.format)
     require_data(int(keys.shape[0]), args.trace, "the trace has no accesses")
     start, stop = _counted_range(args, keys.shape[0])
     grids: list[dict[str, Any]] = []
     cpu_caps: np.ndarray | None = None if args.cpu is None else np.array(int_list(args.cpu, "--cpu"), np.int64)
     rate = 1.0
-    seeds = seeds_of(args) if is_sampled(args) else [0]  # a streamed input, not sampled: rate 1, exact
+    seeds = seeds_of(args)
     for seed in seeds:
         mask, rate = sample_keys(keys, args.sample_rate, args.sample_size, seed)
         if is_sampled(args):

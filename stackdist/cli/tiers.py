@@ -62,7 +62,7 @@ def run_tiers(args: argparse.Namespace, replay: Callable[[argparse.Namespace, li
         curve, tiers, extra = replay(args, gpus)
     cpu_caps = capacities(curve, args.cpu, args.cpu_points, "--cpu", "--cpu-points")
     grid = inclusive_grid(tiers, cpu_caps)
-    result: dict[str, Any] = {**tool_header("tiers"), "trace": args.trace, "window": args.window,
+    result: dict[str, Any] = {**tool_header("tiers"), "trace": args.trace, "sampled": False, "window": args.window,
                               "warmup": args.warmup, "summary": curve.summary(), "inclusive": grid, **extra}
     if args.exclusive:
         result["exclusive"] = exclusive_grid(curve, gpus, cpu_caps)

@@ -60,13 +60,24 @@ __all__ = [
     "iter_line_chunks",
     "iter_lines",
     "iter_request_chunks",
+    "joined_sizes",
     "key_values",
     "open_input",
     "parse_int_lines",
     "parse_request_lines",
+    "read_keys",
 ]
 
 CHUNK_LINES = 1 << 18
+
+
+def _specs(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The names in ``spec``: one, a sequence, or a str that keeps several in ``files`` (the
+    command line's several files, :class:`stackdist.cli.args.InputPaths`)."""
+    files = getattr(spec, "files", None)
+    if files is not None:
+        return [os.fspath(f) for f in files]
+    return [os.fspath(spec)] if isinstance(spec, (str, os.PathLike)) else [os.fspath(s) for s in spec]
 
 
 def expand_inputs(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -76,7 +87,7 @@ def expand_inputs(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     >>> expand_inputs(["-", "x.csv"])
     ['-', 'x.csv']
     """
-    specs = [spec] if isinstance(spec, (str, os.PathLike)) else list(spec)
+    specs = _specs(spec)
     out: list[str] = []
     for item in specs:
         text = os.fspath(item)
@@ -177,7 +188,7 @@ def is_streamed(spec: str | Sequence[str]) -> bool:
     >>> is_streamed("t.csv"), is_streamed("t.csv.gz"), is_streamed("-")
     (False, True, True)
     """
-    specs = [spec] if isinstance(spec, str) else list(spec)
+    specs = _specs(spec)
     return len(specs) != 1 or specs[0] == "-" or any(c in specs[0] for c in "*?[") or bool(_compression(specs[0]))
 
 
@@ -395,6 +406,40 @@ def iter_block_id_chunks(spec: str | Sequence[str], format: str = "mooncake") ->
                 parse_request_lines, path, format="mooncake", block_size=size))
         else:
             yield from (t.block_ids for t in iter_request_chunks(path, format))
+
+
+def read_keys(spec: str | Sequence[str], fmt: str | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The whole trace (one file or several, ``-``, ``.gz``/``.zst``) as key values and sizes
+    (a request trace's block ids), read chunk by chunk. O(accesses).
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp(); _ = open(os.path.join(d, "a.csv"), "w").write("1\n2\n")
+    >>> _ = open(os.path.join(d, "b.csv"), "w").write("1\n")
+    >>> read_keys(os.path.join(d, "*.csv"), None)[0].tolist()
+    [1, 2, 1]
+    """
+    if fmt in REQUEST_FORMATS:
+        ids = [t.block_ids for t in iter_request_chunks(spec, fmt)]
+        return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), None
+    parts = list(iter_access_chunks(spec, fmt))
+    if not parts:
+        return np.zeros(0, np.uint64), None
+    return np.concatenate([k for k, _ in parts]), joined_sizes(parts, spec)
+
+
+def joined_sizes(parts: list[tuple[np.ndarray, np.ndarray | None]], source: Any) -> np.ndarray | None:
+    """The sizes of several (keys, sizes) parts of one trace: None when no part has sizes, else
+    every non-empty part must have them (a TraceFormatError names the mix). O(n).
+
+    >>> joined_sizes([(np.array([1]), np.array([2])), (np.zeros(0), None)], "t").tolist()
+    [2]
+    """
+    if all(s is None for _, s in parts):
+        return None
+    if any(s is None and k.shape[0] for k, s in parts):
+        raise TraceFormatError(str(source), None, "some inputs have a size column and some do not: give every file "
+                               "the size column or none")
+    return np.concatenate([np.zeros(0, np.int64) if s is None else s for _, s in parts])
 
 
 def concat_requests(traces: Sequence[RequestTrace], source: str = "") -> RequestTrace:
