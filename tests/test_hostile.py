@@ -583,18 +583,27 @@ def test_kvlab_version_everywhere(capsys, argv):
     assert code == 0 and "kvlab" in out and out.strip().split()[-1][0].isdigit()
 
 
+# One real process per entry point (python -m kvlab, python -m kvlab.placement): the interpreter
+# starts with fd 1 closed (sys.stdout is None) and exits after the command. The other kvlab
+# commands get the same sys.stdout = None in-process below (the command's own handling of it).
 @pytest.mark.parametrize("argv", [
     ["-m", "kvlab", "scenario", "--docs", "2", "--tokens", "64", "--gpu", "64"],
-    ["-m", "kvlab", "block-lab", *SMALL_BLOCK_LAB],
     ["-m", "kvlab.placement", "calibration"],
-    ["-m", "kvlab", "run-lab", "--out", "{out}"],
 ])
 def test_kvlab_closed_stdout_is_exit_1_without_traceback(tmp_path, argv):
-    argv = [a.replace("{out}", str(tmp_path / "lab")) for a in argv]
     proc = subprocess.run([sys.executable, *argv], cwd=tmp_path, check=False, stdout=subprocess.DEVNULL,
                           stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1),
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "stdout is closed" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["block-lab", *SMALL_BLOCK_LAB], ["run-lab", "--out", "{out}"]])
+def test_kvlab_commands_with_stdout_closed_are_exit_1(capsys, monkeypatch, tmp_path, argv):
+    # sys.stdout is None: what Python gives a process started with fd 1 closed.
+    argv = [a.replace("{out}", str(tmp_path / "lab")) for a in argv]
+    monkeypatch.setattr(sys, "stdout", None)
+    code, _, err = kv(capsys, *argv)
+    assert code == 1 and "Traceback" not in err and "stdout is closed" in err, err
     if "run-lab" in argv:
         assert len(list((tmp_path / "lab").iterdir())) == 8  # the files (and manifest.json) are written before stdout
 
