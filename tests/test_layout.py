@@ -12,8 +12,11 @@
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("stackdist", "kvlab")
@@ -47,7 +50,14 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
-TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
+# One worker parses the sources, once, when the first of these tests runs (not at collection).
+pytestmark = pytest.mark.xdist_group("layout")
+
+
+@functools.cache
+def _trees() -> dict[str, ast.Module]:
+    """Every module's syntax tree, parsed once per process."""
+    return {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
 
 
 def _package_of(module: str) -> str:
@@ -63,10 +73,11 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+@functools.cache
 def _imports(module: str) -> list[tuple[str, str | None, int]]:
     """(imported module, imported name or None, line) for every import in the module."""
     out: list[tuple[str, str | None, int]] = []
-    for node in ast.walk(TREES[module]):
+    for node in ast.walk(_trees()[module]):
         if isinstance(node, ast.Import):
             out += [(alias.name, None, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -148,7 +159,7 @@ def private_uses(module: str, tree: ast.Module, imports: list[tuple[str, str | N
 
 
 def test_no_private_names_across_modules():
-    bad = [use for module in MODULES for use in private_uses(module, TREES[module], _imports(module))]
+    bad = [use for module in MODULES for use in private_uses(module, _trees()[module], _imports(module))]
     assert not bad, "\n".join(bad)
 
 
@@ -177,7 +188,7 @@ def test_standalone_lab_files_import_only_the_standard_library_and_each_other():
 def test_sizes():
     too_long = [f"{m}: {len(p.read_text().splitlines())} lines" for m, p in MODULES.items()
                 if len(p.read_text().splitlines()) > MAX_MODULE_LINES]
-    for m, tree in TREES.items():
+    for m, tree in _trees().items():
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
@@ -206,7 +217,7 @@ def test_package_inits_only_re_export():
     for module, path in MODULES.items():
         if path.name != "__init__.py":
             continue
-        for node in TREES[module].body:
+        for node in _trees()[module].body:
             if isinstance(node, allowed) or isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
                 continue
             if _is_lazy_reexport(node):
