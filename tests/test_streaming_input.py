@@ -283,3 +283,60 @@ def test_several_files_on_the_command_line_are_one_trace(tmp_path, capsys):
     (tmp_path / "ab.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     window = ["--format", "mooncake", "--window", "5:35", "--warmup", "3"]
     assert report(*map(str, halves), *window) == report(str(tmp_path / "ab.jsonl"), *window)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_bounded_stream_equals_the_whole_replay(seed):
+    # KeyValueStream (compiled key map + replay state + distance counts) against HitCurve over the
+    # whole trace: every capacity from 0, batches of any length; its state stops growing once
+    # every key (and so every distance) has been seen, however long the stream.
+    from stackdist.engine import HitCurve
+    from stackdist.engine.stream import KeyValueStream
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30_000))
+    keys = (rng.zipf(1.2, n) % int(rng.integers(1, 3_000))).astype(np.uint64)
+    if seed % 2:  # small ids (their own ids), then large ones too: the map starts mid-stream
+        later = np.arange(n) >= n // 2
+        keys[later & (keys % 3 == 0)] += np.uint64(2**30)
+    else:  # sparse ids: the map from the first batch
+        keys *= np.uint64(2**40 + 7)
+    stream = KeyValueStream()
+    cuts = np.sort(rng.integers(0, n, 6))
+    for part in np.split(keys, cuts):
+        stream.feed(part)
+    got, want = stream.curve(), HitCurve.from_trace(keys)
+    caps = np.arange(0, int(np.unique(keys).size) + 2)
+    assert got.sample(caps) == want.sample(caps) and got.summary() == want.summary()
+    stream.feed(keys)  # every key known, every distance up to the key count possible
+    size = stream.state_nbytes
+    for _ in range(3):
+        stream.feed(keys)
+    assert stream.state_nbytes == size and stream.n_accesses == 5 * n
+
+
+def test_a_streamed_curve_is_replayed_without_holding_the_trace(tmp_path, monkeypatch):
+    # curve over several unit-size files (and a request trace's block stream) past the bounded
+    # input size (set low here) takes the bounded stream: HitCurve.from_trace, which needs the
+    # whole trace, is never called; the same JSON.
+    from stackdist.cli import common
+    from stackdist.cli.main import main
+    from stackdist.engine import HitCurve
+
+    keys = np.random.default_rng(9).zipf(1.3, 5_000) % 700
+    for i, part in enumerate(np.array_split(keys, 3)):
+        (tmp_path / f"p{i}.csv").write_text("".join(f"{k}\n" for k in part))
+    (tmp_path / "all.csv").write_text("".join(f"{k}\n" for k in keys))
+    rows = [{"timestamp": i, "input_length": 1024, "hash_ids": [int(k), int(k) + 10**6]} for i, k in enumerate(keys[:300])]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "m.jsonl.gz").write_bytes(gzip.compress((tmp_path / "m.jsonl").read_bytes()))
+
+    def report(*argv: str) -> dict:
+        assert main(["curve", *argv, "--points", "12", "-o", str(tmp_path / "r.json")]) == 0
+        return {**json.loads((tmp_path / "r.json").read_text()), "trace": None}
+
+    whole = [report(str(tmp_path / "all.csv")), report(str(tmp_path / "m.jsonl"), "--format", "mooncake")]
+    monkeypatch.setattr(common, "BOUNDED_INPUT_BYTES", 1000)
+    monkeypatch.setattr(HitCurve, "from_trace", classmethod(lambda *a, **k: pytest.fail("the trace was held")))
+    assert report(*(str(tmp_path / f"p{i}.csv") for i in range(3))) == whole[0]
+    assert report(str(tmp_path / "m.jsonl.gz"), "--format", "mooncake") == whole[1]

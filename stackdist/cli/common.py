@@ -131,8 +131,71 @@ def counted_range(args: argparse.Namespace, n: int, requests: Any = None) -> tup
     return int(requests.offsets[first]), int(requests.offsets[last])
 
 
-def load_curve(args: argparse.Namespace) -> Any:
-    """Read the trace named by ``args`` and replay it once into a HitCurve (progress on stderr)."""
+def _stream_curve(args: argparse.Namespace, command: str) -> tuple[Any, Any]:
+    """A streamed unit-size trace replayed chunk by chunk in memory bounded by its distinct keys
+    (:class:`~stackdist.engine.stream.KeyValueStream`): ``(curve, None)``; a trace with sizes
+    is read whole instead (below its largest size the curve replays filtered traces):
+    ``(None, (keys, sizes))``. O(accesses) time, O(distinct keys) memory when unit."""
+    import itertools
+    import time
+
+    import numpy as np
+
+    from stackdist.engine.stream import KeyValueStream
+    from stackdist.output import stage
+    from stackdist.traces import REQUEST_FORMATS
+    from stackdist.traces.stream_input import (
+        iter_access_chunks,
+        iter_block_id_chunks,
+        joined_sizes,
+        key_values,
+    )
+
+    chunks: Any = (((key_values(ids), None) for ids in iter_block_id_chunks(args.trace, args.format))
+                   if args.format in REQUEST_FORMATS else iter_access_chunks(args.trace, args.format))
+    first = next((c for c in chunks if c[0].shape[0]), None)
+    if first is None:
+        return None, (np.zeros(0, np.uint64), None)
+    if first[1] is not None:
+        parts = [first, *chunks]
+        return None, (np.concatenate([k for k, _ in parts]), joined_sizes(parts, args.trace))
+    stream, shown = KeyValueStream(), time.monotonic()
+    for keys, sizes in itertools.chain([first], chunks):
+        joined_sizes([first, (keys, sizes)], args.trace)  # a size column in a later input is an error
+        stream.feed(keys)
+        if time.monotonic() - shown > 10:
+            stage(command, f"replayed {stream.n_accesses:,} accesses so far (state {stream.state_nbytes / 2**20:,.0f} MiB)")
+            shown = time.monotonic()
+    return stream.curve(), None
+
+
+BOUNDED_INPUT_BYTES = 1 << 30
+"""From this much input (a compressed file counts four times its size; standard input always),
+a streamed curve is replayed in memory bounded by its distinct keys rather than holding the
+trace: slower by about a third (its keys are hashed as they come), but a day's log fits."""
+
+
+def _large_input(spec: Any) -> bool:
+    """True when the inputs of ``spec`` hold at least :data:`BOUNDED_INPUT_BYTES` (or are read from
+    standard input: their size is unknown). O(files)."""
+    from stackdist.traces.stream_input import expand_inputs
+
+    total = 0
+    for path in expand_inputs(spec):
+        if path == "-":
+            return True
+        try:
+            total += os.path.getsize(path) * (4 if path.lower().endswith((".gz", ".zst")) else 1)
+        except OSError:
+            return False  # the reader says what is wrong with it
+    return total >= BOUNDED_INPUT_BYTES
+
+
+def load_curve(args: argparse.Namespace, bounded: bool = False) -> Any:
+    """Read the trace named by ``args`` and replay it once into a HitCurve (progress on stderr).
+    ``bounded``: the caller needs only the curve's queries, so a large streamed unit-size trace
+    (:data:`BOUNDED_INPUT_BYTES`) without ``--window``/``--warmup`` is replayed in memory bounded
+    by its distinct keys (no per-access view)."""
     from stackdist.engine import HitCurve
     from stackdist.engine.keys import first_size_change
     from stackdist.output import Progress, stage
@@ -144,7 +207,12 @@ def load_curve(args: argparse.Namespace) -> Any:
     stage(command, f"reading {args.trace}")
     requests = None  # a request trace: --window and --warmup count requests (durations from their timestamps)
     streamed = is_streamed(args.trace)
-    if streamed:  # several files, a glob, -, .gz/.zst: read in chunks, replayed as one trace
+    if streamed and bounded and not args.window and not getattr(args, "warmup", None) and _large_input(args.trace):
+        curve, read = _stream_curve(args, command)
+        if curve is not None:
+            return curve
+        keys, sizes = read
+    elif streamed:  # several files, a glob, -, .gz/.zst: read in chunks, replayed as one trace
         keys, sizes, requests = _read_streamed(args)
     elif args.format in REQUEST_FORMATS:
         requests = read_requests(args.trace, args.format)

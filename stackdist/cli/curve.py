@@ -89,7 +89,7 @@ def run_curve(args: argparse.Namespace) -> int:
     """Replay once; write the plot, then the sampled curve and the target capacities (JSON or CSV)."""
     targets = fraction_list(args.targets, "--targets")
     caps = np.array(int_list(args.capacities, "--capacities"), np.int64) if args.capacities is not None else None
-    curve = load_curve(args)
+    curve = load_curve(args, bounded=True)
     if caps is None:
         caps = capacities(curve, None, args.points, "--capacities")
     sample = curve.sample(caps)

@@ -17,8 +17,8 @@ import numpy as np
 
 from .intrinsics import njit
 
-__all__ = ["SIZE_LIMIT", "DenseKeys", "check_sizes", "check_total_size", "checked_sizes", "dense_keys", "first_size_change",
-           "unique_sorted"]
+__all__ = ["SIZE_LIMIT", "DenseKeys", "KeyIdMap", "check_sizes", "check_total_size", "checked_sizes", "dense_keys",
+           "first_size_change", "unique_sorted"]
 
 _DIRECT_ID_LIMIT = 1 << 22
 
@@ -248,3 +248,124 @@ def min_max_sum(values):
         hi = max(hi, v)
         total += v
     return lo, hi, total
+
+
+class KeyIdMap:
+    """Ids for uint64 key values, kept across batches: a stream's key dictionary, compiled. While
+    every value is below ``direct`` (2**24: a trace's small dense ids) the values are their own
+    ids; from the first batch with a larger one, the small values seen so far keep their ids in
+    an open-addressing table (at most half full, doubled as keys arrive) and new keys get the next
+    ids, in order of first appearance. O(1) expected per value; memory O(distinct keys) plus a
+    ``direct``-bit map, not the stream. Every id given is below :attr:`n_keys`.
+
+    >>> m = KeyIdMap(direct=8); m.ids(np.array([7, 3, 7], np.uint64)).tolist(), m.ids(np.array([90, 3, 50, 90], np.uint64)).tolist()
+    ([7, 3, 7], [8, 3, 9, 8])
+    >>> m.n_keys
+    10
+    """
+
+    def __init__(self, bits: int = 12, direct: int = 1 << 24) -> None:
+        self.n_keys = 0
+        self._entries = 0  # keys in the table
+        self._direct = direct
+        self._seen = np.zeros(0, np.bool_)  # the direct ids seen
+        self._bits = bits
+        self._table_keys = np.empty(1 << bits, np.uint64)
+        self._table_ids = np.full(1 << bits, -1, np.int64)
+        self._pair_keys = np.empty(1 << (bits - 1), np.uint64)  # the table's entries, in insertion order
+        self._pair_ids = np.empty(1 << (bits - 1), np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the table, its entries and the direct ids' map. O(1)."""
+        return sum(a.nbytes for a in (self._table_keys, self._table_ids, self._pair_keys, self._pair_ids, self._seen))
+
+    def ids(self, values: np.ndarray) -> np.ndarray:
+        """The ids of one batch of uint64 ``values``. O(len)."""
+        if self._direct and values.shape[0]:
+            hi = int(min_max(values)[1])
+            if hi < self._direct:
+                if hi >= self._seen.shape[0]:
+                    self._seen = np.concatenate([self._seen, np.zeros(max(hi + 1, 2 * self._seen.shape[0]) - self._seen.shape[0], np.bool_)])
+                self._seen[values] = True
+                self.n_keys = max(self.n_keys, hi + 1)
+                return values.astype(np.int64)
+            self._start_table()
+        out = np.empty(values.shape[0], np.int64)
+        done = 0
+        while done < values.shape[0]:
+            done, self._entries, self.n_keys = assign_ids(values, done, out, self._table_keys, self._table_ids,
+                                                          self._pair_keys, self._pair_ids, self._entries, self.n_keys,
+                                                          64 - self._bits)
+            if done < values.shape[0]:  # half full: double the table
+                self._resize(self._bits + 1)
+        return out
+
+    def _resize(self, bits: int) -> None:
+        """A table of 2**bits slots holding the same entries. O(entries)."""
+        self._bits = bits
+        self._table_keys = np.empty(1 << bits, np.uint64)
+        self._table_ids = np.full(1 << bits, -1, np.int64)
+        room = 1 << (bits - 1)
+        self._pair_keys = np.concatenate([self._pair_keys, np.empty(room - self._pair_keys.shape[0], np.uint64)])
+        self._pair_ids = np.concatenate([self._pair_ids, np.empty(room - self._pair_ids.shape[0], np.int64)])
+        reinsert_ids(self._table_keys, self._table_ids, self._pair_keys, self._pair_ids, self._entries, 64 - bits)
+
+    def _start_table(self) -> None:
+        """Leave the direct ids: the ids seen go into the table as their own keys."""
+        seen = np.flatnonzero(self._seen)
+        self._direct, self._seen = 0, np.zeros(0, np.bool_)
+        bits = self._bits
+        while (1 << (bits - 1)) <= seen.shape[0]:
+            bits += 1
+        self._pair_keys = seen.astype(np.uint64)
+        self._pair_ids = seen.astype(np.int64)
+        self._entries = int(seen.shape[0])
+        self._resize(bits)
+
+
+@njit(cache=True, nogil=True)
+def _slot(v, shift):
+    return ((v ^ (v >> np.uint64(31))) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift)
+
+
+@njit(cache=True, nogil=True)
+def assign_ids(values, start, out, table_keys, table_ids, pair_keys, pair_ids, entries, n, shift):
+    """:func:`factorize` continued from a table of ``entries`` keys, new keys getting ids ``n,
+    n + 1, ...``: ``out[i]`` for ``i`` from ``start`` until the table is half full (or the end).
+    Returns (next i, entries, n). O(1) expected per value."""
+    mask = np.uint64(table_keys.shape[0] - 1)
+    limit = table_keys.shape[0] // 2
+    for i in range(start, values.shape[0]):
+        v = values[i]
+        h = _slot(v, shift)
+        while True:
+            j = table_ids[h]
+            if j < 0:
+                if entries >= limit:
+                    return i, entries, n
+                table_keys[h] = v
+                table_ids[h] = n
+                pair_keys[entries] = v
+                pair_ids[entries] = n
+                out[i] = n
+                entries += 1
+                n += 1
+                break
+            if table_keys[h] == v:
+                out[i] = j
+                break
+            h = (h + np.uint64(1)) & mask
+    return values.shape[0], entries, n
+
+
+@njit(cache=True, nogil=True)
+def reinsert_ids(table_keys, table_ids, pair_keys, pair_ids, entries, shift):
+    """Put the first ``entries`` (key, id) pairs into an empty table. O(entries)."""
+    mask = np.uint64(table_keys.shape[0] - 1)
+    for j in range(entries):
+        h = _slot(pair_keys[j], shift)
+        while table_ids[h] >= 0:
+            h = (h + np.uint64(1)) & mask
+        table_keys[h] = pair_keys[j]
+        table_ids[h] = pair_ids[j]

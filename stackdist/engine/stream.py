@@ -30,9 +30,9 @@ from . import kernels
 from .distances import ReplayState, raise_size_mismatch
 from .histogram import Histogram, exact_count, merge
 from .kernels import COLD
-from .keys import DenseKeys, check_sizes, unique_sorted
+from .keys import DenseKeys, KeyIdMap, check_sizes, unique_sorted
 
-__all__ = ["StackDistanceStream"]
+__all__ = ["KeyValueStream", "StackDistanceStream"]
 
 
 class StackDistanceStream:
@@ -163,3 +163,55 @@ class StackDistanceStream:
             return 0
         reach = self._histogram.first_reaching(int(hits), by_size=False)
         return None if reach is None else max(reach, self.max_object_size)
+
+
+class KeyValueStream:
+    """The exact LRU curve of a unit-size stream of integer key values (uint64, as the chunked
+    readers give them) fed batch by batch, in memory bounded by the distinct keys, not the
+    stream: a compiled key map (:class:`~.keys.KeyIdMap`), the replay state, and the count of
+    each distance (a distance is at most the keys seen). The curve is the exact one
+    (:meth:`~.curve.HitCurve.from_histogram`: every query, no per-access view).
+    O(b log k) per batch of b accesses over k keys, plus O(k) to add its counts.
+
+    >>> s = KeyValueStream(); s.feed(np.array([0, 1, 0], np.uint64)); s.feed(np.array([2, 1], np.uint64))
+    >>> c = s.curve(); c.n_accesses, c.hits_at(2), c.hits_at(3), s.n_keys
+    (5, 1, 2, 3)
+    """
+
+    def __init__(self) -> None:
+        self._ids = KeyIdMap()
+        self._state = ReplayState(0, sized=False, track_sizes=False)
+        self._counts = np.zeros(1, np.int64)  # _counts[d]: accesses at distance d
+        self.n_accesses = 0
+
+    @property
+    def n_keys(self) -> int:
+        """Key ids in use so far (the distinct keys, or the largest small id + 1). O(1)."""
+        return self._ids.n_keys
+
+    @property
+    def state_nbytes(self) -> int:
+        """Bytes of the key map, the replay state and the distance counts. O(1)."""
+        return self._ids.nbytes + self._state.nbytes + self._counts.nbytes
+
+    def feed(self, values: np.ndarray) -> None:
+        """Replay one batch of uint64 key values. O(len(batch) log keys + keys)."""
+        ids = self._ids.ids(np.ascontiguousarray(values, np.uint64))
+        self._state.reserve(self._ids.n_keys)
+        out = np.empty(ids.shape[0], np.int64)
+        self._state.run(kernels.replay, ids, None, out)
+        counts = np.bincount(out[out != COLD], minlength=self._counts.shape[0])
+        if counts.shape[0] > self._counts.shape[0]:
+            counts[: self._counts.shape[0]] += self._counts
+            self._counts = counts
+        else:
+            self._counts += counts
+        self.n_accesses += ids.shape[0]
+
+    def curve(self) -> Any:
+        """The exact curve so far (a :class:`~.curve.HitCurve` from the distance histogram). O(keys)."""
+        from .curve import HitCurve
+
+        values = np.flatnonzero(self._counts).astype(np.int64)
+        cum = np.cumsum(self._counts[values])
+        return HitCurve.from_histogram(Histogram(values, cum, cum.copy()), self.n_accesses)
