@@ -27,6 +27,8 @@ EXAMPLES_CURVE = """examples:
   stackdist curve trace.csv --window=-1000000:               # count the last million accesses only
   stackdist curve requests.jsonl --format mooncake --window 10m:50% --warmup 5m
   stackdist curve data/traces/mooncake_conversation_trace.jsonl --format mooncake --capacities 1000,10000
+  stackdist curve logs/day-*.csv.zst --points 100    # several files (or a quoted glob): one trace, in order
+  zcat big.csv.gz | stackdist curve - --sample-rate 0.01   # standard input; SHARDS sampling, with error bars
 """
 
 
