@@ -39,7 +39,7 @@ def test_curve_equals_lru_at_every_capacity(size_kind):
     rng = np.random.default_rng({"unit": 1, "equal": 2, "varied": 3}[size_kind])
     # 200 unit traces, 120 equal and 120 varied ones (whose capacities run to every object size
     # and past the working set, up to ~800 per trace), each windowed, at every capacity (also the
-    # property test below, the edge cases at the end and the 4,500 traces of test_distances'
+    # property test below, the edge cases at the end and the 3,000 traces of test_distances'
     # distance checks, which the curve reads).
     for _ in range(200 if size_kind == "unit" else 120):
         keys, sizes = random_trace(rng, size_kind=size_kind)
