@@ -82,7 +82,7 @@ def test_chain_hashes_accept_numpy_input_and_reject_bad_arguments():
 token_lists = st.lists(st.integers(0, 2), max_size=24)  # a tiny alphabet makes shared prefixes common
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)  # with a 3-token alphabet most pairs share a prefix
 @given(a=token_lists, b=token_lists, block_size=st.integers(1, 5), partial=st.booleans())
 def test_shared_hashes_iff_shared_tokens(a, b, block_size, partial):
     """Block i hashes agree iff the sequences agree on every token up to the end of block i."""
