@@ -189,37 +189,21 @@ def unique_sorted(values: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def factorize(values, table_bits):
-    """Dense ids 0..n-1 in order of first appearance for uint64 ``values`` (open addressing).
+    """Dense ids 0..n-1 in order of first appearance for uint64 ``values`` (open addressing,
+    :func:`assign_ids` on a fresh table).
 
     Returns ``(ids, uniques, n)``, or ``n == -1`` when the table (``2**table_bits`` slots) got
     more than half full; the caller then retries with a larger table. O(1) expected per value.
     """
     size = 1 << table_bits
-    mask = np.uint64(size - 1)
-    shift = np.uint64(64 - table_bits)
     table_keys = np.empty(size, np.uint64)
     table_ids = np.full(size, -1, np.int64)
     ids = np.empty(values.shape[0], np.int64)
     uniques = np.empty(size // 2, np.uint64)
-    n = 0
-    for i in range(values.shape[0]):
-        v = values[i]
-        h = ((v ^ (v >> np.uint64(31))) * np.uint64(0x9E3779B97F4A7C15)) >> shift
-        while True:
-            j = table_ids[h]
-            if j < 0:
-                if n >= size // 2:
-                    return ids, uniques, -1
-                table_keys[h] = v
-                table_ids[h] = n
-                uniques[n] = v
-                ids[i] = n
-                n += 1
-                break
-            if table_keys[h] == v:
-                ids[i] = j
-                break
-            h = (h + np.uint64(1)) & mask
+    order = np.empty(size // 2, np.int64)
+    done, _, n = assign_ids(values, 0, ids, table_keys, table_ids, uniques, order, 0, 0, 64 - table_bits)
+    if done < values.shape[0]:
+        return ids, uniques, -1
     return ids, uniques[:n], n
 
 
