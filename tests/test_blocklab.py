@@ -342,12 +342,15 @@ def test_cli_data_errors_exit_1(tmp_path, capsys):
     assert "cannot write" in err and "Traceback" not in err
 
 
-def test_python_m_kvlab_block_lab(run_python, repo_root, tmp_path):
-    result = run_python(["-m", "kvlab", "block-lab", *SMALL, "--json", "-"], cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["config"]["capacity_blocks"] == 8
-    # Usage errors: in-process in test_cli_usage_errors_exit_2; through `python -m kvlab` (the same
-    # wrapper for every subcommand) in test_lab's test_python_m_kvlab_end_to_end.
+def test_kvlab_block_lab_through_the_kvlab_command(capsys):
+    # Through kvlab's own main (what `python -m kvlab` runs; a real `python -m kvlab` process runs
+    # in test_lab's test_python_m_kvlab_end_to_end and in test_hostile's closed-stdout and Ctrl-C
+    # checks). Usage errors: in-process in test_cli_usage_errors_exit_2; through `python -m kvlab`
+    # (the same wrapper for every subcommand) in test_lab's test_python_m_kvlab_end_to_end.
+    from kvlab.__main__ import main as kvlab_main
+
+    assert kvlab_main(["block-lab", *SMALL, "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["capacity_blocks"] == 8
 
 
 def test_run_block_lab_rejects_bad_python_arguments():
