@@ -119,10 +119,10 @@ class ReplayState:
         state = (self.slot_of, self.size_of, self.words, self.tree, self.slot_size, self.scalars, out)
         if kernel is kernels.arrival_depths or getattr(kernel, "__name__", "") == "arrival_depths":
             return int(kernel(ids, size_arg, unit, *extra, *state))
-        counting = extra or (_NO_TABLE, 0, 0)
         if kernel is kernels.replay and not self.sized:  # the unit-only loop (faster; same results)
             return int(kernels.replay_unit(ids, self.slot_of, self.size_of, self.words, self.tree, self.scalars, out,
-                                           *counting))
+                                           *(extra or (_NO_UNIT_TABLE, 0, 0))))
+        counting = extra or (_NO_TABLE, 0, 0)
         if kernel is kernels.replay and not unit and not extra:  # the sized loop without counting (faster; same)
             return int(kernels.replay_sized(ids, sizes, self.slot_of, self.size_of, self.words, self.tree, self.slot_size,
                                             self.scalars, out))
@@ -131,6 +131,7 @@ class ReplayState:
 
 _UNIT_SIZES = np.ones(1, np.int64)
 _NO_TABLE = np.zeros((0, 1), np.int64)
+_NO_UNIT_TABLE = np.zeros((0, 1), np.int32)  # the dtype of a unit CountingTable: one replay_unit signature for both
 
 
 def _aligned_zeros(count: int, dtype: Any) -> np.ndarray:
