@@ -413,8 +413,8 @@ def read_keys(spec: str | Sequence[str], fmt: str | None) -> tuple[np.ndarray, n
     (a request trace's block ids), read chunk by chunk. O(accesses).
 
     >>> import os, tempfile
-    >>> d = tempfile.mkdtemp(); _ = open(os.path.join(d, "a.csv"), "w").write("1\n2\n")
-    >>> _ = open(os.path.join(d, "b.csv"), "w").write("1\n")
+    >>> d = tempfile.mkdtemp(); _ = open(os.path.join(d, "a.csv"), "w").write("1\\n2\\n")
+    >>> _ = open(os.path.join(d, "b.csv"), "w").write("1\\n")
     >>> read_keys(os.path.join(d, "*.csv"), None)[0].tolist()
     [1, 2, 1]
     """
