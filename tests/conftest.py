@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import importlib.metadata
 import os
@@ -113,3 +114,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     folder = os.environ.pop(_WARM_ENV, None)
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+_frozen_module = pytest.StashKey[str]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection built (numba, numpy, the imported packages, the test modules) to the
+    collector's permanent generation: the automatic collections during the tests then no longer
+    walk that graph each time (about 2.5 s of CPU per worker otherwise)."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """At each new test file, collect what the last one left and freeze what survives (the file's
+    imports and module fixtures), as :func:`pytest_collection_finish` does; also undoes a test's
+    ``gc.unfreeze()``. Cyclic garbage is collected before each freeze, so none is kept."""
+    module = str(item.path)
+    if item.session.stash.get(_frozen_module, None) != module:
+        item.session.stash[_frozen_module] = module
+        gc.collect()
+        gc.freeze()
