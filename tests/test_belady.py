@@ -69,30 +69,30 @@ def test_next_uses():
     assert next_uses(np.array([3, 1, 3, 3, 1])).tolist()[:4] == [2, 4, 3, 2305843009213693951]
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_per_access_belady_is_optimal_and_beats_lru(seed):
-    rng = np.random.default_rng(seed)
-    keys = rng.integers(0, 5, int(rng.integers(1, 11))).tolist()
-    caps = [0, 1, 2, 3]
-    got = belady_hits(keys, caps).sum(axis=1).tolist()
-    assert got == [best_hits(keys, c) for c in caps]
-    lru = HitCurve.from_trace(keys).hits_at(caps).tolist()
-    assert all(b >= lr for b, lr in zip(got, lru))
+def test_per_access_belady_is_optimal_and_beats_lru():
+    for seed in range(30):  # one test item, 30 seeded cases
+        rng = np.random.default_rng(seed)
+        keys = rng.integers(0, 5, int(rng.integers(1, 11))).tolist()
+        caps = [0, 1, 2, 3]
+        got = belady_hits(keys, caps).sum(axis=1).tolist()
+        assert got == [best_hits(keys, c) for c in caps]
+        lru = HitCurve.from_trace(keys).hits_at(caps).tolist()
+        assert all(b >= lr for b, lr in zip(got, lru))
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_prefix_belady_is_optimal_on_prefix_chained_requests(seed):
-    rng = np.random.default_rng(100 + seed)
-    requests = random_requests(rng, n_requests=int(rng.integers(1, 6)), max_blocks=3, branching=2)
-    keys = [b for r in requests for b in r]
-    offsets = np.r_[0, np.cumsum([len(r) for r in requests])]
-    for c in (1, 2, 3):
-        hits = belady_prefix_hits(keys, offsets, [c])[0]
-        assert int(hits.sum()) == _best_prefix(requests, c)
-        # never below the engine-semantics LRU prefix hits at the same capacity
-        depths = engine_depths(keys, offsets)
-        lru = sum(int(np.maximum.accumulate(depths[lo:hi]).__le__(c).sum()) for lo, hi in zip(offsets[:-1], offsets[1:]))
-        assert int(hits.sum()) >= lru
+def test_prefix_belady_is_optimal_on_prefix_chained_requests():
+    for seed in range(20):  # one test item, 20 seeded cases
+        rng = np.random.default_rng(100 + seed)
+        requests = random_requests(rng, n_requests=int(rng.integers(1, 6)), max_blocks=3, branching=2)
+        keys = [b for r in requests for b in r]
+        offsets = np.r_[0, np.cumsum([len(r) for r in requests])]
+        for c in (1, 2, 3):
+            hits = belady_prefix_hits(keys, offsets, [c])[0]
+            assert int(hits.sum()) == _best_prefix(requests, c)
+            # never below the engine-semantics LRU prefix hits at the same capacity
+            depths = engine_depths(keys, offsets)
+            lru = sum(int(np.maximum.accumulate(depths[lo:hi]).__le__(c).sum()) for lo, hi in zip(offsets[:-1], offsets[1:]))
+            assert int(hits.sum()) >= lru
 
 
 def test_prefix_hits_are_prefixes_and_capacity_edges():

@@ -64,52 +64,52 @@ def _routes(trace, k, rng):
     return routes
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_kernel_equals_direct_simulation(seed):
-    rng, requests, tokens, trace = _case(seed)
-    k = int(rng.integers(1, 5))
-    longest = max((len(r) for r in requests), default=0)
-    gpus = [0, 1, longest, longest + 1, int(rng.integers(0, 3 * longest + 2)), None]
-    shared = [0, 1, longest + 1, int(rng.integers(0, 4 * longest + 2)), None]
-    for name, route in _routes(trace, k, rng).items():
-        got = simulate_cluster(trace, k, route, gpus, shared)
-        for i, (c, s) in enumerate(got.pools):
-            want = reference_cluster(requests, tokens, k, route, c, s)
-            assert got.worker[i].tolist() == [w for w, _, _ in want], (name, c, s)
-            assert got.gpu_hit_tokens[i].tolist() == [g for _, g, _ in want], (name, c, s)
-            assert got.shared_hit_tokens[i].tolist() == [x for _, _, x in want], (name, c, s)
+def test_kernel_equals_direct_simulation():
+    for seed in range(40):  # one test item, 40 seeded cases
+        rng, requests, tokens, trace = _case(seed)
+        k = int(rng.integers(1, 5))
+        longest = max((len(r) for r in requests), default=0)
+        gpus = [0, 1, longest, longest + 1, int(rng.integers(0, 3 * longest + 2)), None]
+        shared = [0, 1, longest + 1, int(rng.integers(0, 4 * longest + 2)), None]
+        for name, route in _routes(trace, k, rng).items():
+            got = simulate_cluster(trace, k, route, gpus, shared)
+            for i, (c, s) in enumerate(got.pools):
+                want = reference_cluster(requests, tokens, k, route, c, s)
+                assert got.worker[i].tolist() == [w for w, _, _ in want], (name, c, s)
+                assert got.gpu_hit_tokens[i].tolist() == [g for _, g, _ in want], (name, c, s)
+                assert got.shared_hit_tokens[i].tolist() == [x for _, _, x in want], (name, c, s)
 
 
-@pytest.mark.parametrize("seed", range(15))
-def test_no_shared_tier_is_independent_engine_caches(seed):
-    rng, _, _, trace = _case(seed)
-    k = int(rng.integers(1, 5))
-    caps = [0, 1, 3, 7, 20]
-    for route in _routes(trace, k, rng).values():
-        got = simulate_cluster(trace, k, route, caps, [0])
-        assert not got.shared_hit_tokens.any()
-        for i, c in enumerate(caps):
-            workers = got.worker[i]
-            for w in range(k):
-                index = np.flatnonzero(workers == w)
-                if index.size:
-                    replay = replay_requests(trace.select(index), "engine")
-                    assert request_hits(replay, c, tokens=True).tolist() == got.gpu_hit_tokens[i][index].tolist()
+def test_no_shared_tier_is_independent_engine_caches():
+    for seed in range(15):  # one test item, 15 seeded cases
+        rng, _, _, trace = _case(seed)
+        k = int(rng.integers(1, 5))
+        caps = [0, 1, 3, 7, 20]
+        for route in _routes(trace, k, rng).values():
+            got = simulate_cluster(trace, k, route, caps, [0])
+            assert not got.shared_hit_tokens.any()
+            for i, c in enumerate(caps):
+                workers = got.worker[i]
+                for w in range(k):
+                    index = np.flatnonzero(workers == w)
+                    if index.size:
+                        replay = replay_requests(trace.select(index), "engine")
+                        assert request_hits(replay, c, tokens=True).tolist() == got.gpu_hit_tokens[i][index].tolist()
 
 
-@pytest.mark.parametrize("seed", range(15))
-def test_one_worker_is_the_engine_curve_and_the_routing_baseline(seed):
-    rng, _, _, trace = _case(seed)
-    k = int(rng.integers(2, 5))
-    replay = replay_requests(trace, "engine")
-    caps = [0, 1, 2, 5, 9]
-    one = simulate_cluster(trace, 1, np.zeros(trace.n_requests, np.int64), [c * k for c in caps])
-    for i, c in enumerate(caps):  # one cache of K x C: the engine semantics at K x C
-        assert one.gpu_hit_tokens[i].tolist() == request_hits(replay, c * k, tokens=True).tolist()
-    alone = simulate_cluster(trace, 3, "kv-aware", [0], caps)  # no GPU: the shared tier is one engine cache
-    for i, s in enumerate(caps):
-        assert alone.shared_hit_tokens[i].tolist() == request_hits(replay, s, tokens=True).tolist()
-        assert alone.worker[i].tolist() == (np.arange(trace.n_requests) % 3).tolist()  # all ties: fewest routed
+def test_one_worker_is_the_engine_curve_and_the_routing_baseline():
+    for seed in range(15):  # one test item, 15 seeded cases
+        rng, _, _, trace = _case(seed)
+        k = int(rng.integers(2, 5))
+        replay = replay_requests(trace, "engine")
+        caps = [0, 1, 2, 5, 9]
+        one = simulate_cluster(trace, 1, np.zeros(trace.n_requests, np.int64), [c * k for c in caps])
+        for i, c in enumerate(caps):  # one cache of K x C: the engine semantics at K x C
+            assert one.gpu_hit_tokens[i].tolist() == request_hits(replay, c * k, tokens=True).tolist()
+        alone = simulate_cluster(trace, 3, "kv-aware", [0], caps)  # no GPU: the shared tier is one engine cache
+        for i, s in enumerate(caps):
+            assert alone.shared_hit_tokens[i].tolist() == request_hits(replay, s, tokens=True).tolist()
+            assert alone.worker[i].tolist() == (np.arange(trace.n_requests) % 3).tolist()  # all ties: fewest routed
 
 
 def test_kv_aware_follows_the_prefix_and_ties_to_the_least_routed():
@@ -222,15 +222,15 @@ def test_cli_bad_arguments_exit_2(capsys, extra, message):
     assert code == 2 and out == "" and message in err, err
 
 
-@pytest.mark.parametrize("seed", range(10))
-def test_kv_aware_overlap_weight_equals_direct_simulation(seed):
-    rng, requests, tokens, trace = _case(seed)
-    k = int(rng.integers(2, 5))
-    weight = [0.0, 0.25, 1.0, 3.0, float("inf")][seed % 5]
-    got = simulate_cluster(trace, k, "kv-aware", [2, 5, None], [0, 3], overlap_weight=weight)
-    for i, (c, s) in enumerate(got.pools):
-        want = reference_cluster(requests, tokens, k, "kv-aware", c, s, weight)
-        assert got.worker[i].tolist() == [w for w, _, _ in want], (weight, c, s)
-        assert got.hit_tokens[i].tolist() == [g + x for _, g, x in want], (weight, c, s)
-    if weight == 0.0:  # load only: the caches are ignored, requests go round in turn
-        assert got.worker[0].tolist() == (np.arange(trace.n_requests) % k).tolist()
+def test_kv_aware_overlap_weight_equals_direct_simulation():
+    for seed in range(10):  # one test item, 10 seeded cases
+        rng, requests, tokens, trace = _case(seed)
+        k = int(rng.integers(2, 5))
+        weight = [0.0, 0.25, 1.0, 3.0, float("inf")][seed % 5]
+        got = simulate_cluster(trace, k, "kv-aware", [2, 5, None], [0, 3], overlap_weight=weight)
+        for i, (c, s) in enumerate(got.pools):
+            want = reference_cluster(requests, tokens, k, "kv-aware", c, s, weight)
+            assert got.worker[i].tolist() == [w for w, _, _ in want], (weight, c, s)
+            assert got.hit_tokens[i].tolist() == [g + x for _, g, x in want], (weight, c, s)
+        if weight == 0.0:  # load only: the caches are ignored, requests go round in turn
+            assert got.worker[0].tolist() == (np.arange(trace.n_requests) % k).tolist()

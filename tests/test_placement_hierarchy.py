@@ -55,31 +55,31 @@ def random_capacities(rng: random.Random, n_tiers: int) -> list[int]:
 
 
 # --------------------------------------------------------------------- exclusive = bands
-@pytest.mark.parametrize("seed", range(60))
-def test_exclusive_lru_hits_are_the_stack_distance_bands(seed: int) -> None:
-    rng = random.Random(seed)
-    keys = random_keys(rng, rng.randint(0, 120))
-    caps = random_capacities(rng, 3)
-    cache = TieredCache(caps, "lru", "exclusive")
-    got = [cache.access(k) for k in keys]
-    naive = naive_stack_distances(keys)
-    assert got == [band(d, caps) for d in naive]
-    engine = stackdist.stack_distances(np.array(keys, dtype=np.int64)).tolist() if keys else []
-    assert engine == naive
-    cache._check()
+def test_exclusive_lru_hits_are_the_stack_distance_bands() -> None:
+    for seed in range(60):  # one test item, 60 seeded cases
+        rng = random.Random(seed)
+        keys = random_keys(rng, rng.randint(0, 120))
+        caps = random_capacities(rng, 3)
+        cache = TieredCache(caps, "lru", "exclusive")
+        got = [cache.access(k) for k in keys]
+        naive = naive_stack_distances(keys)
+        assert got == [band(d, caps) for d in naive]
+        engine = stackdist.stack_distances(np.array(keys, dtype=np.int64)).tolist() if keys else []
+        assert engine == naive
+        cache._check()
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_exclusive_lru_equals_kvsim_exclusive_tier_cache(seed: int) -> None:
-    rng = random.Random(1000 + seed)
-    keys = random_keys(rng, rng.randint(0, 150))
-    caps = random_capacities(rng, rng.choice([2, 3]))
-    ours = TieredCache(caps, "lru", "exclusive")
-    ref = ExclusiveTierCache(caps)
-    for k in keys:
-        assert ours.access(k) == ref.access(k, 1)
-        ours._check()
-    assert ours.contents() == [tier.keys() for tier in ref.tiers]
+def test_exclusive_lru_equals_kvsim_exclusive_tier_cache() -> None:
+    for seed in range(40):  # one test item, 40 seeded cases
+        rng = random.Random(1000 + seed)
+        keys = random_keys(rng, rng.randint(0, 150))
+        caps = random_capacities(rng, rng.choice([2, 3]))
+        ours = TieredCache(caps, "lru", "exclusive")
+        ref = ExclusiveTierCache(caps)
+        for k in keys:
+            assert ours.access(k) == ref.access(k, 1)
+            ours._check()
+        assert ours.contents() == [tier.keys() for tier in ref.tiers]
 
 
 def test_simulator_block_mode_reproduces_the_bands_on_a_workload() -> None:
@@ -95,38 +95,38 @@ def test_simulator_block_mode_reproduces_the_bands_on_a_workload() -> None:
     assert result.hits == [expected.count(k) for k in range(3)]
 
 
-@pytest.mark.parametrize("seed", range(25))
-def test_prefix_mode_arrival_tiers_are_the_engine_depth_bands(seed: int) -> None:
+def test_prefix_mode_arrival_tiers_are_the_engine_depth_bands() -> None:
     """Prefix mode (arrival lookup, tail-first commit) agrees with stackdist.engine_depths."""
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(0, 6, size=int(rng.integers(1, 25)))
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    # distinct blocks inside a request, reused across requests
-    blocks = np.concatenate([rng.choice(15, size=int(m), replace=False) for m in lengths]).astype(np.int64)
-    n = len(lengths)
-    w = Workload("t", blocks, offsets, np.maximum(lengths * 16, 1), np.ones(n, np.int64), np.arange(n, dtype=float),
-                 np.zeros(n, np.int64), 16)
-    caps = [int(c) for c in rng.integers(0, 5, size=3)]
-    result = simulate(w, SimConfig(capacities=tuple(caps), mode="prefix", record_tiers=True, check_every=1))
-    depths = stackdist.engine_depths(blocks, offsets).tolist() if len(blocks) else []
-    assert result.tiers.tolist() == [band(d, caps) for d in depths]
+    for seed in range(25):  # one test item, 25 seeded cases
+        rng = np.random.default_rng(seed)
+        lengths = rng.integers(0, 6, size=int(rng.integers(1, 25)))
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        # distinct blocks inside a request, reused across requests
+        blocks = np.concatenate([rng.choice(15, size=int(m), replace=False) for m in lengths]).astype(np.int64)
+        n = len(lengths)
+        w = Workload("t", blocks, offsets, np.maximum(lengths * 16, 1), np.ones(n, np.int64), np.arange(n, dtype=float),
+                     np.zeros(n, np.int64), 16)
+        caps = [int(c) for c in rng.integers(0, 5, size=3)]
+        result = simulate(w, SimConfig(capacities=tuple(caps), mode="prefix", record_tiers=True, check_every=1))
+        depths = stackdist.engine_depths(blocks, offsets).tolist() if len(blocks) else []
+        assert result.tiers.tolist() == [band(d, caps) for d in depths]
 
 
 # --------------------------------------------------------------------- inclusive = TwoTierCache
 _NAMES = {"gpu": 0, "cpu": 1, "miss": -1}
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_inclusive_lru_two_tier_equals_kvsim_two_tier_cache(seed: int) -> None:
-    rng = random.Random(2000 + seed)
-    keys = random_keys(rng, rng.randint(0, 150))
-    caps = random_capacities(rng, 2)
-    ours = TieredCache(caps, "lru", "inclusive")
-    ref = TwoTierCache(*caps)
-    for k in keys:
-        assert ours.access(k) == _NAMES[ref.access(k, 1)]
-        ours._check()
-    assert ours.contents() == [ref.gpu.keys(), ref.cpu.keys()]
+def test_inclusive_lru_two_tier_equals_kvsim_two_tier_cache() -> None:
+    for seed in range(40):  # one test item, 40 seeded cases
+        rng = random.Random(2000 + seed)
+        keys = random_keys(rng, rng.randint(0, 150))
+        caps = random_capacities(rng, 2)
+        ours = TieredCache(caps, "lru", "inclusive")
+        ref = TwoTierCache(*caps)
+        for k in keys:
+            assert ours.access(k) == _NAMES[ref.access(k, 1)]
+            ours._check()
+        assert ours.contents() == [ref.gpu.keys(), ref.cpu.keys()]
 
 
 def filtered_lru_reference(caps: list[int], keys: list[int]) -> list[int]:
@@ -142,13 +142,13 @@ def filtered_lru_reference(caps: list[int], keys: list[int]) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_inclusive_lru_three_tiers_is_a_filtered_lru_cascade(seed: int) -> None:
-    rng = random.Random(3000 + seed)
-    keys = random_keys(rng, rng.randint(0, 150))
-    caps = random_capacities(rng, 3)
-    ours = TieredCache(caps, "lru", "inclusive")
-    assert [ours.access(k) for k in keys] == filtered_lru_reference(caps, keys)
+def test_inclusive_lru_three_tiers_is_a_filtered_lru_cascade() -> None:
+    for seed in range(30):  # one test item, 30 seeded cases
+        rng = random.Random(3000 + seed)
+        keys = random_keys(rng, rng.randint(0, 150))
+        caps = random_capacities(rng, 3)
+        ours = TieredCache(caps, "lru", "inclusive")
+        assert [ours.access(k) for k in keys] == filtered_lru_reference(caps, keys)
 
 
 # --------------------------------------------------------------------- traffic, hand-derived

@@ -114,23 +114,23 @@ def test_a_change_alters_its_block_and_every_later_one(prefix_tokens, change, bl
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_dense_ids_preserve_equality_and_are_compact(seed):
-    rng = np.random.default_rng(seed)
-    pools = [
-        rng.integers(-5, 5, size=6),
-        np.array([U64_MAX, 2**63, 0, 7, U64_MAX - 1, 1], dtype=np.uint64),
-        np.array(["a", "b", "c", "", "ab", "ba"], dtype=object),
-    ]
-    ids = pools[seed % 3][rng.integers(0, 6, size=int(rng.integers(0, 40)))]
-    dense, n = dense_ids(ids)
-    assert dense.dtype == np.int64 and dense.shape == ids.shape
-    values = ids.tolist()
-    assert n == len(set(values))
-    assert sorted(set(dense.tolist())) == list(range(n))
-    for i in range(len(values)):
-        for j in range(len(values)):
-            assert (dense[i] == dense[j]) == (values[i] == values[j])
+def test_dense_ids_preserve_equality_and_are_compact():
+    for seed in range(20):  # one test item, 20 seeded cases
+        rng = np.random.default_rng(seed)
+        pools = [
+            rng.integers(-5, 5, size=6),
+            np.array([U64_MAX, 2**63, 0, 7, U64_MAX - 1, 1], dtype=np.uint64),
+            np.array(["a", "b", "c", "", "ab", "ba"], dtype=object),
+        ]
+        ids = pools[seed % 3][rng.integers(0, 6, size=int(rng.integers(0, 40)))]
+        dense, n = dense_ids(ids)
+        assert dense.dtype == np.int64 and dense.shape == ids.shape
+        values = ids.tolist()
+        assert n == len(set(values))
+        assert sorted(set(dense.tolist())) == list(range(n))
+        for i in range(len(values)):
+            for j in range(len(values)):
+                assert (dense[i] == dense[j]) == (values[i] == values[j])
 
 
 def test_dense_ids_hand_example_and_errors():
@@ -231,37 +231,37 @@ def leading_common(x, y) -> int:
     return next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_reblock_matches_plain_reference_and_keeps_the_prefix_relation(seed):
-    rng = np.random.default_rng(seed)
-    page = int(rng.choice([1, 2, 4]))
-    block_size = page * int(rng.choice([1, 2, 4]))
-    big = seed % 2 == 1
-    requests = random_prefix_trace(rng, block_size, big)
-    trace = make_trace(requests, block_size, big)
-    fine = reblock(trace, page)
-    fine._check()
-    k = block_size // page
-    names, tokens = reference_pages(requests, k, page)
-    got = [[int(b) for b in fine.request_blocks(r)] for r in range(fine.n_requests)]
-    assert [len(g) for g in got] == [len(n) for n in names]
-    assert [fine.block_tokens[a:b].tolist() for a, b in zip(fine.offsets[:-1], fine.offsets[1:])] == tokens
-    flat_got = [x for g in got for x in g]
-    flat_names = [x for n in names for x in n]
-    for i in range(len(flat_got)):  # equal page ids iff equal (coarse id, j)
-        for j in range(len(flat_got)):
-            assert (flat_got[i] == flat_got[j]) == (flat_names[i] == flat_names[j])
-    if not big:  # the documented collision-free form
-        assert flat_got == [b * k + j for b, j in flat_names]
-        assert fine.block_ids.dtype == np.int64
-    else:
-        assert fine.block_ids.dtype == np.uint64
-    for r in range(len(requests)):  # sharing c coarse blocks <=> sharing their pages
-        for s in range(len(requests)):
-            c = leading_common([b for b, _ in requests[r]], [b for b, _ in requests[s]])
-            pages_in_c = sum(math.ceil(t / page) for _, t in requests[r][:c])
-            assert leading_common(got[r], got[s]) == pages_in_c
-    assert fine.input_length.tolist() == trace.input_length.tolist()
+def test_reblock_matches_plain_reference_and_keeps_the_prefix_relation():
+    for seed in range(40):  # one test item, 40 seeded cases
+        rng = np.random.default_rng(seed)
+        page = int(rng.choice([1, 2, 4]))
+        block_size = page * int(rng.choice([1, 2, 4]))
+        big = seed % 2 == 1
+        requests = random_prefix_trace(rng, block_size, big)
+        trace = make_trace(requests, block_size, big)
+        fine = reblock(trace, page)
+        fine._check()
+        k = block_size // page
+        names, tokens = reference_pages(requests, k, page)
+        got = [[int(b) for b in fine.request_blocks(r)] for r in range(fine.n_requests)]
+        assert [len(g) for g in got] == [len(n) for n in names]
+        assert [fine.block_tokens[a:b].tolist() for a, b in zip(fine.offsets[:-1], fine.offsets[1:])] == tokens
+        flat_got = [x for g in got for x in g]
+        flat_names = [x for n in names for x in n]
+        for i in range(len(flat_got)):  # equal page ids iff equal (coarse id, j)
+            for j in range(len(flat_got)):
+                assert (flat_got[i] == flat_got[j]) == (flat_names[i] == flat_names[j])
+        if not big:  # the documented collision-free form
+            assert flat_got == [b * k + j for b, j in flat_names]
+            assert fine.block_ids.dtype == np.int64
+        else:
+            assert fine.block_ids.dtype == np.uint64
+        for r in range(len(requests)):  # sharing c coarse blocks <=> sharing their pages
+            for s in range(len(requests)):
+                c = leading_common([b for b, _ in requests[r]], [b for b, _ in requests[s]])
+                pages_in_c = sum(math.ceil(t / page) for _, t in requests[r][:c])
+                assert leading_common(got[r], got[s]) == pages_in_c
+        assert fine.input_length.tolist() == trace.input_length.tolist()
 
 
 def test_reblock_falls_back_to_ranks_on_a_hash_collision(monkeypatch):
