@@ -168,9 +168,12 @@ def test_whole_line_blocks_cut_at_line_ends_and_lose_nothing():
 
 def test_a_scan_in_halves_is_the_scan_of_the_whole_block():
     rng = np.random.default_rng(8)
+    # Over 1 MiB, so the block is cut in two; the rows are built once per column count (the
+    # string building was most of this test's time), each case changes its own copy.
+    keys, sizes = rng.integers(-9, 10**6, 200_000).tolist(), rng.integers(1, 9, 200_000).tolist()
+    plain_rows, sized_rows = list(map(str, keys)), [f"{k},{z}" for k, z in zip(keys, sizes)]
     for case in range(8):
-        keys, sizes = rng.integers(-9, 10**6, 200_000).tolist(), rng.integers(1, 9, 200_000).tolist()
-        rows = [f"{k},{z}" for k, z in zip(keys, sizes)] if case % 2 else list(map(str, keys))
+        rows = list(sized_rows if case % 2 else plain_rows)
         if case % 3 == 1:
             rows[int(rng.integers(0, len(rows)))] = "x"  # not plain: in one half or the other
         if case % 4 == 3:
