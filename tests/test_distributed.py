@@ -26,6 +26,10 @@ def _cuts(rng, n, parts):
     return list(itertools.pairwise(bounds))
 
 
+# One worker runs this file: the local cluster below (and the distributed import) is started once.
+pytestmark = pytest.mark.xdist_group("dask")
+
+
 @pytest.fixture(scope="module")
 def scheduler():
     """One local cluster for the module's CLI tests (threads, TCP, so ``--dask tcp://...`` reaches it)."""
@@ -35,35 +39,35 @@ def scheduler():
         yield cluster.scheduler_address
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_access_replay_equals_the_single_process_one(seed):
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(0, 600))
-    keys = rng.zipf(1.4, n) % int(rng.integers(1, 80))
-    sizes = rng.integers(1, 5, 100)[keys % 100] if seed % 2 else None
-    chunks = [(keys[a:b], None if sizes is None else sizes[a:b]) for a, b in _cuts(rng, n, int(rng.integers(1, 7)))]
-    got = distributed_distances(chunks)
-    assert got.tolist() == stack_distances(keys, sizes).tolist()
-    if n <= 200:
-        assert [None if d == COLD else int(d) for d in got] == naive_distances(keys.tolist(), None if sizes is None else sizes.tolist())
+def test_access_replay_equals_the_single_process_one():
+    for seed in range(12):  # one test item, 12 seeded cases
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(0, 600))
+        keys = rng.zipf(1.4, n) % int(rng.integers(1, 80))
+        sizes = rng.integers(1, 5, 100)[keys % 100] if seed % 2 else None
+        chunks = [(keys[a:b], None if sizes is None else sizes[a:b]) for a, b in _cuts(rng, n, int(rng.integers(1, 7)))]
+        got = distributed_distances(chunks)
+        assert got.tolist() == stack_distances(keys, sizes).tolist()
+        if n <= 200:
+            assert [None if d == COLD else int(d) for d in got] == naive_distances(keys.tolist(), None if sizes is None else sizes.tolist())
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_engine_depths_equal_the_single_process_ones(seed):
-    rng = np.random.default_rng(100 + seed)
-    n_req = int(rng.integers(1, 80))
-    lengths = rng.integers(0, 6, n_req)
-    blocks = []
-    for length in lengths:  # prefix chains: a root and a path of children
-        root = int(rng.integers(0, 10))
-        blocks.append([root * 100 + j for j in range(int(length))])
-    keys = np.array([b for r in blocks for b in r], np.int64)
-    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
-    chunks = []
-    for r0, r1 in _cuts(rng, n_req, int(rng.integers(1, 5))):
-        lo, hi = offsets[r0], offsets[r1]
-        chunks.append((keys[lo:hi], None, offsets[r0 : r1 + 1] - lo))
-    assert distributed_distances(chunks).tolist() == engine_depths(keys, offsets).tolist()
+def test_engine_depths_equal_the_single_process_ones():
+    for seed in range(8):  # one test item, 8 seeded cases
+        rng = np.random.default_rng(100 + seed)
+        n_req = int(rng.integers(1, 80))
+        lengths = rng.integers(0, 6, n_req)
+        blocks = []
+        for length in lengths:  # prefix chains: a root and a path of children
+            root = int(rng.integers(0, 10))
+            blocks.append([root * 100 + j for j in range(int(length))])
+        keys = np.array([b for r in blocks for b in r], np.int64)
+        offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
+        chunks = []
+        for r0, r1 in _cuts(rng, n_req, int(rng.integers(1, 5))):
+            lo, hi = offsets[r0], offsets[r1]
+            chunks.append((keys[lo:hi], None, offsets[r0 : r1 + 1] - lo))
+        assert distributed_distances(chunks).tolist() == engine_depths(keys, offsets).tolist()
 
 
 def test_string_keys_empty_chunks_and_readers_run_where_the_chunk_is():
@@ -106,30 +110,30 @@ def test_on_a_local_dask_cluster_the_curve_is_the_exact_one(scheduler):
     assert HitCurve(dense_keys(keys), None, got, (0, keys.size)).hits_at(caps).tolist() == exact.hits_at(caps).tolist()
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_distributed_tiers_equal_the_one_process_tiers(seed):
-    from stackdist.engine.scale.distributed import (
-        distributed_inclusive_tiers,
-        sequential_map,
-    )
-    from stackdist.engine.tiers import inclusive_grid, inclusive_tiers
+def test_distributed_tiers_equal_the_one_process_tiers():
+    for seed in range(6):  # one test item, 6 seeded cases
+        from stackdist.engine.scale.distributed import (
+            distributed_inclusive_tiers,
+            sequential_map,
+        )
+        from stackdist.engine.tiers import inclusive_grid, inclusive_tiers
 
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(0, 400))
-    keys = rng.zipf(1.3, n) % 50
-    sizes = rng.integers(1, 4, 50)[keys] if seed % 2 else None
-    window = (int(rng.integers(0, max(n // 3, 1))), n)
-    curve = HitCurve.from_trace(keys, sizes, window)
-    gpus = [0, 1, 3, 17, 10_000]
-    got = distributed_inclusive_tiers(curve, gpus, sequential_map, parts=int(rng.integers(1, 5)))
-    want = inclusive_tiers(gpu_capacities=gpus, curve=curve)
-    caps = [0, 1, 2, 5, 20, 60, 500]
-    grid_got, grid_want = inclusive_grid(got, caps), inclusive_grid(want, caps)
-    assert grid_got.keys() == grid_want.keys()
-    for key in grid_want:
-        assert np.asarray(grid_got[key]).tolist() == np.asarray(grid_want[key]).tolist(), key
-    for g, w in zip(got, want):
-        assert g.cpu.distances.tolist() == w.cpu.distances.tolist()
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(0, 400))
+        keys = rng.zipf(1.3, n) % 50
+        sizes = rng.integers(1, 4, 50)[keys] if seed % 2 else None
+        window = (int(rng.integers(0, max(n // 3, 1))), n)
+        curve = HitCurve.from_trace(keys, sizes, window)
+        gpus = [0, 1, 3, 17, 10_000]
+        got = distributed_inclusive_tiers(curve, gpus, sequential_map, parts=int(rng.integers(1, 5)))
+        want = inclusive_tiers(gpu_capacities=gpus, curve=curve)
+        caps = [0, 1, 2, 5, 20, 60, 500]
+        grid_got, grid_want = inclusive_grid(got, caps), inclusive_grid(want, caps)
+        assert grid_got.keys() == grid_want.keys()
+        for key in grid_want:
+            assert np.asarray(grid_got[key]).tolist() == np.asarray(grid_want[key]).tolist(), key
+        for g, w in zip(got, want):
+            assert g.cpu.distances.tolist() == w.cpu.distances.tolist()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -191,21 +195,21 @@ def test_plan_on_a_local_cluster_equals_one_process(tmp_path, scheduler):
     assert main(["plan", *common, "--dask", scheduler, "--sample-rate", "0.5"]) == 2
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_histogram_merge_equals_the_one_process_histogram(seed):
-    from stackdist.engine.scale.distributed import chunk_histogram, merge_histograms
+def test_histogram_merge_equals_the_one_process_histogram():
+    for seed in range(8):  # one test item, 8 seeded cases
+        from stackdist.engine.scale.distributed import chunk_histogram, merge_histograms
 
-    rng = np.random.default_rng(200 + seed)
-    n = int(rng.integers(0, 500))
-    keys = rng.zipf(1.3, n) % 80
-    sizes = rng.integers(1, 4, 80)[keys] if seed % 2 else None
-    parts = [chunk_histogram((keys[a:b], None if sizes is None else sizes[a:b])) for a, b in _cuts(rng, n, int(rng.integers(1, 6)))]
-    values, counts, cold = merge_histograms(parts)
-    exact = naive_distances(keys.tolist(), None if sizes is None else sizes.tolist())
-    finite = [d for d in exact if d is not None]
-    want_values, want_counts = np.unique(np.array(finite, np.int64), return_counts=True)
-    assert values.tolist() == want_values.tolist() and counts.tolist() == want_counts.tolist()
-    assert cold == sum(d is None for d in exact)
+        rng = np.random.default_rng(200 + seed)
+        n = int(rng.integers(0, 500))
+        keys = rng.zipf(1.3, n) % 80
+        sizes = rng.integers(1, 4, 80)[keys] if seed % 2 else None
+        parts = [chunk_histogram((keys[a:b], None if sizes is None else sizes[a:b])) for a, b in _cuts(rng, n, int(rng.integers(1, 6)))]
+        values, counts, cold = merge_histograms(parts)
+        exact = naive_distances(keys.tolist(), None if sizes is None else sizes.tolist())
+        finite = [d for d in exact if d is not None]
+        want_values, want_counts = np.unique(np.array(finite, np.int64), return_counts=True)
+        assert values.tolist() == want_values.tolist() and counts.tolist() == want_counts.tolist()
+        assert cold == sum(d is None for d in exact)
 
 
 @pytest.mark.parametrize("case", ["unit", "sized", "unit-window"])
