@@ -83,7 +83,10 @@ def real_lru_flags(path: Path, capacity: int) -> np.ndarray:
     run once (about 0.5 s apiece on the 288,500-block conversation trace). Read-only.
     """
     keys = _block_stream(Path(path)).tolist()
-    flags = np.fromiter(map(LRUCache(int(capacity)).access, keys, itertools.repeat(1)), dtype=bool, count=len(keys))
+    if capacity == 0:  # LRUCache(0) stores nothing (a size-1 block is above it): every access misses
+        flags = np.zeros(len(keys), dtype=bool)
+    else:
+        flags = np.fromiter(map(LRUCache(int(capacity)).access, keys, itertools.repeat(1)), dtype=bool, count=len(keys))
     flags.setflags(write=False)
     return flags
 
