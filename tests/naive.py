@@ -73,20 +73,42 @@ def real_trace_capacities(n_keys: int) -> tuple[int, ...]:
     return (0, 37, 2000, n_keys // 3, n_keys)
 
 
+def unit_lru_flags(keys: list, capacity: int) -> np.ndarray:
+    """Per-access hit flags of an LRU cache holding ``capacity`` unit-size blocks: an OrderedDict
+    (oldest first); a hit moves the key to the end, a miss stores it and evicts the oldest beyond
+    the capacity. kvlab's ``LRUCache`` with every size 1, without its per-access argument checks
+    (about 5x faster; equal flags checked on the real traces by test_curve). O(n)."""
+    from collections import OrderedDict
+
+    cache: OrderedDict = OrderedDict()
+    flags = np.zeros(len(keys), dtype=bool)
+    for i, key in enumerate(keys):
+        if key in cache:
+            cache.move_to_end(key)
+            flags[i] = True
+        elif capacity > 0:
+            cache[key] = None
+            if len(cache) > capacity:
+                cache.popitem(last=False)
+    return flags
+
+
+def lru_cache_flags(keys: list, capacity: int) -> np.ndarray:
+    """Per-access hit flags of kvlab's ``LRUCache(capacity)``, every size 1. O(n)."""
+    return np.fromiter(map(LRUCache(int(capacity)).access, keys, itertools.repeat(1)), dtype=bool, count=len(keys))
+
+
 @functools.cache
 def real_lru_flags(path: Path, capacity: int) -> np.ndarray:
-    """Per-access hit flags of kvlab's ``LRUCache(capacity)`` over a Mooncake trace's block stream.
+    """Per-access hit flags of an LRU cache of ``capacity`` blocks (:func:`unit_lru_flags`) over a
+    Mooncake trace's block stream.
 
     Unit sizes, the whole stream head first (so also the per-access prefix semantics of
     :func:`direct_requests` on that trace, request by request). Memoised per process: the curve,
     the planner and the CLI tests check against the same few replays of the real traces, each
-    run once (about 0.5 s apiece on the 288,500-block conversation trace). Read-only.
+    run once (about 0.12 s apiece on the 288,500-block conversation trace). Read-only.
     """
-    keys = _block_stream(Path(path)).tolist()
-    if capacity == 0:  # LRUCache(0) stores nothing (a size-1 block is above it): every access misses
-        flags = np.zeros(len(keys), dtype=bool)
-    else:
-        flags = np.fromiter(map(LRUCache(int(capacity)).access, keys, itertools.repeat(1)), dtype=bool, count=len(keys))
+    flags = unit_lru_flags(_block_stream(Path(path)).tolist(), int(capacity))
     flags.setflags(write=False)
     return flags
 

@@ -106,7 +106,7 @@ def test_request_trace_formats_replay_the_block_stream(capsys):
     path = real_trace_paths()[1]
     code, out, _ = run(capsys, "curve", path, "--format", "mooncake", "--capacities", "37,2000")
     assert code == 0
-    # kvlab's LRUCache over the trace's block stream (the replays test_curve checks too)
+    # An LRU over the trace's block stream (naive.real_lru_flags, the replays test_curve checks too)
     assert json.loads(out)["curve"]["hits"] == [int(real_lru_flags(path, c).sum()) for c in (37, 2000)]
 
 

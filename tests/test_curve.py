@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from naive import (
+    lru_cache_flags,
     lru_hits,
     mooncake_block_stream,
     random_trace,
@@ -168,9 +169,11 @@ def test_real_trace_curve_equals_lru_at_a_spread_of_capacities(path):
     curve = hit_curve(ids)
     n_keys = int(np.unique(ids).size)
     for c in real_trace_capacities(n_keys):
-        # kvlab's LRUCache over the whole stream (naive.real_lru_flags: each replay runs once per
-        # process, shared with test_plan's per-access check of the same trace).
+        # An OrderedDict LRU over the whole stream (naive.real_lru_flags: each replay runs once per
+        # process, shared with test_plan's per-access check and test_cli's of the same trace).
         assert curve.hits_at(c) == int(real_lru_flags(path, c).sum())
+    # kvlab's LRUCache gives that reference's flags, access for access, on the real stream too.
+    assert np.array_equal(lru_cache_flags(ids.tolist(), 2000), real_lru_flags(path, 2000))
     # Second half only (a warm-up window): the hits a whole replay counts inside the window.
     half = ids.size // 2
     assert hit_curve(ids, window=(half, None)).hits_at(2000) == int(real_lru_flags(path, 2000)[half:].sum())

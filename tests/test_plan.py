@@ -109,7 +109,7 @@ def test_real_traces_both_semantics_against_direct(path):
     for semantics in ("engine", "per-access"):
         curve = PrefixCurve(replay_requests(trace, semantics))
         # The capacities of test_curve's real-trace check: the per-access references are the same
-        # LRUCache replays of the block stream (direct_requests' per-access rule), run once.
+        # LRU replays of the block stream (direct_requests' per-access rule), run once.
         for c in real_trace_capacities(n_keys):
             if semantics == "engine" and c == 0:  # an empty cache hits nothing (no replay needed)
                 direct = [(0, [False] * len(r)) for r in requests]
