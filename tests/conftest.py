@@ -137,3 +137,24 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         item.session.stash[_frozen_module] = module
         gc.collect()
         gc.freeze()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep ``--dist loadgroup``'s groups (a worker, under pytest-xdist).
+
+    xdist sends the tests marked ``xdist_group(NAME)`` to one worker by suffixing their node ids
+    with ``@NAME`` in each worker's collection. It sets ``Node._nodeid``; pytest 9.2 reads a node
+    id from ``Node._id`` instead, so the suffix was lost and every group was spread over both
+    workers (the memoised reference replays of ``real_lru``, the one dask cluster, the matplotlib
+    import ran on each). Set the same suffix where this pytest reads it, when it is missing."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # an older pytest: xdist's own suffix works
+        return
+    for item in items:
+        names = {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        if names and "@" not in item.nodeid and isinstance(getattr(item, "_id", None), NodeId):
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(sorted(names))}")
