@@ -54,6 +54,7 @@ def test_tiers_json(capsys, trace_csv):
     assert result["exclusive"]["exact"] is False
 
 
+@pytest.mark.xdist_group("matplotlib")  # the tests drawing PNGs share one worker: one matplotlib import
 def test_output_file_and_plot(capsys, tmp_path, trace_csv):
     pytest.importorskip("matplotlib")
     out_json, png = tmp_path / "o" / "c.json", tmp_path / "c.png"

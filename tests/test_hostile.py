@@ -384,6 +384,7 @@ def test_plan_table_says_what_the_json_has(capsys, req, tmp_path):
     assert "unreachable (no capacity reaches" in out or "unreachable" not in out  # with the JSON's reason
 
 
+@pytest.mark.xdist_group("matplotlib")  # the tests drawing PNGs share one worker: one matplotlib import
 def test_plan_plot_and_json_are_written(capsys, req, tmp_path):
     pytest.importorskip("matplotlib")
     code, _, err = run(capsys, "plan", req, "--json", tmp_path / "p.json", "--plot", tmp_path / "p.png")
@@ -895,6 +896,7 @@ def test_plan_plot_draws_exact_steps_and_sampled_points_as_points(capsys, tmp_pa
     assert ("exact curves" in drawn["title"]) != sampled
 
 
+@pytest.mark.xdist_group("matplotlib")  # the tests drawing PNGs share one worker: one matplotlib import
 def test_sampled_points_are_not_joined(tmp_path):
     pytest.importorskip("matplotlib")
     from stackdist.render import plot

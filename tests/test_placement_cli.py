@@ -12,6 +12,7 @@ import pytest
 from kvlab.placement.__main__ import main
 
 
+@pytest.mark.xdist_group("matplotlib")  # the tests drawing PNGs share one worker: one matplotlib import
 def test_experiments_quick_writes_json_and_figures(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     # In-process (python -m kvlab.placement runs in a fresh process in test_hostile's
     # test_kvlab_closed_stdout_is_exit_1_without_traceback).

@@ -50,6 +50,7 @@ def test_json_report_answers_match_direct_simulation(capsys, first_requests):
     assert report["model"]["kv_bytes_per_token"] == 28672
 
 
+@pytest.mark.xdist_group("matplotlib")  # the tests drawing PNGs share one worker: one matplotlib import
 def test_table_windows_plot_and_json_file(capsys, tmp_path, first_requests):
     pytest.importorskip("matplotlib")
     code, out, err = run(capsys, "plan", first_requests, "--semantics", "engine", "--window", "2m",
