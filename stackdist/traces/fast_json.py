@@ -35,8 +35,8 @@ __all__ = ["jsonl_access_chunks", "mooncake_block_ids", "mooncake_chunks", "numb
            "scan_mooncake", "scan_mooncake_in_halves"]
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _skip_ws(buf, i, n):
+@njit(cache=True, nogil=True)
+def _skip_ws(buf, i, n):  # not inline="always": inlined by numba at its 16 call sites it compiled 1-2 s longer, ran no faster (measured)
     while i < n and (buf[i] == 32 or buf[i] == 9 or buf[i] == 13):
         i += 1
     return i
@@ -85,12 +85,23 @@ def scan_mooncake(buf, block_size):
         if buf[j] == 44 or buf[j] == 91:
             bound += 1
     ids = np.empty(bound, np.int64)
-    n_ids = 0
     cap = n // 16 + 1
     nb = np.empty(cap, np.int64)
     ts = np.empty(cap, np.int64)
     inp = np.empty(cap, np.int64)
     out = np.empty(cap, np.int64)
+    n_ids, m, ok = _scan_mooncake_into(buf, block_size, ids, nb, ts, inp, out)
+    return ids[:n_ids], nb[:m], ts[:m], inp[:m], out[:m], m, ok
+
+
+@njit(cache=True, nogil=True)
+def _scan_mooncake_into(buf, block_size, ids, nb, ts, inp, out):
+    """:func:`scan_mooncake` into its arrays (``nb`` to ``out`` of one capacity); returns
+    ``(ids kept, lines, ok)``. Apart from the caller, so that each of its many exits returns
+    three integers (five array slices at each exit compiled to about 2 s of numba's time)."""
+    n = buf.shape[0]
+    cap = nb.shape[0]
+    n_ids = 0
     m = 0
     i = 0
     while i < n:
@@ -101,7 +112,7 @@ def scan_mooncake(buf, block_size):
         if i >= n:
             break
         if buf[i] != 123 or m >= cap:
-            return ids[:n_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+            return n_ids, m, False
         i += 1
         seen = 0  # bits: timestamp 1, input_length 2, output_length 4, hash_ids 8
         t_v = 0
@@ -111,12 +122,12 @@ def scan_mooncake(buf, block_size):
         while True:
             i = _skip_ws(buf, i, n)
             if i >= n or buf[i] != 34:
-                return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+                return line_ids, m, False
             j = i + 1
             while j < n and buf[j] != 34 and buf[j] != 92 and buf[j] != 10:
                 j += 1
             if j >= n or buf[j] != 34:
-                return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+                return line_ids, m, False
             length = j - i - 1
             c0 = buf[i + 1] if length > 0 else 0
             key = 0
@@ -129,18 +140,18 @@ def scan_mooncake(buf, block_size):
             elif length == 8 and c0 == 104:  # hash_ids
                 key = 8
             if key == 0 or seen & key:
-                return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+                return line_ids, m, False
             head, tail = (_TS if key == 1 else _IN if key == 2 else _OUT if key == 4 else _HASH)
             if _word(buf, i + 1, 8) != head or _word(buf, i + 9, length - 8) != tail:
-                return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+                return line_ids, m, False
             seen |= key
             i = _skip_ws(buf, j + 1, n)
             if i >= n or buf[i] != 58:
-                return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+                return line_ids, m, False
             i = _skip_ws(buf, i + 1, n)
             if key == 8:
                 if i >= n or buf[i] != 91:
-                    return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+                    return line_ids, m, False
                 i = _skip_ws(buf, i + 1, n)
                 n_ids = line_ids
                 if i < n and buf[i] == 93:
@@ -149,7 +160,7 @@ def scan_mooncake(buf, block_size):
                     while True:
                         v, i, ok = _number(buf, i, n)
                         if not ok or n_ids >= ids.shape[0]:
-                            return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+                            return line_ids, m, False
                         ids[n_ids] = v
                         n_ids += 1
                         i = _skip_ws(buf, i, n)
@@ -159,11 +170,11 @@ def scan_mooncake(buf, block_size):
                         if i < n and buf[i] == 93:
                             i += 1
                             break
-                        return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+                        return line_ids, m, False
             else:
                 v, i, ok = _number(buf, i, n)
                 if not ok:
-                    return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+                    return line_ids, m, False
                 if key == 1:
                     t_v = v
                 elif key == 2:
@@ -177,18 +188,18 @@ def scan_mooncake(buf, block_size):
             if i < n and buf[i] == 125:
                 i += 1
                 break
-            return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+            return line_ids, m, False
         i = _skip_ws(buf, i, n)
         count = n_ids - line_ids
         if (i < n and buf[i] != 10) or (seen & 11) != 11 or count != (in_v + block_size - 1) // block_size:
-            return ids[:line_ids], nb[:m], ts[:m], inp[:m], out[:m], m, False
+            return line_ids, m, False
         nb[m] = count
         ts[m] = t_v
         inp[m] = in_v
         out[m] = out_v
         m += 1
         i += 1
-    return ids[:n_ids], nb[:m], ts[:m], inp[:m], out[:m], m, True
+    return n_ids, m, True
 
 
 @njit(cache=True, nogil=True)
@@ -199,9 +210,17 @@ def scan_access_jsonl(buf):
     is False at the first line of any other shape (a string key, another field, a float, broken
     JSON), and the caller hands the block to the exact reader. O(bytes).
     """
+    keys = np.empty(buf.shape[0] // 10 + 1, np.int64)
+    sizes = np.empty(buf.shape[0] // 10 + 1, np.int64)
+    m, shape, ok = _scan_access_jsonl_into(buf, keys, sizes)
+    return keys[:m], sizes[:m], m, shape == 3, ok
+
+
+@njit(cache=True, nogil=True)
+def _scan_access_jsonl_into(buf, keys, sizes):
+    """:func:`scan_access_jsonl` into ``keys`` and ``sizes``; returns ``(lines, the first line's
+    fields, ok)``: each exit returns three integers, not two array slices (compile time)."""
     n = buf.shape[0]
-    keys = np.empty(n // 10 + 1, np.int64)
-    sizes = np.empty(n // 10 + 1, np.int64)
     m = 0
     shape = 0  # the first line's fields: 1 key only, 3 key and size
     i = 0
@@ -213,14 +232,14 @@ def scan_access_jsonl(buf):
         if i >= n:
             break
         if buf[i] != 123 or m >= keys.shape[0]:
-            return keys[:m], sizes[:m], m, shape == 3, False
+            return m, shape, False
         i = _skip_ws(buf, i + 1, n)
         seen = 0
         k_v = 0
         s_v = 0
         while True:
             if i + 5 >= n or buf[i] != 34:
-                return keys[:m], sizes[:m], m, shape == 3, False
+                return m, shape, False
             if buf[i + 1] == 107 and buf[i + 2] == 101 and buf[i + 3] == 121 and buf[i + 4] == 34:  # "key"
                 field = 1
                 i += 5
@@ -229,20 +248,20 @@ def scan_access_jsonl(buf):
                 field = 2
                 i += 6
             else:
-                return keys[:m], sizes[:m], m, shape == 3, False
+                return m, shape, False
             if seen & field:
-                return keys[:m], sizes[:m], m, shape == 3, False
+                return m, shape, False
             seen |= field
             i = _skip_ws(buf, i, n)
             if i >= n or buf[i] != 58:
-                return keys[:m], sizes[:m], m, shape == 3, False
+                return m, shape, False
             i = _skip_ws(buf, i + 1, n)
             neg = field == 1 and i < n and buf[i] == 45
             if neg:
                 i += 1
             v, i, ok = _number(buf, i, n)
             if not ok or (field == 2 and v < 1):
-                return keys[:m], sizes[:m], m, shape == 3, False
+                return m, shape, False
             if field == 1:
                 k_v = -v if neg else v
             else:
@@ -254,16 +273,16 @@ def scan_access_jsonl(buf):
             if i < n and buf[i] == 125:
                 i += 1
                 break
-            return keys[:m], sizes[:m], m, shape == 3, False
+            return m, shape, False
         i = _skip_ws(buf, i, n)
         if (i < n and buf[i] != 10) or (seen & 1) == 0 or (shape != 0 and seen != shape):
-            return keys[:m], sizes[:m], m, shape == 3, False
+            return m, shape, False
         shape = seen
         keys[m] = k_v
         sizes[m] = s_v
         m += 1
         i += 1
-    return keys[:m], sizes[:m], m, shape == 3, True
+    return m, shape, True
 
 
 def scan_mooncake_in_halves(data: bytes, block_size: int) -> tuple[Any, ...]:
