@@ -147,6 +147,7 @@ def test_property_distance_matches_list_stack(accesses):
     assert as_optional(stack_distances(keys, sizes)) == naive_distances(keys, sizes)
 
 
+@pytest.mark.xdist_group("real_lru")  # one worker: naive's memoised block streams of the real traces are shared
 @pytest.mark.parametrize("path", real_trace_paths(), ids=lambda p: p.stem)
 def test_real_trace_matches_sorted_list_reference(path):
     ids = mooncake_block_stream(path)
