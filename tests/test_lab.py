@@ -193,11 +193,16 @@ def test_cli_dispatches_scenario_and_summarize(tmp_path: Path, capsys: pytest.Ca
     assert output.read_text() == json_text(summarize(DEFAULT_MEASURED))
 
 
-def test_python_m_kvlab_end_to_end(run_python, repo_root: Path, tmp_path: Path) -> None:
+def test_python_m_kvlab_end_to_end(run_python, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    # The whole lab from another folder (the package's bundled data, not the checkout's), through
+    # the main() that python -m kvlab runs, in-process; then a real python -m kvlab process (a
+    # usage error, exit 2 before any work). Full kvlab processes run in test_hostile (closed
+    # stdout, Ctrl-C, Ctrl-C during the imports).
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "lab"
-    proc = run_python(["-m", "kvlab", "run-lab", "--out", str(out)], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [str(out)] + [str(out / name) for name in LAB_FILES]
+    assert main(["run-lab", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines() == [str(out)] + [str(out / name) for name in LAB_FILES]
     assert json.loads((out / "cliff.json").read_text()) == HAND_CLIFF
     bad = run_python(["-m", "kvlab", "run-lab"], cwd=tmp_path)
     assert bad.returncode == 2 and bad.stdout == "" and "--out" in bad.stderr and "Traceback" not in bad.stderr
