@@ -103,7 +103,7 @@ def _scan_mooncake_into(buf, block_size, ids, nb, ts, inp, out):
     cap = nb.shape[0]
     n_ids = 0
     m = 0
-    i = 0
+    i = np.int64(0)  # typed: a literal 0 would compile _skip_ws once more, for Literal[int](0)
     while i < n:
         i = _skip_ws(buf, i, n)
         if i < n and buf[i] == 10:
@@ -223,7 +223,7 @@ def _scan_access_jsonl_into(buf, keys, sizes):
     n = buf.shape[0]
     m = 0
     shape = 0  # the first line's fields: 1 key only, 3 key and size
-    i = 0
+    i = np.int64(0)
     while i < n:
         i = _skip_ws(buf, i, n)
         if i < n and buf[i] == 10:
