@@ -50,8 +50,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from stackdist.engine.kernels import njit
 from stackdist.engine.keys import dense_keys
 from stackdist.errors import INT64_MAX
 from stackdist.traces import RequestTrace

@@ -74,8 +74,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from numba import njit
 
+from stackdist.engine.kernels import njit
 from stackdist.errors import INT64_MAX
 from stackdist.traces import RequestTrace
 

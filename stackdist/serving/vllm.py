@@ -81,8 +81,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from numba import njit
 
+from stackdist.engine.kernels import njit
 from stackdist.traces import RequestTrace
 
 from .pages import EnginePages, engine_pages
