@@ -201,7 +201,8 @@ def factorize(values, table_bits):
     ids = np.empty(values.shape[0], np.int64)
     uniques = np.empty(size // 2, np.uint64)
     order = np.empty(size // 2, np.int64)
-    done, _, n = assign_ids(values, 0, ids, table_keys, table_ids, uniques, order, 0, 0, 64 - table_bits)
+    zero = np.int64(0)  # typed, not the literal 0: one assign_ids signature for this call and KeyIdMap's
+    done, _, n = assign_ids(values, zero, ids, table_keys, table_ids, uniques, order, zero, zero, np.int64(64 - table_bits))
     if done < values.shape[0]:
         return ids, uniques, -1
     return ids, uniques[:n], n
