@@ -69,22 +69,6 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", type=OutputPath, metavar="PNG", help="also draw the curve(s) to this PNG (needs matplotlib)")
 
 
-def _read_streamed(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(keys, sizes, requests or None) of a streamed trace. O(accesses)."""
-    from stackdist.traces import REQUEST_FORMATS
-    from stackdist.traces.stream_input import (
-        concat_requests,
-        iter_request_chunks,
-        read_keys,
-    )
-
-    if args.format in REQUEST_FORMATS:
-        requests = concat_requests(list(iter_request_chunks(args.trace, args.format)), args.trace)
-        return requests.block_ids, None, requests
-    keys, sizes = read_keys(args.trace, args.format)
-    return keys, sizes, None
-
-
 def record_line(path: str, fmt: str | None, position: int) -> str:
     """``file:line`` of the record at 0-based ``position`` of an access trace (text formats),
     ``file: row N`` for ``.npy``, or ``file: access N`` when the file cannot be re-read."""
@@ -199,8 +183,8 @@ def load_curve(args: argparse.Namespace, bounded: bool = False) -> Any:
     from stackdist.engine import HitCurve
     from stackdist.engine.keys import first_size_change
     from stackdist.output import Progress, stage
-    from stackdist.traces import REQUEST_FORMATS, read_access_trace, read_requests
-    from stackdist.traces.stream_input import is_streamed
+    from stackdist.traces import REQUEST_FORMATS, read_access_trace
+    from stackdist.traces.stream_input import is_streamed, read_keys, read_request_input
 
     window_spec(args.window, "--window")  # a bad --window is a usage error before any reading
     command = f"stackdist {getattr(args, 'command', '')}".strip()
@@ -212,11 +196,11 @@ def load_curve(args: argparse.Namespace, bounded: bool = False) -> Any:
         if curve is not None:
             return curve
         keys, sizes = read
-    elif streamed:  # several files, a glob, -, .gz/.zst: read in chunks, replayed as one trace
-        keys, sizes, requests = _read_streamed(args)
-    elif args.format in REQUEST_FORMATS:
-        requests = read_requests(args.trace, args.format)
+    elif args.format in REQUEST_FORMATS:  # one plain file, or streamed: several files, a glob, -, .gz/.zst
+        requests = read_request_input(args.trace, args.format)
         keys, sizes = requests.block_ids, None
+    elif streamed:
+        keys, sizes = read_keys(args.trace, args.format)
     else:
         trace = read_access_trace(args.trace, args.format)
         keys, sizes = trace.keys, trace.sizes

@@ -427,8 +427,7 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
     seeds = seeds_of(args)
     for seed in seeds:
         mask, rate = sample_keys(keys, args.sample_rate, args.sample_size, seed)
-        if is_sampled(args):
-            require_sample([int(mask[start:stop].sum())], stop - start, args, seeds=[seed])
+        require_sample([int(mask[start:stop].sum())], stop - start, args, seeds=[seed])
         counted = np.zeros(keys.shape[0], bool)
         counted[start:stop] = True
         sub_counted = np.flatnonzero(counted[mask])
@@ -461,27 +460,11 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
 
 
 def read_request_trace(args: argparse.Namespace) -> Any:
-    """``plan``'s request trace: the plain reader, or (globs, ``-``, ``.gz``/``.zst``) the streamed
-    chunks joined in order. O(trace).
+    """``plan``'s request trace, one plain file or streamed
+    (:func:`~stackdist.traces.stream_input.read_request_input`). O(trace)."""
+    from stackdist.traces.stream_input import read_request_input
 
-    >>> import os, tempfile
-    >>> p = os.path.join(tempfile.mkdtemp(), "m.jsonl.gz"); import gzip
-    >>> _ = gzip.open(p, "wt").write('{"timestamp": 0, "input_length": 9, "hash_ids": [1]}\\n')
-    >>> ns = argparse.Namespace(trace=p, format="mooncake", block_size=16, skip_bad=False, partial_last_block=False)
-    >>> read_request_trace(ns).block_ids.tolist()
-    [1]
-    """
-    from stackdist.traces import read_requests
-    from stackdist.traces.stream_input import (
-        concat_requests,
-        is_streamed,
-        iter_request_chunks,
-    )
-
-    if not is_streamed(args.trace):
-        return read_requests(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block)
-    chunks = list(iter_request_chunks(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block))
-    return concat_requests(chunks, args.trace)
+    return read_request_input(args.trace, args.format, args.block_size, args.skip_bad, args.partial_last_block)
 
 
 def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]) -> Any:

@@ -66,6 +66,7 @@ __all__ = [
     "parse_int_lines",
     "parse_request_lines",
     "read_keys",
+    "read_request_input",
 ]
 
 CHUNK_LINES = 1 << 18
@@ -440,6 +441,23 @@ def joined_sizes(parts: list[tuple[np.ndarray, np.ndarray | None]], source: Any)
         raise TraceFormatError(str(source), None, "some inputs have a size column and some do not: give every file "
                                "the size column or none")
     return np.concatenate([np.zeros(0, np.int64) if s is None else s for _, s in parts])
+
+
+def read_request_input(spec: str | Sequence[str], format: str = "mooncake", block_size: int | None = None,
+                       skip_bad: bool = False, partial_last_block: bool = False) -> RequestTrace:
+    """A whole request trace from ``spec``: one plain file by :func:`~.formats.read_requests`,
+    anything streamed (several files, a glob, ``-``, ``.gz``/``.zst``) as its chunks joined in
+    order. O(trace).
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "m.jsonl.gz")
+    >>> _ = gzip.open(p, "wt").write('{"timestamp": 0, "input_length": 9, "hash_ids": [1]}\\n')
+    >>> read_request_input(p, block_size=16).block_ids.tolist()
+    [1]
+    """
+    if not is_streamed(spec):
+        return read_requests(_specs(spec)[0], format, block_size, skip_bad, partial_last_block)
+    return concat_requests(list(iter_request_chunks(spec, format, block_size, skip_bad, partial_last_block)), str(spec))
 
 
 def concat_requests(traces: Sequence[RequestTrace], source: str = "") -> RequestTrace:
