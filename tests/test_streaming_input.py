@@ -340,3 +340,23 @@ def test_a_streamed_curve_is_replayed_without_holding_the_trace(tmp_path, monkey
     monkeypatch.setattr(HitCurve, "from_trace", classmethod(lambda *a, **k: pytest.fail("the trace was held")))
     assert report(*(str(tmp_path / f"p{i}.csv") for i in range(3))) == whole[0]
     assert report(str(tmp_path / "m.jsonl.gz"), "--format", "mooncake") == whole[1]
+
+
+def test_the_bounded_stream_on_the_real_traces():
+    # Each real trace's block stream (small ids: their own), and the same ids scrambled by an odd
+    # 64-bit multiplier (a bijection: the key map's table from the start), fed in 7 batches:
+    # the curve of HitCurve over the whole stream at every capacity the real-trace checks use.
+    from naive import real_trace_capacities, real_trace_paths
+
+    from stackdist.engine import HitCurve
+    from stackdist.engine.stream import KeyValueStream
+
+    for path in real_trace_paths():
+        ids = read_mooncake(path).block_ids.astype(np.uint64)
+        want = HitCurve.from_trace(ids)
+        caps = np.array(real_trace_capacities(int(np.unique(ids).size)), np.int64)
+        for keys in (ids, ids * np.uint64(0x9E3779B97F4A7C15)):
+            stream = KeyValueStream()
+            for part in np.array_split(keys, 7):
+                stream.feed(part)
+            assert stream.curve().sample(caps) == want.sample(caps) and stream.curve().summary() == want.summary()

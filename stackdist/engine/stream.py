@@ -200,12 +200,9 @@ class KeyValueStream:
         self._state.reserve(self._ids.n_keys)
         out = np.empty(ids.shape[0], np.int64)
         self._state.run(kernels.replay, ids, None, out)
-        counts = np.bincount(out[out != COLD], minlength=self._counts.shape[0])
-        if counts.shape[0] > self._counts.shape[0]:
-            counts[: self._counts.shape[0]] += self._counts
-            self._counts = counts
-        else:
-            self._counts += counts
+        counts = np.bincount(out[out != COLD], minlength=self._counts.shape[0])  # never shorter than the old
+        counts[: self._counts.shape[0]] += self._counts
+        self._counts = counts
         self.n_accesses += ids.shape[0]
 
     def curve(self) -> Any:
