@@ -112,14 +112,17 @@ def test_watch_command_no_follow_writes_json_lines_and_the_prometheus_file(tmp_p
 
 def test_ctrl_c_stops_cleanly_and_writes_the_last_line():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "stackdist", "watch", "-", "--interval", "60"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "stackdist", "watch", "-", "--interval", "0.2"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
-    assert proc.stdin is not None
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     proc.stdin.write(b"".join(f"{k}\n".encode() for k in [5, 6, 5, 5]))
     proc.stdin.flush()
-    assert proc.stderr is not None
     assert b"following -" in proc.stderr.readline()  # started: the reader is running
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # an interval's line has all four accesses (no fixed sleep: a loaded machine)
+        line = proc.stdout.readline()
+        if not line or json.loads(line)["cumulative"]["accesses"] == 4:
+            break
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import queue
 import sys
 import threading
@@ -226,7 +227,11 @@ def _emit(out: IO[str], record: dict[str, Any], prometheus: str | None) -> None:
 def _reader(args: argparse.Namespace, lines: queue.Queue, stop: threading.Event) -> threading.Thread:
     from stackdist.traces.stream_input import open_input
 
-    stream = open_input(args.trace)
+    # Standard input through a file of its own (a duplicate of fd 0): the reader thread blocks in
+    # its readline holding that file's lock, and the interpreter's exit, which closes sys.stdin,
+    # would otherwise wait for the lock and abort ("could not acquire lock ... at interpreter
+    # shutdown") instead of exiting 130 after Ctrl-C.
+    stream = os.fdopen(os.dup(sys.stdin.fileno()), "rb") if args.trace == "-" else open_input(args.trace)
 
     def run() -> None:
         try:
