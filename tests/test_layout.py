@@ -28,7 +28,7 @@ MAX_KERNEL_LINES = 150
 
 # Lowest first: a module may import its own layer and the layers listed before it.
 LAYERS = [
-    {"stackdist.errors", "stackdist.version", "stackdist.output"},
+    {"stackdist.errors", "stackdist.version", "stackdist.lazy", "stackdist.input_names", "stackdist.output"},
     {"stackdist.engine"},
     {"stackdist.traces"},
     {"stackdist.serving"},
@@ -203,10 +203,14 @@ def test_sizes():
 
 
 def _is_lazy_reexport(node: ast.stmt) -> bool:
-    """PEP 562 re-exporting: a module-level ``__getattr__`` / ``__dir__``, or imports under
+    """PEP 562 re-exporting: a module-level ``__getattr__`` / ``__dir__`` (defined, or made by
+    :func:`stackdist.lazy.lazy_exports`), or imports under
     ``if TYPE_CHECKING:`` (the eager form, for type checkers)."""
     if isinstance(node, ast.FunctionDef):
         return node.name in ("__getattr__", "__dir__")
+    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Tuple):  # __getattr__, __dir__ = lazy_exports(...)
+        names = [t.id for t in node.targets[0].elts if isinstance(t, ast.Name)]
+        return sorted(names) == ["__dir__", "__getattr__"] and "lazy_exports" in ast.unparse(node.value)
     if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
         return not node.orelse and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in node.body)
     return False

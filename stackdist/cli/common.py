@@ -19,7 +19,7 @@ from stackdist.errors import (
     UsageError,
     require_data,
 )
-from stackdist.version import __version__
+from stackdist.version import SCHEMA_VERSION, __version__
 
 from .args import (
     WARMUP_HELP,
@@ -49,8 +49,6 @@ def add_version(p: argparse.ArgumentParser) -> None:
 
 def tool_header(kind: str) -> dict[str, Any]:
     """The first keys of every JSON the commands write: what it is, its schema, the tool."""
-    from stackdist.planning.schema import SCHEMA_VERSION
-
     return {"schema_version": SCHEMA_VERSION, "kind": kind, "tool": {"name": "stackdist", "version": __version__}}
 
 

@@ -120,7 +120,7 @@ def _main(argv: list[str]) -> int:
 
 def _run(args: Any) -> int:
     from stackdist.errors import UsageError
-    from stackdist.traces import REQUEST_FORMATS
+    from stackdist.input_names import REQUEST_FORMATS
 
     from .scale import scaled_runner
 

@@ -18,8 +18,6 @@ import numpy as np
 
 from stackdist.errors import UsageError, require_data
 from stackdist.output import write_json
-from stackdist.traces.formats import REQUEST_FORMATS
-from stackdist.traces.stream_input import joined_sizes, read_keys
 
 from .args import (
     access_window,
@@ -103,6 +101,7 @@ def scaled_runner(args: argparse.Namespace) -> Callable[[argparse.Namespace], in
 
 
 def _iter_keys(trace: str, fmt: str | None) -> Any:
+    from stackdist.traces.formats import REQUEST_FORMATS
     from stackdist.traces.stream_input import iter_access_chunks, iter_block_id_chunks
 
     if fmt in REQUEST_FORMATS:
@@ -137,8 +136,15 @@ def require_sample(kept: Sequence[int], total: int, args: argparse.Namespace, un
 
 def _sampled_curves(args: argparse.Namespace) -> list[Any]:
     """One SHARDS curve per seed, the trace read once in chunks (bounded memory unless the
-    window or warm-up counts from the end)."""
+    window or warm-up counts from the end). Plain integer files at a fixed rate take the
+    numba-free native path (:mod:`.native_sample`): the same curves."""
+    from .native_sample import native_curves
+
+    curves = native_curves(args, seeds_of(args))
+    if curves is not None:
+        return curves
     from stackdist.engine.scale.sampling import ShardsSampler, feed_all
+    from stackdist.traces.stream_input import read_keys
 
     samplers = [ShardsSampler(args.sample_rate, args.sample_size, s) for s in seeds_of(args)]
     if args.dask:
@@ -166,6 +172,7 @@ def sample_file(path: str, fmt: str | None, rate: float, seeds: list[int]) -> tu
     """A worker's job for one input file: read it, keep each seed's sampled accesses. Returns
     ([(keys, sizes) per seed], accesses, total size)."""
     from stackdist.engine.scale.sampling import sample_mask
+    from stackdist.traces.stream_input import read_keys
 
     keys, sizes = read_keys(path, fmt)
     out = []
@@ -239,7 +246,7 @@ def _dask_curve(args: argparse.Namespace, client: Any = None) -> tuple[Any, dict
         merge_chunks,
         split_even,
     )
-    from stackdist.traces.stream_input import expand_inputs
+    from stackdist.traces.stream_input import expand_inputs, joined_sizes, read_keys
 
     own = client is None
     client = connect(args.dask) if own else client
@@ -283,6 +290,7 @@ def _read_and_histogram(path: str, fmt: str | None) -> tuple[Any, int]:
     summary and distance histogram (:func:`~stackdist.engine.scale.distributed.chunk_histogram`),
     O(its distinct keys), and its length; ``(None, length)`` for a file with sizes."""
     from stackdist.engine.scale.distributed import chunk_histogram
+    from stackdist.traces.stream_input import read_keys
 
     keys, sizes = read_keys(path, fmt)
     if sizes is not None:
@@ -309,6 +317,7 @@ def _histogram_curve(args: argparse.Namespace, parts: list[Any], workers: int) -
 def _read_and_summarize(path: str, fmt: str | None) -> tuple[Any, np.ndarray, np.ndarray | None]:
     """A worker's job for one input file: read it, replay it alone."""
     from stackdist.engine.scale.distributed import chunk_summary
+    from stackdist.traces.stream_input import read_keys
 
     keys, sizes = read_keys(path, fmt)
     return chunk_summary((keys, sizes)), keys, sizes
@@ -323,7 +332,7 @@ def _capacities(curve: Any, args: argparse.Namespace) -> np.ndarray:
 
 
 def _sampled_report(args: argparse.Namespace, curves: list[Any], targets: list[float]) -> dict[str, Any]:
-    from stackdist.engine.scale.sampling import spread
+    from stackdist.engine.scale.estimate import spread
 
     main = curves[0]
     caps = _capacities(main, args)
@@ -414,6 +423,7 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
     from stackdist.engine import HitCurve
     from stackdist.engine.scale.sampling import sample_keys
     from stackdist.engine.tiers import exclusive_grid, inclusive_grid, inclusive_tiers
+    from stackdist.traces.stream_input import read_keys
 
     from .args import int_list
 
@@ -475,7 +485,7 @@ def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]
     from concurrent.futures import ThreadPoolExecutor
 
     from stackdist.engine.keys import unique_sorted
-    from stackdist.engine.scale.sampled_curve import spread
+    from stackdist.engine.scale.estimate import spread
     from stackdist.traces.sampled import is_chained, sample_request_trace
 
     from .scale_plan import shards_adjusted

@@ -112,7 +112,7 @@ class _Watcher:
     """The state of one watch: the sampler, coverage counters and the last snapshot."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from stackdist.engine.scale.sampled_curve import QuantileCounter
+        from stackdist.engine.scale.estimate import QuantileCounter
         from stackdist.engine.scale.sampling import ShardsSampler
         from stackdist.traces.stream_input import AccessLineParser
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from stackdist.version import SCHEMA_VERSION
+
 __all__ = [
     "SCHEMA_VERSION",
     "BudgetEngineRow",
@@ -37,8 +39,6 @@ __all__ = [
     "WorkingSetRow",
     "unreachable_reason",
 ]
-
-SCHEMA_VERSION = 1
 
 
 class Capacity(TypedDict):

@@ -10,21 +10,36 @@
 - :mod:`.blocks`: prefix-chained block hashing, re-blocking into finer pages, dense ids.
 - :mod:`.lines`: the line-level parsing the readers share.
 
-This ``__init__`` only re-exports.
+This ``__init__`` only re-exports, lazily (:mod:`stackdist.lazy`).
 """
 
-from .access import ACCESS_FORMATS, AccessTrace, read_access_trace
-from .blocks import ROOT_HASH, chain_hashes, dense_ids, reblock
-from .formats import (
-    DEFAULT_BLOCK_SIZE,
-    REQUEST_FORMATS,
-    access_as_requests,
-    read_requests,
-)
-from .hashed import read_mooncake, read_qwen
-from .logs import read_dynamo, read_lmcache
-from .requests import RequestTrace
-from .tokens import read_token_ids
+from typing import TYPE_CHECKING
+
+from stackdist.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the eager form, for type checkers
+    from .access import ACCESS_FORMATS, AccessTrace, read_access_trace
+    from .blocks import ROOT_HASH, chain_hashes, dense_ids, reblock
+    from .formats import (
+        DEFAULT_BLOCK_SIZE,
+        REQUEST_FORMATS,
+        access_as_requests,
+        read_requests,
+    )
+    from .hashed import read_mooncake, read_qwen
+    from .logs import read_dynamo, read_lmcache
+    from .requests import RequestTrace
+    from .tokens import read_token_ids
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "access": ("ACCESS_FORMATS", "AccessTrace", "read_access_trace",),
+    "blocks": ("ROOT_HASH", "chain_hashes", "dense_ids", "reblock",),
+    "formats": ("DEFAULT_BLOCK_SIZE", "REQUEST_FORMATS", "access_as_requests", "read_requests",),
+    "hashed": ("read_mooncake", "read_qwen",),
+    "logs": ("read_dynamo", "read_lmcache",),
+    "requests": ("RequestTrace",),
+    "tokens": ("read_token_ids",),
+})
 
 __all__ = [
     "ACCESS_FORMATS",

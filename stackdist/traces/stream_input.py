@@ -29,7 +29,6 @@ are one trace in order. ``.zst`` needs the ``zstandard`` package (``pip install 
 from __future__ import annotations
 
 import functools
-import glob
 import gzip
 import hashlib
 import io
@@ -42,6 +41,13 @@ from typing import IO, Any
 import numpy as np
 
 from stackdist.errors import TraceFormatError, UsageError
+from stackdist.input_names import (
+    access_suffix,
+    compression_of,
+    expand_inputs,
+    input_specs,
+    is_streamed,
+)
 
 from .access import read_access_trace
 from .fast_delimited import parse_int_lines
@@ -72,41 +78,6 @@ __all__ = [
 CHUNK_LINES = 1 << 18
 
 
-def _specs(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The names in ``spec``: one, a sequence, or a str that keeps several in ``files`` (the
-    command line's several files, :class:`stackdist.cli.args.InputPaths`)."""
-    files = getattr(spec, "files", None)
-    if files is not None:
-        return [os.fspath(f) for f in files]
-    return [os.fspath(spec)] if isinstance(spec, (str, os.PathLike)) else [os.fspath(s) for s in spec]
-
-
-def expand_inputs(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
-    """The input files of ``spec`` in order: ``-``, names, globs (sorted; one matching nothing
-    is a TraceFormatError). O(files).
-
-    >>> expand_inputs(["-", "x.csv"])
-    ['-', 'x.csv']
-    """
-    specs = _specs(spec)
-    out: list[str] = []
-    for item in specs:
-        text = os.fspath(item)
-        if text != "-" and any(c in text for c in "*?["):
-            matches = sorted(glob.glob(text))
-            if not matches:
-                raise TraceFormatError(text, None, "no file matches this pattern")
-            out += matches
-        else:
-            out.append(text)
-    return out
-
-
-def _compression(path: str) -> str:
-    lower = path.lower()
-    return "gz" if lower.endswith(".gz") else "zst" if lower.endswith(".zst") else ""
-
-
 def open_input(path: str) -> IO[bytes]:
     """A binary stream of ``path``: standard input for ``-``, decompressed for ``.gz`` and
     ``.zst``. Missing or unreadable files are TraceFormatError (``FILE: reason``). O(1).
@@ -126,7 +97,7 @@ def open_input(path: str) -> IO[bytes]:
         raise TraceFormatError(path, None, "is a directory, not a trace file") from None
     except OSError as exc:
         raise TraceFormatError(path, None, f"cannot read the file: {exc.strerror}") from None
-    kind = _compression(path)
+    kind = compression_of(path)
     if kind == "gz":
         return gzip.GzipFile(fileobj=raw)  # type: ignore[return-value]
     if kind == "zst":
@@ -183,16 +154,6 @@ def iter_line_chunks(path: str, lines: int = CHUNK_LINES) -> Iterator[list[tuple
         yield chunk
 
 
-def is_streamed(spec: str | Sequence[str]) -> bool:
-    """True when ``spec`` needs the streaming readers (stdin, a glob, several files, ``.gz``/``.zst``). O(1).
-
-    >>> is_streamed("t.csv"), is_streamed("t.csv.gz"), is_streamed("-")
-    (False, True, True)
-    """
-    specs = _specs(spec)
-    return len(specs) != 1 or specs[0] == "-" or any(c in specs[0] for c in "*?[") or bool(_compression(specs[0]))
-
-
 def key_values(keys: np.ndarray) -> np.ndarray:
     """Keys as uint64 values, the same in every chunk: integers by value (mod 2**64), integer
     literals in text by their value, other text by blake2b-64 of its UTF-8 bytes. O(n).
@@ -245,20 +206,6 @@ def _parse_chunk(path: str, lines: list[tuple[int, bytes]], suffix: str, header:
         os.unlink(tmp.name)
 
 
-def _strip_compression(path: str) -> str:
-    kind = _compression(path)
-    return path[: -len(kind) - 1] if kind else path
-
-
-def _access_suffix(path: str, format: str | None) -> str:
-    if format is not None:
-        return {"csv": ".csv", "tsv": ".tsv", "jsonl": ".jsonl", "npy": ".npy"}.get(format, ".txt")
-    if path == "-":
-        return ".txt"
-    ext = os.path.splitext(_strip_compression(path))[1].lower()
-    return {".json": ".jsonl", ".ndjson": ".jsonl"}.get(ext, ext) if ext else ".txt"
-
-
 def _npy_chunks(path: str, lines: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
     """A .npy access trace in slices of a memory map (plain integer arrays), else whole."""
     try:
@@ -289,8 +236,8 @@ def iter_access_chunks(spec: str | Sequence[str], format: str | None = None, lin
     [2, 3]
     """
     for path in expand_inputs(spec):
-        suffix = _access_suffix(path, format)
-        if suffix == ".npy" and path != "-" and not _compression(path):
+        suffix = access_suffix(path, format)
+        if suffix == ".npy" and path != "-" and not compression_of(path):
             yield from _npy_chunks(path, max(lines, 1 << 21))
             continue
         if suffix in (".csv", ".tsv", ".txt") and lines >= CHUNK_LINES:
@@ -317,7 +264,7 @@ class AccessLineParser:
 
     def __init__(self, path: str, format: str | None) -> None:
         self.path = path
-        self.suffix = _access_suffix(path, format)
+        self.suffix = access_suffix(path, format)
         self.header: bytes | None = None
         self.first_line = 1
         self.batches = 0
@@ -456,7 +403,7 @@ def read_request_input(spec: str | Sequence[str], format: str = "mooncake", bloc
     [1]
     """
     if not is_streamed(spec):
-        return read_requests(_specs(spec)[0], format, block_size, skip_bad, partial_last_block)
+        return read_requests(input_specs(spec)[0], format, block_size, skip_bad, partial_last_block)
     return concat_requests(list(iter_request_chunks(spec, format, block_size, skip_bad, partial_last_block)), str(spec))
 
 

@@ -51,8 +51,9 @@ import numpy as np
 from ..curve import parse_window
 from ..kernels import COLD
 from ..keys import check_sizes
+from .estimate import SampledCurve, fixed_rate_curve, spread
 from .hashed_stack import HashedStack, hash_values, multi_filter
-from .sampled_curve import SampledCurve, spread
+from .thresholds import rate_of_threshold, seed_mix, threshold_for_rate
 
 __all__ = [
     "SKIP",
@@ -73,40 +74,8 @@ __all__ = [
 
 SKIP = -1
 """The distance the kernel writes for an access that was not sampled."""
-TWO64 = 2.0**64
 _QUANT_BITS = 16  # fixed-size mode: scaled distances rounded up to 16 significant bits
 _CHUNK = 1 << 21
-
-
-def threshold_for_rate(rate: float) -> int:
-    """The inclusive 64-bit threshold for ``rate`` (keep ``h <= T``); rate 1.0 keeps every hash.
-
-    >>> threshold_for_rate(1.0) == 2**64 - 1, threshold_for_rate(0.5) == 2**63 - 1
-    (True, True)
-    """
-    if not 0 < rate <= 1:
-        raise ValueError(f"sample rate must be in (0, 1]; got {rate}.")
-    return min(2**64 - 1, max(0, int(rate * 2**64) - 1))
-
-
-def rate_of_threshold(threshold: Any) -> Any:
-    """The sampling rate of an inclusive threshold (scalar or array). O(1) each.
-
-    >>> float(rate_of_threshold(2**63 - 1))
-    0.5
-    """
-    return np.minimum(1.0, (np.asarray(threshold, dtype=np.uint64).astype(np.float64) + 1.0) / TWO64)
-
-
-def seed_mix(seed: int) -> int:
-    """The 64-bit constant a seed XORs into every key before mixing. O(1).
-
-    >>> seed_mix(0) != seed_mix(1)
-    True
-    """
-    x = (int(seed) * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
-    return x ^ (x >> 31)
 
 
 def _key_values(keys: Any) -> np.ndarray:
@@ -186,23 +155,17 @@ def _collapse(values: np.ndarray, *weights: np.ndarray) -> tuple[np.ndarray, ...
     return (v[starts],) + tuple(np.add.reduceat(w[order], starts) for w in weights)
 
 
-def _collapse_fixed_rate(d: np.ndarray, rate: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_collapse` of unit-size accesses sampled at one ``rate`` (sampled distances
-    ``d``): their scaled capacities ``ceil(d / rate)`` rise with ``d``, so they are collapsed by
-    counting the distances (which a sample's distinct keys bound) instead of sorting. O(n + max d).
+def _add_counts(counts: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """``counts`` plus the distances ``d`` counted (grown as needed). O(len(d) + max d).
 
-    >>> [a.tolist() for a in _collapse_fixed_rate(np.array([3, 1, 3]), 0.5)]
-    [[2, 6], [2.0, 4.0], [2.0, 4.0]]
+    >>> _add_counts(np.array([0, 1]), np.array([3, 1])).tolist()
+    [0, 2, 0, 1]
     """
-    if d.size == 0 or int(d.max()) > 4 * d.size + (1 << 16):
-        caps = np.ceil(d / rate - 1e-9).astype(np.int64)
-        w = np.full(d.size, 1.0 / rate)
-        values, weight, size_weight = _collapse(caps, w, w.copy())
-        return values, weight, size_weight
-    counts = np.bincount(d)
-    present = np.flatnonzero(counts)
-    weight = counts[present] / rate
-    return np.ceil(present / rate - 1e-9).astype(np.int64), weight, weight.copy()
+    if d.size == 0:
+        return counts
+    got = np.bincount(d, minlength=counts.size)
+    got[: counts.size] += counts
+    return got
 
 
 class ShardsSampler:
@@ -241,6 +204,9 @@ class ShardsSampler:
         self.cold_weight = 0.0
         self.cold_size_weight = 0.0
         self.n_sampled_accesses = 0
+        self._counts = np.zeros(0, np.int64)  # fixed rate, unit sizes: sampled accesses by distance
+        self._n_cold = 0
+        self._mixed = False  # True once a sized or fixed-size access is weighted in floats
 
     @property
     def rate(self) -> float:
@@ -254,7 +220,7 @@ class ShardsSampler:
         >>> ShardsSampler(max_keys=10).state_nbytes > 0
         True
         """
-        return self._stack.nbytes + self._values.nbytes + self._w.nbytes + self._ws.nbytes
+        return self._stack.nbytes + self._counts.nbytes + self._values.nbytes + self._w.nbytes + self._ws.nbytes
 
     @property
     def n_sampled_keys(self) -> int:
@@ -351,27 +317,41 @@ class ShardsSampler:
         self.total_size += int(total_size)
 
     def _account(self, d: np.ndarray, t: np.ndarray, sizes: np.ndarray | None) -> None:
+        self.n_sampled_accesses += int(d.size)
+        cold = d == COLD
+        if sizes is None and self.max_keys is None:  # one threshold, unit sizes: integer counts by distance
+            self._n_cold += int(cold.sum())
+            self._counts = _add_counts(self._counts, d[~cold])
+            return
+        self._mixed = True
         r = rate_of_threshold(t)
         w = 1.0 / r
         s = np.ones(d.shape, np.float64) if sizes is None else sizes.astype(np.float64)
-        self.n_sampled_accesses += int(d.size)
         self.sampled_weight += float(w.sum())
         self.sampled_size_weight += float((w * s).sum())
-        cold = d == COLD
         self.cold_weight += float(w[cold].sum())
         self.cold_size_weight += float((w * s)[cold].sum())
         finite = ~cold
-        if sizes is None and self.max_keys is None:  # one threshold, unit weights: collapse by distance now
-            self._pending.append(_collapse_fixed_rate(d[finite], float(r[0]) if r.size else 1.0))
-            self._pending_n += self._pending[-1][0].size
-        else:
-            caps = np.ceil(d[finite] / r[finite] - 1e-9).astype(np.int64)
-            if self.max_keys is not None:
-                caps = _quantize_up(caps)
-            self._pending.append((caps, w[finite], (w * s)[finite]))
-            self._pending_n += caps.size
+        caps = np.ceil(d[finite] / r[finite] - 1e-9).astype(np.int64)
+        if self.max_keys is not None:
+            caps = _quantize_up(caps)
+        self._pending.append((caps, w[finite], (w * s)[finite]))
+        self._pending_n += caps.size
         if self._pending_n > max(1 << 20, self._values.size):  # collapse in batches: amortized O(log) per access
             self._collapse_pending()
+
+    def _fold_counts(self) -> None:
+        """Move the integer counts into the weighted histogram (a sized chunk came after unit ones)."""
+        present = np.flatnonzero(self._counts)
+        if present.size or self._n_cold:
+            w = self._counts[present] / self.rate
+            self._pending.append((np.ceil(present / self.rate - 1e-9).astype(np.int64), w, w.copy()))
+            sampled, cold = (int(self._counts.sum()) + self._n_cold) / self.rate, self._n_cold / self.rate
+            self.sampled_weight += sampled
+            self.sampled_size_weight += sampled
+            self.cold_weight += cold
+            self.cold_size_weight += cold
+        self._counts, self._n_cold = np.zeros(0, np.int64), 0
 
     def _collapse_pending(self) -> None:
         if self._pending:
@@ -387,6 +367,10 @@ class ShardsSampler:
         >>> s = ShardsSampler(rate=1.0); _ = s.feed([1, 2, 1]); s.curve().hits_at(2)
         1.0
         """
+        if not self._mixed:
+            return fixed_rate_curve(self._counts, self._n_cold, self.n_sampled_keys, rate=self.rate,
+                                    n_accesses=self.n_accesses, seed=self.seed)
+        self._fold_counts()
         self._collapse_pending()
         return SampledCurve(self._values, np.cumsum(self._w), np.cumsum(self._ws), self.n_accesses, self.total_size,
                             self.sampled_weight, self.sampled_size_weight, self.cold_weight, self.cold_size_weight,

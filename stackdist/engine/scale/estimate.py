@@ -17,9 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..keys import unique_sorted
-
-__all__ = ["QuantileCounter", "SampledCurve", "spread"]
+__all__ = ["QuantileCounter", "SampledCurve", "fixed_rate_curve", "spread"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +66,9 @@ class SampledCurve:
         >>> w.n_accesses, w.hits_at(1), w.hits_at(2)
         (2, 1.0, 2.0)
         """
+        # imported here: the module itself imports no numba (see .native)
+        from ..keys import unique_sorted
+
         values = unique_sorted(np.concatenate([self.values, earlier.values]))
 
         def cum(curve: SampledCurve, which: np.ndarray) -> np.ndarray:
@@ -176,7 +177,7 @@ class SampledCurve:
         if points < 2:
             raise ValueError(f"points must be at least 2; got {points}.")
         last = int(self.values[-1]) if self.values.size else 1
-        return unique_sorted(np.concatenate([np.linspace(0, max(last, 1), points).round().astype(np.int64), [last]]))
+        return np.unique(np.concatenate([np.linspace(0, max(last, 1), points).round().astype(np.int64), [last]]))
 
     def sample(self, capacities: Any) -> dict[str, list]:
         """The estimates at the given capacities, as lists ready for JSON. O(log bins) each.
@@ -214,6 +215,27 @@ def spread(values: Sequence[Any]) -> dict[str, Any]:
     if not vals:
         return {"min": None, "max": None, "std": None, "seeds": 0}
     return {"min": min(vals), "max": max(vals), "std": round(float(np.std(vals)), 12), "seeds": len(vals)}
+
+
+def fixed_rate_curve(counts: np.ndarray, n_cold: int, n_keys: int, *, rate: float, n_accesses: int, seed: int
+                     ) -> SampledCurve:
+    """The SHARDS_adj curve of a fixed-rate, unit-size sample from integer counts:
+    ``counts[d]`` sampled accesses at sampled distance ``d``, ``n_cold`` first accesses,
+    ``n_keys`` distinct sampled keys, of ``n_accesses`` in all. Every weight is a count over
+    ``rate``, so the curve does not depend on how the trace was cut into chunks. O(len(counts)).
+
+    >>> c = fixed_rate_curve(np.array([0, 0, 1]), 2, 2, rate=1.0, n_accesses=3, seed=0)
+    >>> c.hits_at(1), c.hits_at(2), c.n_sampled_accesses
+    (0.0, 1.0, 3)
+    """
+    present = np.flatnonzero(counts)
+    weight = counts[present] / rate
+    n_sampled = int(counts.sum()) + int(n_cold)
+    cum = np.cumsum(weight)
+    sampled, cold = n_sampled / rate, int(n_cold) / rate
+    return SampledCurve(np.ceil(present / rate - 1e-9).astype(np.int64), cum, cum.copy(), int(n_accesses),
+                        int(n_accesses), sampled, sampled, cold, cold, float(rate), None, int(seed), n_sampled,
+                        int(n_keys), True)
 
 
 class QuantileCounter:

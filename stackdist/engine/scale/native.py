@@ -1,0 +1,224 @@
+"""Fixed-rate SHARDS without numba: a small C library (``native_shards.c`` and its header;
+scanners of other input forms in ``native_*.c``) for the sampled curve's whole-process fast path.
+
+A sampled run's answer costs little beyond reading the trace, but importing numba and loading
+its first cached kernel costs about 0.45 s of every process, more than the sampled work on a
+3 x 10^7-access trace. This library does what the compiled sampling kernels do for the common
+case (fixed rate, unit sizes, integer keys) with only numpy and ctypes imported: the seeded
+filter (:func:`~.hashed_stack.multi_filter`'s hash and thresholds), a scan of ``[+-]digits``
+lines, and each seed's replay (Fenwick tree over positions, a table from key hash to its latest
+position), giving the same distances as :func:`~.hashed_stack.shards_replay`.
+
+The C sources are compiled on first use by the machine's C compiler (``$CC``, else ``cc``) into
+the cache folder (``$STACKDIST_CACHE_DIR``, else ``$XDG_CACHE_HOME/stackdist``, else
+``~/.cache/stackdist``), one file per source version, written atomically; later processes
+load it in about a millisecond. Without a compiler, or with ``STACKDIST_NATIVE=0``,
+:func:`library` is None and callers use the numba path (same answers).
+
+>>> lib = library()
+>>> lib is None or NativeShards(lib, [1], [2**64 - 1]).feed_values(np.array([5, 6, 5], np.uint64)).histograms()[0][0].tolist()
+[0, 0, 1]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["NativeShards", "cache_folder", "library"]
+
+_FOLDER = Path(__file__).parent
+_FLAGS = ["-O2", "-std=c99", "-shared", "-fPIC"]
+_LOADED: dict[str, Any] = {}
+_TWO_THREADS = 1 << 20  # keys (or 8x bytes) from which a chunk is fed on two threads
+
+
+def cache_folder() -> Path:
+    """Where the compiled library is kept. O(1).
+
+    >>> cache_folder().name
+    'stackdist'
+    """
+    base = os.environ.get("STACKDIST_CACHE_DIR")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stackdist"
+
+
+def library() -> Any:
+    """The loaded C library, compiling it first when needed; None when native code is off
+    (``STACKDIST_NATIVE=0``) or cannot be built here. O(1) after the first call."""
+    if os.environ.get("STACKDIST_NATIVE", "1") == "0":
+        return None
+    if "lib" not in _LOADED:
+        _LOADED["lib"] = _load()
+    return _LOADED["lib"]
+
+
+def _load() -> Any:
+    digest = hashlib.sha256(" ".join(_FLAGS).encode() + sys.platform.encode())
+    for part in _sources() + [_FOLDER / "native_shards.h"]:
+        digest.update(part.name.encode() + part.read_bytes())
+    tag = digest.hexdigest()[:16]
+    path = cache_folder() / f"native_shards-{tag}.so"
+    try:
+        if not path.exists():
+            _compile(path)
+        lib = ctypes.CDLL(str(path))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return _declare(lib)
+
+
+def _sources() -> list[Path]:
+    """The C files of the library: ``native_shards.c`` and every other ``native_*.c`` here."""
+    return sorted(_FOLDER.glob("native_*.c"))
+
+
+def _compile(path: Path) -> None:
+    """Compile the source into ``path`` through a temporary file (two processes may race)."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not compiler:
+        raise OSError("no C compiler")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+    os.close(fd)
+    try:
+        subprocess.run([compiler, *_FLAGS, "-o", tmp, *map(str, _sources())], check=True, capture_output=True, timeout=120)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _declare(lib: Any) -> Any:
+    p, i64, c_int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    signatures = {
+        "sd_new": (p, [c_int, p, p]), "sd_free": (None, [p]), "sd_feed_values": (c_int, [p, p, i64]),
+        "sd_feed_lines": (i64, [p, p, i64]), "sd_merge": (c_int, [p, p]), "sd_replay_one": (c_int, [p, c_int]),
+        "sd_accesses": (i64, [p]),
+        "sd_kept": (i64, [p, c_int]), "sd_cold": (i64, [p, c_int]), "sd_keys": (i64, [p, c_int]),
+        "sd_hist_len": (i64, [p, c_int]), "sd_hist_copy": (None, [p, c_int, p]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib
+
+
+class NativeShards:
+    """Several seeds' fixed-rate samples of one trace, fed in chunks, then replayed.
+
+    ``salts[j]`` and ``cuts[j]``: seed j's salt (:func:`~.thresholds.seed_mix`) and inclusive
+    hash threshold. Memory: the sampled keys (8 bytes each) until :meth:`histograms`. A large
+    chunk is fed on two threads (each half into its own sample, the second appended to the
+    first), and the seeds are replayed on two threads: the C calls run without the GIL.
+    """
+
+    def __init__(self, lib: Any, salts: list[int], cuts: list[int]) -> None:
+        self._lib, self._salts, self._cuts = lib, list(salts), list(cuts)
+        self.k = len(salts)
+        salt_arr, cut_arr = np.array(salts, np.uint64), np.array(cuts, np.uint64)  # alive through the call
+        self._handle = lib.sd_new(self.k, salt_arr.ctypes.data, cut_arr.ctypes.data)
+        if not self._handle:
+            raise MemoryError("cannot start the native sampler")
+
+    def __del__(self) -> None:
+        if getattr(self, "_handle", None):
+            self._lib.sd_free(self._handle)
+            self._handle = None
+
+    def feed_values(self, values: np.ndarray) -> NativeShards:
+        """Feed 64-bit key values (uint64 or int64, C-contiguous). O(n x seeds)."""
+        arr = np.ascontiguousarray(values)
+        if arr.dtype not in (np.uint64, np.int64):
+            raise TypeError(f"keys must be 64-bit integers, got {arr.dtype}")
+        half = arr.shape[0] // 2 if arr.shape[0] >= _TWO_THREADS else arr.shape[0]
+        feed = self._lib.sd_feed_values
+        codes = self._in_halves(lambda h: feed(h, arr[:half].ctypes.data, half),
+                                lambda h: feed(h, arr[half:].ctypes.data, arr.shape[0] - half))
+        if any(codes):
+            raise MemoryError("out of memory in the native sampler")
+        return self
+
+    def feed_lines(self, data: np.ndarray) -> bool:
+        """Feed the keys of ``[+-]digits`` lines (a uint8 array); False, with the sampler then
+        unusable, at the first line of another shape. O(bytes x seeds)."""
+        cut = _line_start_after(data, data.shape[0] // 2) if data.shape[0] >= 8 * _TWO_THREADS else data.shape[0]
+        feed = self._lib.sd_feed_lines
+        got = self._in_halves(lambda h: feed(h, data[:cut].ctypes.data, cut),
+                              lambda h: feed(h, data[cut:].ctypes.data, data.shape[0] - cut))
+        if -2 in got:
+            raise MemoryError("out of memory in the native sampler")
+        return bool(min(got) >= 0)
+
+    def _in_halves(self, first: Callable[[Any], int], second: Callable[[Any], int]) -> list[int]:
+        """``first`` on this sample and ``second`` on a fresh one on another thread, that one
+        then appended to this. Their return codes."""
+        other = NativeShards(self._lib, self._salts, self._cuts)
+        codes = [0, 0]
+
+        def run_second() -> None:
+            codes[1] = second(other._handle)
+
+        thread = threading.Thread(target=run_second, name="stackdist-native")
+        thread.start()
+        codes[0] = first(self._handle)
+        thread.join()
+        if codes[0] >= 0 and codes[1] >= 0 and self._lib.sd_merge(self._handle, other._handle):
+            raise MemoryError("out of memory in the native sampler")
+        return codes
+
+    @property
+    def n_accesses(self) -> int:
+        """Accesses fed so far. O(1)."""
+        return int(self._lib.sd_accesses(self._handle))
+
+    def kept(self) -> list[int]:
+        """Each seed's sampled accesses so far. O(seeds)."""
+        return [int(self._lib.sd_kept(self._handle, j)) for j in range(self.k)]
+
+    def histograms(self) -> list[tuple[np.ndarray, int, int]]:
+        """Replay each seed's sample (the seeds split over two threads): ([sampled accesses at
+        each distance 0..max], cold accesses, distinct sampled keys) per seed. O(m log m) for
+        m sampled accesses."""
+        codes = [0] * self.k
+
+        def replay(first: int) -> None:
+            for j in range(first, self.k, 2):
+                codes[j] = self._lib.sd_replay_one(self._handle, j)
+
+        thread = threading.Thread(target=replay, args=(1,), name="stackdist-native")
+        thread.start()
+        replay(0)
+        thread.join()
+        if any(codes):
+            raise MemoryError("out of memory in the native sampler")
+        out = []
+        for j in range(self.k):
+            hist = np.zeros(int(self._lib.sd_hist_len(self._handle, j)), np.int64)
+            self._lib.sd_hist_copy(self._handle, j, hist.ctypes.data)
+            out.append((hist, int(self._lib.sd_cold(self._handle, j)), int(self._lib.sd_keys(self._handle, j))))
+        return out
+
+
+def _line_start_after(data: np.ndarray, pos: int) -> int:
+    """The offset just after the first newline at or after ``pos`` (the end if none). O(line)."""
+    window = 1 << 12
+    while pos < data.shape[0]:
+        found = data[pos : pos + window].tobytes().find(b"\n")
+        if found >= 0:
+            return pos + found + 1
+        pos += window
+    return data.shape[0]
