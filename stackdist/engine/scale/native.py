@@ -155,13 +155,24 @@ class NativeShards:
     def feed_lines(self, data: np.ndarray) -> bool:
         """Feed the keys of ``[+-]digits`` lines (a uint8 array); False, with the sampler then
         unusable, at the first line of another shape. O(bytes x seeds)."""
+        return self.feed_text(data, self._lib.sd_feed_lines)
+
+    def feed_text(self, data: np.ndarray, scan: Any) -> bool:
+        """Feed text (a uint8 array of whole lines) through the C scanner ``scan(handle, bytes,
+        length) -> accesses, -1 (a line it does not take) or -2 (out of memory)``; a large
+        text is cut after a newline near its middle and its halves scanned on two threads.
+        False, with the sampler then unusable, when the scanner declines. O(bytes x seeds)."""
         cut = _line_start_after(data, data.shape[0] // 2) if data.shape[0] >= 8 * _TWO_THREADS else data.shape[0]
-        feed = self._lib.sd_feed_lines
-        got = self._in_halves(lambda h: feed(h, data[:cut].ctypes.data, cut),
-                              lambda h: feed(h, data[cut:].ctypes.data, data.shape[0] - cut))
+        got = self._in_halves(lambda h: scan(h, data[:cut].ctypes.data, cut),
+                              lambda h: scan(h, data[cut:].ctypes.data, data.shape[0] - cut))
         if -2 in got:
             raise MemoryError("out of memory in the native sampler")
         return bool(min(got) >= 0)
+
+    @property
+    def lib(self) -> Any:
+        """The loaded C library (for scanners declared in other modules). O(1)."""
+        return self._lib
 
     def _in_halves(self, first: Callable[[Any], int], second: Callable[[Any], int]) -> list[int]:
         """``first`` on this sample and ``second`` on a fresh one on another thread, that one
