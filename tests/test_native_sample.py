@@ -1,0 +1,227 @@
+"""The numba-free sampled curve (stackdist.engine.scale.native, stackdist.cli.native_sample):
+its C replay against a naive LRU stack, its samples against the compiled ShardsSampler field
+for field, its CLI answers against the compiled path's, and the inputs it must leave alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stackdist.cli import main
+from stackdist.cli.native_sample import native_curves
+from stackdist.engine.scale import native
+from stackdist.engine.scale.estimate import fixed_rate_curve
+from stackdist.engine.scale.native import NativeShards, library
+from stackdist.engine.scale.sampling import ShardsSampler, feed_all
+from stackdist.engine.scale.thresholds import seed_mix, threshold_for_rate
+
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                                reason="no C compiler: the native path is off and the compiled one answers")
+
+FIELDS = ("n_accesses", "total_size", "sampled_weight", "sampled_size_weight", "cold_weight", "cold_size_weight",
+          "rate", "max_keys", "seed", "n_sampled_accesses", "n_sampled_keys", "unit")
+
+
+def naive_depths(keys: list[int]) -> tuple[list[int], int]:
+    """Each re-access's 1-based depth in a plain list LRU stack, and the cold accesses."""
+    stack: list[int] = []
+    depths, cold = [], 0
+    for k in keys:
+        if k in stack:
+            depths.append(stack.index(k) + 1)
+            stack.remove(k)
+        else:
+            cold += 1
+        stack.insert(0, k)
+    return depths, cold
+
+
+def native_sample(keys: np.ndarray, rate: float, seeds: list[int], chunks: int = 1) -> NativeShards:
+    sampler = NativeShards(library(), [seed_mix(s) for s in seeds], [threshold_for_rate(rate)] * len(seeds))
+    for part in np.array_split(keys, chunks):
+        sampler.feed_values(part)
+    return sampler
+
+
+def assert_same_curve(got, want) -> None:
+    for name in ("values", "cum_weight", "cum_size_weight"):
+        assert np.array_equal(getattr(got, name), getattr(want, name)), name
+    for name in FIELDS:
+        assert getattr(got, name) == getattr(want, name), name
+
+
+def test_library_builds_here():
+    assert library() is not None
+
+
+def test_replay_equals_a_naive_stack_at_rate_one():
+    rng = np.random.default_rng(5)
+    cases = [[], [7], [7] * 5, list(range(6)) * 3, [1, 2, 1, 3, 2, 1, 1]]
+    cases += [rng.integers(0, int(rng.integers(1, 40)), int(rng.integers(1, 300))).tolist() for _ in range(40)]
+    for keys in cases:
+        (hist, cold, n_keys), = native_sample(np.array(keys, np.int64), 1.0, [0]).histograms()
+        depths, want_cold = naive_depths(keys)
+        assert cold == want_cold == n_keys == len(set(keys))
+        assert hist.tolist() == np.bincount(depths, minlength=2).tolist()[: hist.size] and hist.sum() == len(depths)
+
+
+def test_samples_equal_the_compiled_sampler_field_for_field():
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        n, m = int(rng.integers(0, 2500)), int(rng.integers(1, 400))
+        keys = rng.integers(-m, m, n) if trial % 2 else rng.zipf(1.3, n) % m
+        keys = keys.astype(np.int64)
+        rate = float(rng.choice([1.0, 0.5, 0.1, 0.02]))
+        chunks = int(rng.integers(1, 4))
+        seeds = [trial, trial + 1]
+        got = native_sample(keys, rate, seeds, chunks).histograms()
+        samplers = [ShardsSampler(rate, None, s) for s in seeds]
+        for part in np.array_split(keys, chunks):
+            feed_all(samplers, part)
+        for (hist, cold, n_keys), sampler in zip(got, samplers):
+            assert_same_curve(fixed_rate_curve(hist, cold, n_keys, rate=sampler.rate, n_accesses=n, seed=sampler.seed),
+                              sampler.curve())
+
+
+def test_a_large_chunk_fed_on_two_threads_equals_the_compiled_sampler():
+    keys = np.random.default_rng(3).integers(0, 200_000, (1 << 20) + 7).astype(np.uint64)
+    got = native_sample(keys, 0.05, [0, 1, 2]).histograms()
+    samplers = [ShardsSampler(0.05, None, s) for s in (0, 1, 2)]
+    feed_all(samplers, keys)
+    for (hist, cold, n_keys), sampler in zip(got, samplers):
+        assert_same_curve(fixed_rate_curve(hist, cold, n_keys, rate=sampler.rate, n_accesses=keys.size, seed=sampler.seed),
+                          sampler.curve())
+
+
+def run_both(monkeypatch, tmp_path: Path, trace: str | list[str], *extra: str) -> tuple[int, dict, int, dict]:
+    """The curve of ``trace`` with the native path on and off: (code, report) each."""
+    out = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("STACKDIST_NATIVE", flag)
+        path = tmp_path / f"out{flag}.json"
+        code = main(["curve", *([trace] if isinstance(trace, str) else trace), *extra, "-o", str(path)])
+        out += [code, json.loads(path.read_text()) if code == 0 else {}]
+    monkeypatch.delenv("STACKDIST_NATIVE")
+    return out[0], out[1], out[2], out[3]
+
+
+def curve_args(trace: str | list[str], rate: float = 0.5, **over) -> Namespace:
+    base = {"trace": trace, "sample_rate": rate, "sample_size": None, "dask": None, "window": None, "warmup": None,
+            "format": None}
+    return Namespace(**{**base, **over})
+
+
+TEXT_FORMS = {  # name: (first line or "", the body repeated after it)
+    "plain.csv": ("", "5\n6\n5\n7\n6\n5\n"),
+    "header.csv": ("key\n", "5\n6\n5\n7\n6\n5\n"),
+    "bom_crlf.csv": ("\ufeffKey \r\n", "5\r\n6\r\n\r\n5\r\n-7\r\n+6\r\n"),
+    "signs.txt": ("\n\n", "-0\n0\n007\n7\n-9223372036854775\n123456789012345678\n7\n"),
+    "tabs.tsv": ("KEY\n", "1\n2\n1\n"),
+    "no_final_newline.csv": ("", "1\n2\n1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEXT_FORMS))
+def test_text_forms_take_the_native_path_with_the_compiled_answer(monkeypatch, tmp_path, name):
+    first, body = TEXT_FORMS[name]
+    path = tmp_path / name
+    path.write_text(first + (body if name.startswith("no_final") else body * 40), encoding="utf-8")
+    assert native_curves(curve_args(str(path)), [0, 1, 2]) is not None
+    a, ra, b, rb = run_both(monkeypatch, tmp_path, str(path), "--sample-rate", "0.5", "--points", "9")
+    assert a == b == 0 and ra == rb
+
+
+def test_npy_dtypes_and_several_files_take_the_native_path(monkeypatch, tmp_path):
+    rng = np.random.default_rng(2)
+    for dtype in (np.int64, np.int32, np.uint16, np.uint64):
+        keys = rng.integers(0, 300, 5000).astype(dtype)
+        if dtype == np.uint64:
+            keys += np.uint64(2**63)
+        np.save(tmp_path / "k.npy", keys)
+        assert native_curves(curve_args(str(tmp_path / "k.npy")), [0]) is not None
+        a, ra, b, rb = run_both(monkeypatch, tmp_path, str(tmp_path / "k.npy"), "--sample-rate", "0.3")
+        assert a == b == 0 and ra == rb, dtype
+    np.save(tmp_path / "p1.npy", rng.integers(0, 50, 999))
+    (tmp_path / "p2.csv").write_text("".join(f"{k}\n" for k in rng.integers(0, 50, 999)))
+    files = [str(tmp_path / "p1.npy"), str(tmp_path / "p2.csv")]
+    assert native_curves(curve_args(files), [0]) is not None
+    a, ra, b, rb = run_both(monkeypatch, tmp_path, files, "--sample-rate", "0.4", "--sample-seeds", "4", "--seed", "9")
+    assert a == b == 0 and ra == rb
+
+
+@pytest.mark.parametrize("text", ["# comment\n1\n2\n", "1\n 2\n", "1,3\n2,3\n", "1\nx\n", "1\n-\n",
+                                  "1\n1234567890123456789\n", "key,size\n1,2\n", "1\n2 \n", "1\n\t\n"])
+def test_other_lines_leave_the_file_to_the_compiled_path(monkeypatch, tmp_path, text):
+    path = tmp_path / "t.csv"
+    path.write_text(text * 3)
+    assert native_curves(curve_args(str(path)), [0]) is None
+    a, ra, b, rb = run_both(monkeypatch, tmp_path, str(path), "--sample-rate", "1.0")
+    assert a == b and ra == rb
+
+
+@pytest.mark.parametrize("name", ["mooncake_conversation_trace.jsonl", "mooncake_synthetic_trace.jsonl"])
+def test_the_real_traces_block_ids_give_the_compiled_answer(monkeypatch, tmp_path, name):
+    from stackdist.traces import read_mooncake
+
+    ids = read_mooncake(Path(__file__).parents[1] / "data" / "traces" / name).block_ids
+    np.save(tmp_path / "ids.npy", ids)
+    for rate in ("0.5", "0.1"):
+        a, ra, b, rb = run_both(monkeypatch, tmp_path, str(tmp_path / "ids.npy"), "--sample-rate", rate)
+        assert a == b == 0 and ra == rb
+
+
+def test_runs_it_does_not_serve_are_left_alone(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("1\n2\n1\n")
+    for over in ({"sample_size": 5}, {"dask": "local:2"}, {"window": "1:"}, {"warmup": "1"}, {"format": "jsonl"}):
+        assert native_curves(curve_args(str(path), **over), [0]) is None, over
+    np.save(tmp_path / "sized.npy", np.array([[1, 2], [3, 4]]))
+    for spec in ("-", str(tmp_path / "none-*.csv"), str(tmp_path / "sized.npy"), str(tmp_path / "missing.csv")):
+        assert native_curves(curve_args(spec), [0]) is None, spec
+    import gzip
+
+    with gzip.open(tmp_path / "t.csv.gz", "wt") as f:
+        f.write("1\n2\n1\n")
+    assert native_curves(curve_args(str(tmp_path / "t.csv.gz")), [0]) is None
+
+
+def test_empty_inputs_and_empty_samples_exit_1_as_before(monkeypatch, tmp_path, capsys):
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "blank.csv").write_text("\n\n")
+    (tmp_path / "one.csv").write_text("5\n")
+    for name, rate in (("empty.csv", "0.5"), ("blank.csv", "0.5"), ("one.csv", "0.000001")):
+        a, _, b, _ = run_both(monkeypatch, tmp_path, str(tmp_path / name), "--sample-rate", rate)
+        assert a == b == 1, name
+    assert "kept none" in capsys.readouterr().err
+
+
+def test_no_compiler_means_the_compiled_path(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "_LOADED", {})
+    monkeypatch.setenv("STACKDIST_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    assert library() is None
+    (tmp_path / "t.csv").write_text("1\n2\n1\n" * 10)
+    assert native_curves(curve_args(str(tmp_path / "t.csv")), [0]) is None
+    assert main(["curve", str(tmp_path / "t.csv"), "--sample-rate", "1.0", "-o", str(tmp_path / "o.json")]) == 0
+    monkeypatch.setenv("STACKDIST_NATIVE", "0")
+    assert library() is None
+
+
+def test_a_fresh_cache_compiles_once_and_the_process_imports_no_numba(tmp_path):
+    np.save(tmp_path / "k.npy", np.arange(3000) % 70)
+    env = {**os.environ, "STACKDIST_CACHE_DIR": str(tmp_path / "cache"), "STACKDIST_NATIVE": "1"}
+    code = ("import sys; from stackdist.cli import main; "
+            f"rc = main(['curve', {str(tmp_path / 'k.npy')!r}, '--sample-rate', '0.5', '-o', {str(tmp_path / 'o.json')!r}]); "
+            "print(rc, 'numba' in sys.modules)")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert got.stdout.split() == ["0", "False"], got.stderr
+    assert len(list((tmp_path / "cache").glob("native_shards-*.so"))) == 1
+    assert json.loads((tmp_path / "o.json").read_text())["sampled"] is True
