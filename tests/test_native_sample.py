@@ -124,6 +124,8 @@ TEXT_FORMS = {  # name: (first line or "", the body repeated after it)
     "header.csv": ("key\n", "5\n6\n5\n7\n6\n5\n"),
     "bom_crlf.csv": ("\ufeffKey \r\n", "5\r\n6\r\n\r\n5\r\n-7\r\n+6\r\n"),
     "signs.txt": ("\n\n", "-0\n0\n007\n7\n-9223372036854775\n123456789012345678\n7\n"),
+    "wide.csv": ("", "-9223372036854775808\n18446744073709551615\n1234567890123456789\n12345678\n"
+                     "00000000000000000009\n+9\n9\n-1\n18446744073709551615\n"),
     "tabs.tsv": ("KEY\n", "1\n2\n1\n"),
     "no_final_newline.csv": ("", "1\n2\n1"),
 }
@@ -158,7 +160,8 @@ def test_npy_dtypes_and_several_files_take_the_native_path(monkeypatch, tmp_path
 
 
 @pytest.mark.parametrize("text", ["# comment\n1\n2\n", "1\n 2\n", "1,3\n2,3\n", "1\nx\n", "1\n-\n",
-                                  "1\n1234567890123456789\n", "key,size\n1,2\n", "1\n2 \n", "1\n\t\n"])
+                                  "1\n18446744073709551616\n", "1\n-9223372036854775809\n", "1\n000000000000000000009\n",
+                                  "1\n1234567\r\r\n", "1\n+\n", "key,size\n1,2\n", "1\n2 \n", "1\n\t\n"])
 def test_other_lines_leave_the_file_to_the_compiled_path(monkeypatch, tmp_path, text):
     path = tmp_path / "t.csv"
     path.write_text(text * 3)

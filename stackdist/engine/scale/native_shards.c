@@ -81,39 +81,95 @@ int sd_merge(shards_t *a, const shards_t *b) {
     return 0;
 }
 
-/* Feed the keys of delimited text whose every line is [+-]digits (1 to 18 digits, an optional
- * \r before the \n; blank lines skipped). Returns the accesses fed, -1 at the first line of any
- * other shape (the caller then reads the file with the general reader), -2 out of memory. */
-int64_t sd_feed_lines(shards_t *s, const uint8_t *buf, int64_t len) {
-    uint64_t keys[BLOCK];
-    int64_t i = 0, count = 0;
-    int m = 0;
-    while (i < len) {
-        uint8_t c = buf[i];
-        if (c == '\n') { i++; continue; }
-        if (c == '\r' && i + 1 < len && buf[i + 1] == '\n') { i += 2; continue; }
-        int neg = 0;
-        if (c == '+' || c == '-') { neg = c == '-'; i++; }
-        uint64_t v = 0;
-        int digits = 0;
-        while (i < len && buf[i] >= '0' && buf[i] <= '9') {
-            if (++digits > 18) return -1;
-            v = v * 10 + (uint64_t)(buf[i] - '0');
-            i++;
-        }
-        if (digits == 0) return -1;
-        if (i < len && buf[i] == '\r') i++;
-        if (i < len && buf[i] != '\n') return -1;
-        i++;
-        keys[m++] = neg ? (uint64_t)0 - v : v;
-        if (m == BLOCK) {
-            if (sd_feed_block(s, keys, m)) return -2;
-            count += m;
-            m = 0;
+/* The value of the 8 ASCII digits in x (the first in its lowest byte). */
+static inline uint64_t eight_digits(uint64_t x) {
+    x = ((x & 0x0F0F0F0F0F0F0F0FULL) * 2561) >> 8;
+    x = ((x & 0x00FF00FF00FF00FFULL) * 6553601) >> 16;
+    return ((x & 0x0000FFFF0000FFFFULL) * 42949672960001ULL) >> 32;
+}
+
+/* How many of x's bytes, from the lowest, are ASCII digits (0..8). */
+static inline int leading_digits(uint64_t x) {
+    uint64_t bad = ((x & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL)
+                 | (((x & 0x0F0F0F0F0F0F0F0FULL) + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL);
+    if (!bad) return 8;
+    return __builtin_ctzll(bad) >> 3;
+}
+
+/* The key of the line buf[start, end) (its \n excluded): its 64-bit value (the integer mod
+ * 2**64, for -2**63 <= it < 2**64, as the readers' key_values), 1 for a blank line, -1 when the
+ * line is not [+-]digits with an optional final \r. Lines are independent of one another, so
+ * the parses of a block's lines overlap in the CPU. */
+static inline int parse_line(const uint8_t *buf, int64_t start, int64_t end, int64_t len, uint64_t *key) {
+    if (end > start && buf[end - 1] == '\r') end--;
+    if (end == start) return 1;
+    int neg = 0;
+    if (buf[start] == '+' || buf[start] == '-') { neg = buf[start] == '-'; start++; }
+    int64_t n = end - start;
+    uint64_t v = 0;
+    if (n >= 1 && n <= 8 && start + 8 <= len) {
+        uint64_t x;
+        memcpy(&x, buf + start, 8);
+        if (leading_digits(x) < n) return -1;
+        v = eight_digits(n == 8 ? x : (x << (8 * (8 - n))) | (0x3030303030303030ULL >> (8 * n)));
+    } else {
+        if (n < 1 || n > 20) return -1;
+        for (int64_t i = start; i < end; i++) {
+            unsigned d = (unsigned)(buf[i] - '0');
+            if (d > 9 || (n == 20 && v > (UINT64_MAX - d) / 10)) return -1;
+            v = v * 10 + d;
         }
     }
-    if (m && sd_feed_block(s, keys, m)) return -2;
-    count += m;
+    if (neg && v > (1ULL << 63)) return -1;
+    *key = neg ? (uint64_t)0 - v : v;
+    return 0;
+}
+
+/* Bit 7 of each byte of x that equals c; no other bits. */
+static inline uint64_t bytes_equal(uint64_t x, uint8_t c) {
+    uint64_t v = x ^ (0x0101010101010101ULL * c);
+    return ~(((v & 0x7F7F7F7F7F7F7F7FULL) + 0x7F7F7F7F7F7F7F7FULL) | v | 0x7F7F7F7F7F7F7F7FULL);
+}
+
+/* Up to BLOCK line ends (offsets of their \n) from pos, found 8 bytes at a time; the last line
+ * of the input, without a final \n, ends at len. Sets *next past the last end found. */
+static int line_ends(const uint8_t *buf, int64_t pos, int64_t len, int64_t *ends, int64_t *next) {
+    int n = 0;
+    int64_t j = pos;
+    while (n < BLOCK - 8 && j + 8 <= len) {
+        uint64_t x;
+        memcpy(&x, buf + j, 8);
+        for (uint64_t nl = bytes_equal(x, '\n'); nl; nl &= nl - 1)
+            ends[n++] = j + (__builtin_ctzll(nl) >> 3);
+        j += 8;
+    }
+    if (n < BLOCK - 8)                          /* the tail: fewer than 8 bytes left */
+        for (; j < len; j++)
+            if (buf[j] == '\n') ends[n++] = j;
+    if (n < BLOCK - 8 && j >= len && (n == 0 ? pos : ends[n - 1] + 1) < len)
+        ends[n++] = len;
+    *next = n ? ends[n - 1] + 1 : len;
+    return n;
+}
+
+/* Feed the keys of delimited text whose every line is [+-]digits (an optional \r before the
+ * \n; blank lines skipped). Returns the accesses fed, -1 at the first line of any other shape
+ * (the caller then reads the file with the general reader), -2 out of memory. */
+int64_t sd_feed_lines(shards_t *s, const uint8_t *buf, int64_t len) {
+    uint64_t keys[BLOCK];
+    int64_t ends[BLOCK], pos = 0, count = 0;
+    while (pos < len) {
+        int64_t next;
+        int n = line_ends(buf, pos, len, ends, &next), m = 0;
+        for (int l = 0; l < n; l++) {
+            int got = parse_line(buf, l ? ends[l - 1] + 1 : pos, ends[l], len, &keys[m]);
+            if (got < 0) return -1;
+            m += got == 0;
+        }
+        if (m && sd_feed_block(s, keys, m)) return -2;
+        count += m;
+        pos = next;
+    }
     s->n_accesses += count;
     return count;
 }
