@@ -174,6 +174,50 @@ int64_t sd_feed_lines(shards_t *s, const uint8_t *buf, int64_t len) {
     return count;
 }
 
+typedef struct {
+    uint64_t *h;        /* key hash */
+    int64_t *t;         /* latest position (1-based); 0 = empty */
+    int64_t mask, used;
+} table_t;
+
+static int table_init(table_t *tab, int64_t size) {
+    tab->h = malloc((size_t)size * sizeof(uint64_t));
+    tab->t = calloc((size_t)size, sizeof(int64_t));
+    tab->mask = size - 1;
+    tab->used = 0;
+    return tab->h && tab->t ? 0 : -1;
+}
+
+static void table_free(table_t *tab) {
+    free(tab->h);
+    free(tab->t);
+}
+
+static inline int64_t table_slot(const table_t *tab, uint64_t key) {
+    int64_t pos = (int64_t)(key & (uint64_t)tab->mask);
+    while (tab->t[pos] && tab->h[pos] != key) pos = (pos + 1) & tab->mask;
+    return pos;
+}
+
+/* Double the table (kept at most half full, sized by the keys, not the accesses). */
+static int table_grow(table_t *tab) {
+    table_t big;
+    if (table_init(&big, 2 * (tab->mask + 1))) {
+        table_free(&big);
+        return -1;
+    }
+    for (int64_t i = 0; i <= tab->mask; i++)
+        if (tab->t[i]) {
+            int64_t pos = table_slot(&big, tab->h[i]);
+            big.h[pos] = tab->h[i];
+            big.t[pos] = tab->t[i];
+        }
+    big.used = tab->used;
+    table_free(tab);
+    *tab = big;
+    return 0;
+}
+
 /* One seed's replay. A Fenwick tree over trace positions holds a 1 at each key's latest
  * access; a linear-probing table maps a key's hash to that position. Position t is always the
  * newest, so the tree is only ever needed up to t: a new node is built from its children, and a
@@ -181,45 +225,45 @@ int64_t sd_feed_lines(shards_t *s, const uint8_t *buf, int64_t len) {
  * (keys so far) - (marks at or before p) + 1. O(m log m) for m sampled accesses. */
 int sd_replay_one(shards_t *s, int j) {
     const uint64_t *h = s->kept[j].v;
-    int64_t m = s->kept[j].n, size = 64;
-    while (size < 2 * m) size <<= 1;
+    int64_t m = s->kept[j].n;
     free(s->hist[j]);
     s->hist[j] = NULL;
-    uint64_t *tab_h = malloc((size_t)size * sizeof(uint64_t));
-    int64_t *tab_t = calloc((size_t)size, sizeof(int64_t));   /* latest position (1-based); 0 = empty */
+    table_t tab;
     int32_t *tree = calloc((size_t)m + 1, sizeof(int32_t));
     int64_t *hist = calloc((size_t)m + 2, sizeof(int64_t));
-    if (!tab_h || !tab_t || !tree || !hist) {
-        free(tab_h); free(tab_t); free(tree); free(hist);
+    if (table_init(&tab, 1 << 12) || !tree || !hist || m >= INT32_MAX) {
+        table_free(&tab); free(tree); free(hist);
         return -1;
     }
-    int64_t mask = size - 1, distinct = 0, top = 0;
+    int64_t top = 0;
     for (int64_t t = 1; t <= m; t++) {
         uint64_t key = h[t - 1];
-        int64_t pos = (int64_t)(key & (uint64_t)mask);
-        while (tab_t[pos] && tab_h[pos] != key) pos = (pos + 1) & mask;
-        int64_t last = tab_t[pos];
+        int64_t pos = table_slot(&tab, key), last = tab.t[pos];
         if (last) {
             int64_t before = 0;
             for (int64_t i = last; i > 0; i -= i & -i) before += tree[i];
-            int64_t d = distinct - before + 1;
+            int64_t d = tab.used - before + 1;
             hist[d]++;
             if (d > top) top = d;
             for (int64_t i = last; i < t; i += i & -i) tree[i]--;
         } else {
-            distinct++;
-            tab_h[pos] = key;
+            if (2 * (tab.used + 1) > tab.mask + 1) {
+                if (table_grow(&tab)) { table_free(&tab); free(tree); free(hist); return -1; }
+                pos = table_slot(&tab, key);
+            }
+            tab.used++;
+            tab.h[pos] = key;
         }
         int32_t node = 1;  /* the children of node t: t-1, t-2, t-4, ... below t's lowest bit */
         for (int64_t step = 1; step < (t & -t); step <<= 1) node += tree[t - step];
         tree[t] = node;
-        tab_t[pos] = t;
+        tab.t[pos] = t;
     }
     s->hist[j] = hist;
     s->hist_len[j] = top + 1;
-    s->cold[j] = distinct;
-    s->keys[j] = distinct;
-    free(tab_h); free(tab_t); free(tree);
+    s->cold[j] = tab.used;
+    s->keys[j] = tab.used;
+    table_free(&tab); free(tree);
     return 0;
 }
 
