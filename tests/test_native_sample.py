@@ -210,6 +210,9 @@ def test_no_compiler_means_the_compiled_path(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_LOADED", {})
     monkeypatch.setenv("STACKDIST_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the fallback folder: empty too
     assert library() is None
     (tmp_path / "t.csv").write_text("1\n2\n1\n" * 10)
     assert native_curves(curve_args(str(tmp_path / "t.csv")), [0]) is None
@@ -227,4 +230,15 @@ def test_a_fresh_cache_compiles_once_and_the_process_imports_no_numba(tmp_path):
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert got.stdout.split() == ["0", "False"], got.stderr
     assert len(list((tmp_path / "cache").glob("native_shards-*.so"))) == 1
-    assert json.loads((tmp_path / "o.json").read_text())["sampled"] is True
+
+
+def test_an_unwritable_cache_falls_back_to_a_private_temporary_folder(monkeypatch, tmp_path):
+    import tempfile
+
+    (tmp_path / "a-file").write_text("")  # a cache folder under a file cannot be made, even by root
+    monkeypatch.setattr(native, "_LOADED", {})
+    monkeypatch.setenv("STACKDIST_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    assert library() is not None
+    assert len(list((tmp_path / "tmp").glob("stackdist-*/native_shards-*.so"))) == 1

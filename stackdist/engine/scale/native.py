@@ -11,7 +11,8 @@ position), giving the same distances as :func:`~.hashed_stack.shards_replay`.
 
 The C sources are compiled on first use by the machine's C compiler (``$CC``, else ``cc``) into
 the cache folder (``$STACKDIST_CACHE_DIR``, else ``$XDG_CACHE_HOME/stackdist``, else
-``~/.cache/stackdist``), one file per source version, written atomically; later processes
+``~/.cache/stackdist``; a private folder in the temporary one when that is not writable), one
+file per source version, written atomically; later processes
 load it in about a millisecond. Without a compiler, or with ``STACKDIST_NATIVE=0``,
 :func:`library` is None and callers use the numba path (same answers).
 
@@ -70,15 +71,15 @@ def _load() -> Any:
     digest = hashlib.sha256(" ".join(_FLAGS).encode() + sys.platform.encode())
     for part in _sources() + [_FOLDER / "native_shards.h"]:
         digest.update(part.name.encode() + part.read_bytes())
-    tag = digest.hexdigest()[:16]
-    path = cache_folder() / f"native_shards-{tag}.so"
-    try:
-        if not path.exists():
-            _compile(path)
-        lib = ctypes.CDLL(str(path))
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return _declare(lib)
+    name = f"native_shards-{digest.hexdigest()[:16]}.so"
+    for folder in (cache_folder(), Path(tempfile.gettempdir()) / f"stackdist-{os.getuid() if hasattr(os, 'getuid') else 0}"):
+        try:  # the cache folder, else (read-only home) a private temporary one
+            if not (folder / name).exists():
+                _compile(folder / name)
+            return _declare(ctypes.CDLL(str(folder / name)))
+        except (OSError, subprocess.SubprocessError, AttributeError):
+            continue
+    return None
 
 
 def _sources() -> list[Path]:
