@@ -156,7 +156,7 @@ def _tree_rss(proc: Any) -> int:
         return 0
 
 
-def run_cli(argv: list[str], command: list[str] | None = None) -> dict[str, Any]:
+def run_cli(argv: list[str], command: list[str] | None = None, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """One ``stackdist curve`` process (or ``command`` + ``argv``): its JSON, wall seconds and
     peak resident memory (MiB) of it and its children, sampled every 50 ms (``ru_maxrss`` would
     report the forking parent's), the lowest and highest 1-minute load average meanwhile, and CPU seconds (user + system, the process and the children
@@ -167,7 +167,7 @@ def run_cli(argv: list[str], command: list[str] | None = None) -> dict[str, Any]
         out = tmp.name
     import resource
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(extra_env or {}))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     head = [sys.executable, "-m", "stackdist", "curve"] if command is None else command
@@ -222,21 +222,31 @@ def write_formats(n: int, folder: Path) -> dict[str, list[str]]:
 def process_floor(folder: Path, rounds: int = 5) -> dict[str, Any]:
     """What any ``stackdist curve`` process costs before its trace: the median wall and CPU
     seconds of exact and ``--sample-rate 0.5`` runs on a 3-access trace (Python, numpy, numba and
-    its first cache load, the report). A sampled run can be at most (exact run) / (this) faster."""
+    its first cache load, the report; the sampled run on the native path imports no numba, and
+    ``sampled_compiled`` is it with ``STACKDIST_NATIVE=0``). A sampled run can be at most
+    (exact run) / (its floor) faster."""
     tiny = folder / "tiny.csv"
     tiny.write_text("1\n2\n1\n")
     out: dict[str, Any] = {}
-    for name, extra in (("exact", []), ("sampled", ["--sample-rate", "0.5"])):
-        runs = [run_cli([str(tiny), *extra]) for _ in range(rounds)]
+    for name, extra, env in (("exact", [], None), ("sampled", ["--sample-rate", "0.5"], None),
+                             ("sampled_compiled", ["--sample-rate", "0.5"], {"STACKDIST_NATIVE": "0"})):
+        runs = [run_cli([str(tiny), *extra], extra_env=env) for _ in range(rounds)]
         out[f"{name}_wall_s"] = float(np.median([r["wall_s"] for r in runs]))
         out[f"{name}_cpu_s"] = float(np.median([r["cpu_s"] for r in runs]))
     return out
 
 
+def median_run(argv: list[str], extra_env: dict[str, str] | None = None, rounds: int = 3) -> dict[str, Any]:
+    """The run of median wall time among ``rounds`` :func:`run_cli` runs of ``argv``."""
+    runs = sorted((run_cli(argv, extra_env=extra_env) for _ in range(rounds)), key=lambda r: r["wall_s"])
+    return runs[len(runs) // 2]
+
+
 def acceptance(n: int, dask: bool = True) -> dict[str, Any]:
     """The held-out check on every input form: exact vs ``--sample-rate 0.01`` (3 seeds, the
-    default; whole processes, run side by side; mean absolute hit-rate error over 40
-    capacities) and ``--dask local:2`` (equal hits at all 40)."""
+    default; whole processes, run side by side, median of 3; mean absolute hit-rate error over
+    40 capacities), the sampled run again on the compiled path (``STACKDIST_NATIVE=0``: same
+    curve?) and ``--dask local:2`` (equal hits at all 40)."""
     rows: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -246,23 +256,27 @@ def acceptance(n: int, dask: bool = True) -> dict[str, Any]:
         print(f"  a process's floor (3-access trace): exact {rows['floor']['exact_wall_s']:.2f} s, sampled "
               f"{rows['floor']['sampled_wall_s']:.2f} s (median of 5)", flush=True)
         for name, argv in forms.items():
-            exact = run_cli([*argv, "--points", "40"])
+            exact = median_run([*argv, "--points", "40"])
             caps = ",".join(map(str, exact["report"]["curve"]["capacity"]))
-            sampled = run_cli([*argv, "--capacities", caps, "--sample-rate", "0.01"])
+            sampled = median_run([*argv, "--capacities", caps, "--sample-rate", "0.01"])
+            compiled = median_run([*argv, "--capacities", caps, "--sample-rate", "0.01"], {"STACKDIST_NATIVE": "0"})
             truth = np.array(exact["report"]["curve"]["hit_rate"])
             est = np.array(sampled["report"]["curve"]["hit_rate"])
             row = {"bytes": os.path.getsize(argv[0]), "exact_wall_s": exact["wall_s"], "exact_cpu_s": exact["cpu_s"],
                    "speedup_bound": exact["wall_s"] / rows["floor"]["sampled_wall_s"],
                    "sampled_wall_s": sampled["wall_s"], "sampled_cpu_s": sampled["cpu_s"],
                    "speedup": exact["wall_s"] / sampled["wall_s"], "cpu_speedup": exact["cpu_s"] / sampled["cpu_s"],
+                   "compiled_sampled_wall_s": compiled["wall_s"], "compiled_sampled_cpu_s": compiled["cpu_s"],
+                   "native_equals_compiled": sampled["report"]["curve"] == compiled["report"]["curve"],
                    "mae": float(np.abs(est - truth).mean()), "max_abs_error": float(np.abs(est - truth).max())}
             if dask:
                 got = run_cli([*argv, "--capacities", caps, "--dask", "local:2"])
                 row.update(dask_wall_s=got["wall_s"], dask_cpu_s=got["cpu_s"],
                            dask_equal_hits=got["report"]["curve"]["hits"] == exact["report"]["curve"]["hits"])
             rows[name] = row
-            print(f"  {name:15s} exact {row['exact_wall_s']:6.1f} s ({row['exact_cpu_s']:5.1f} cpu)  sampled "
-                  f"{row['sampled_wall_s']:5.1f} s ({row['sampled_cpu_s']:4.1f} cpu)  {row['speedup']:5.1f}x wall "
+            print(f"  {name:15s} exact {row['exact_wall_s']:6.2f} s ({row['exact_cpu_s']:5.2f} cpu)  sampled "
+                  f"{row['sampled_wall_s']:5.2f} s ({row['sampled_cpu_s']:4.2f} cpu; compiled path "
+                  f"{row['compiled_sampled_wall_s']:.2f} s, same curve {row['native_equals_compiled']})  {row['speedup']:5.1f}x wall "
                   f"{row['cpu_speedup']:5.1f}x cpu (at most {row['speedup_bound']:.1f}x)  MAE {row['mae']:.4f}"
                   + (f"  dask {row['dask_wall_s']:.1f} s equal {row['dask_equal_hits']}" if dask else ""), flush=True)
     return rows
