@@ -184,6 +184,8 @@ def test_the_real_traces_block_ids_give_the_compiled_answer(monkeypatch, tmp_pat
 def test_runs_it_does_not_serve_are_left_alone(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("1\n2\n1\n")
+    assert native_curves(curve_args(str(path), rate=1.0), list(range(62))) is not None
+    assert native_curves(curve_args(str(path), rate=1.0), list(range(63))) is None  # the compiled path takes 64 seeds
     for over in ({"sample_size": 5}, {"dask": "local:2"}, {"window": "1:"}, {"warmup": "1"}, {"format": "jsonl"}):
         assert native_curves(curve_args(str(path), **over), [0]) is None, over
     np.save(tmp_path / "sized.npy", np.array([[1, 2], [3, 4]]))
@@ -242,3 +244,10 @@ def test_an_unwritable_cache_falls_back_to_a_private_temporary_folder(monkeypatc
     (tmp_path / "tmp").mkdir()
     assert library() is not None
     assert len(list((tmp_path / "tmp").glob("stackdist-*/native_shards-*.so"))) == 1
+
+
+def test_the_most_seeds_the_cli_takes(monkeypatch, tmp_path):
+    (tmp_path / "t.csv").write_text("".join(f"{k}\n" for k in np.random.default_rng(8).integers(0, 30, 400)))
+    for seeds in ("62", "64"):
+        a, ra, b, rb = run_both(monkeypatch, tmp_path, str(tmp_path / "t.csv"), "--sample-rate", "0.5", "--sample-seeds", seeds)
+        assert a == b == 0 and ra == rb and len(ra["seeds"]) == int(seeds)

@@ -17,6 +17,7 @@ from stackdist.engine import HitCurve, dense_keys
 from stackdist.engine.scale.sampling import (
     COLD,
     ShardsSampler,
+    feed_all,
     key_hashes,
     rate_of_threshold,
     sample_mask,
@@ -523,3 +524,13 @@ def test_seeds_replayed_on_two_threads_equal_one_loop_and_raise_the_first_error(
     with pytest.raises(ValueError) as threaded:
         feed_all([ShardsSampler(rate=0.5, seed=s) for s in (0, 1)], keys, sizes)
     assert str(threaded.value) == str(first_seed.value) and f"key {late}" in str(first_seed.value)
+
+
+def test_feed_all_takes_more_seeds_than_one_pass_holds():
+    keys = np.random.default_rng(4).integers(0, 90, 700)
+    many = [ShardsSampler(0.4, None, s) for s in range(64)]
+    feed_all(many, keys)
+    for seed in (0, 61, 62, 63):
+        alone = ShardsSampler(0.4, None, seed)
+        alone.feed(keys)
+        assert np.array_equal(many[seed].curve().hit_rate_at(np.arange(100)), alone.curve().hit_rate_at(np.arange(100)))

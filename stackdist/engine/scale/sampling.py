@@ -393,8 +393,10 @@ def feed_all(samplers: Sequence[ShardsSampler], keys: Any, sizes: Any = None, co
     size_arr = check_sizes(sizes, values.shape[0])
     if not samplers:
         return
-    if len(samplers) > 62:
-        raise ValueError("at most 62 samplers per pass.")
+    if len(samplers) > 62:  # the prefilter's bit masks hold 62 seeds: one pass per 62
+        for lo in range(0, len(samplers), 62):
+            feed_all(samplers[lo : lo + 62], keys, sizes, counted)
+        return
     salts = np.array([s._salt for s in samplers], np.uint64)
     cuts = np.array([s._thresh[0] for s in samplers], np.uint64)
     idx, own = _filter_on_two_threads(values, salts, cuts)
