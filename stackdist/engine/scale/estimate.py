@@ -177,7 +177,8 @@ class SampledCurve:
         if points < 2:
             raise ValueError(f"points must be at least 2; got {points}.")
         last = int(self.values[-1]) if self.values.size else 1
-        return np.unique(np.concatenate([np.linspace(0, max(last, 1), points).round().astype(np.int64), [last]]))
+        caps = np.sort(np.concatenate([np.linspace(0, max(last, 1), points).round().astype(np.int64), [last]]))
+        return caps[np.r_[True, caps[1:] != caps[:-1]]]  # distinct (np.unique would import numpy.ma: 15 ms)
 
     def sample(self, capacities: Any) -> dict[str, list]:
         """The estimates at the given capacities, as lists ready for JSON. O(log bins) each.
