@@ -340,6 +340,8 @@ def test_a_streamed_curve_is_replayed_without_holding_the_trace(tmp_path, monkey
     monkeypatch.setattr(HitCurve, "from_trace", classmethod(lambda *a, **k: pytest.fail("the trace was held")))
     assert report(*(str(tmp_path / f"p{i}.csv") for i in range(3))) == whole[0]
     assert report(str(tmp_path / "m.jsonl.gz"), "--format", "mooncake") == whole[1]
+    assert report(str(tmp_path / "all.csv")) == whole[0]  # one large plain file: bounded too
+    assert report(str(tmp_path / "m.jsonl"), "--format", "mooncake") == whole[1]
 
 
 def test_the_bounded_stream_on_the_real_traces():

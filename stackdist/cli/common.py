@@ -114,7 +114,7 @@ def counted_range(args: argparse.Namespace, n: int, requests: Any = None) -> tup
 
 
 def _stream_curve(args: argparse.Namespace, command: str) -> tuple[Any, Any]:
-    """A streamed unit-size trace replayed chunk by chunk in memory bounded by its distinct keys
+    """A large unit-size trace (one file or streamed) replayed chunk by chunk in memory bounded by its distinct keys
     (:class:`~stackdist.engine.stream.KeyValueStream`): ``(curve, None)``; a trace with sizes
     is read whole instead (below its largest size the curve replays filtered traces):
     ``(None, (keys, sizes))``. O(accesses) time, O(distinct keys) memory when unit."""
@@ -153,7 +153,7 @@ def _stream_curve(args: argparse.Namespace, command: str) -> tuple[Any, Any]:
 
 BOUNDED_INPUT_BYTES = 1 << 30
 """From this much input (a compressed file counts four times its size; standard input always),
-a streamed curve is replayed in memory bounded by its distinct keys rather than holding the
+a curve (one file or streamed) is replayed in memory bounded by its distinct keys rather than holding the
 trace: slower by about a third (its keys are hashed as they come), but a day's log fits."""
 
 
@@ -175,7 +175,7 @@ def _large_input(spec: Any) -> bool:
 
 def load_curve(args: argparse.Namespace, bounded: bool = False) -> Any:
     """Read the trace named by ``args`` and replay it once into a HitCurve (progress on stderr).
-    ``bounded``: the caller needs only the curve's queries, so a large streamed unit-size trace
+    ``bounded``: the caller needs only the curve's queries, so a large unit-size trace (one file or streamed)
     (:data:`BOUNDED_INPUT_BYTES`) without ``--window``/``--warmup`` is replayed in memory bounded
     by its distinct keys (no per-access view)."""
     from stackdist.engine import HitCurve
@@ -189,7 +189,7 @@ def load_curve(args: argparse.Namespace, bounded: bool = False) -> Any:
     stage(command, f"reading {args.trace}")
     requests = None  # a request trace: --window and --warmup count requests (durations from their timestamps)
     streamed = is_streamed(args.trace)
-    if streamed and bounded and not args.window and not getattr(args, "warmup", None) and _large_input(args.trace):
+    if bounded and not args.window and not getattr(args, "warmup", None) and _large_input(args.trace):
         curve, read = _stream_curve(args, command)
         if curve is not None:
             return curve
