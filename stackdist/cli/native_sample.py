@@ -2,8 +2,10 @@
 
 When the trace is one or more plain local files of integer keys with unit sizes (``.npy``
 integer arrays; ``.csv``/``.tsv``/``.txt`` whose lines are all ``[+-]digits``, after an
-optional ``key`` header) and the run asks for a fixed rate over the whole trace (no
-``--sample-size``, ``--window``, ``--warmup`` or ``--dask``), the native library
+optional ``key`` header; JSONL lines ``{"key": INT}``; ``--format mooncake`` request lines,
+their ``hash_ids`` the accesses: :mod:`stackdist.engine.scale.native_json`) and the run asks
+for a fixed rate over the whole trace (no ``--sample-size``, ``--window``, ``--warmup`` or
+``--dask``), the native library
 (:mod:`stackdist.engine.scale.native`) samples and replays it with only numpy imported. The
 curves are those of the compiled path (:class:`~stackdist.engine.scale.sampling.ShardsSampler`)
 field for field; anything else (another form, a line of another shape, an empty sample, no C
@@ -16,12 +18,14 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from stackdist.engine.scale.estimate import SampledCurve, fixed_rate_curve
 from stackdist.engine.scale.native import NativeShards, library
+from stackdist.engine.scale.native_json import feed_jsonl, feed_mooncake
 from stackdist.engine.scale.thresholds import (
     rate_of_threshold,
     seed_mix,
@@ -33,6 +37,9 @@ from stackdist.input_names import access_suffix, compression_of, expand_inputs
 __all__ = ["native_curves"]
 
 _TEXT = (".csv", ".tsv", ".txt")
+MOONCAKE_BLOCK_SIZE = 512
+"""Tokens per block of a Mooncake trace's ``curve`` (``stackdist.traces.formats.DEFAULT_BLOCK_SIZE``,
+whose module imports numba)."""
 _CONVERT = 1 << 22  # keys converted to 64 bits this many at a time (narrow .npy dtypes)
 
 
@@ -41,10 +48,10 @@ def native_curves(args: argparse.Namespace, seeds: list[int]) -> list[SampledCur
     apply (the caller then runs the compiled path). O(trace) plus the sampled replays."""
     if args.sample_rate is None or args.sample_size is not None or args.dask or args.window:
         return None
-    if getattr(args, "warmup", None) or args.format not in (None, "csv", "tsv", "txt", "npy"):
+    if getattr(args, "warmup", None) or args.format not in (None, "csv", "tsv", "txt", "npy", "jsonl", "mooncake"):
         return None
     lib = library()
-    if lib is None:
+    if lib is None or len(seeds) > 62:  # 62: the C sampler's seeds
         return None
     try:
         files = expand_inputs(args.trace)
@@ -55,21 +62,42 @@ def native_curves(args: argparse.Namespace, seeds: list[int]) -> list[SampledCur
     cut = threshold_for_rate(args.sample_rate)
     sampler = NativeShards(lib, [seed_mix(s) for s in seeds], [cut] * len(seeds))
     for path in files:
-        if not _feed_file(sampler, path, access_suffix(path, args.format)):
+        if not _feed_file(sampler, path, args.format):
             return None
-    if sampler.n_accesses == 0 or min(sampler.kept()) == 0:
-        return None
+    if sampler.n_accesses == 0 or min(sampler.kept()) == 0 or max(sampler.kept()) >= 2**31 - 1:
+        return None  # nothing to answer (the compiled path says why), or past the replay's 32-bit tree
     rate = float(rate_of_threshold(cut))
     return [fixed_rate_curve(counts, cold, keys, rate=rate, n_accesses=sampler.n_accesses, seed=seed)
             for (counts, cold, keys), seed in zip(sampler.histograms(), seeds)]
 
 
-def _feed_file(sampler: NativeShards, path: str, suffix: str) -> bool:
+def _feed_file(sampler: NativeShards, path: str, fmt: str | None) -> bool:
+    """Feed one local file of the run's format (``--format``, else its name's); False when the
+    fast path does not take it."""
+    if fmt == "mooncake":
+        return _feed_json_lines(sampler, path, lambda s, data: feed_mooncake(s, data, MOONCAKE_BLOCK_SIZE))
+    suffix = access_suffix(path, fmt)
     if suffix == ".npy":
         return _feed_npy(sampler, path)
     if suffix in _TEXT:
         return _feed_text(sampler, path)
+    if suffix == ".jsonl":
+        return _feed_json_lines(sampler, path, feed_jsonl)
     return False
+
+
+def _feed_json_lines(sampler: NativeShards, path: str, feed: Callable[[NativeShards, np.ndarray], bool]) -> bool:
+    """JSON lines through a scanner of :mod:`~stackdist.engine.scale.native_json`, memory-mapped,
+    a UTF-8 BOM at the start dropped (as the compiled path's block reader does)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return False
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            data = np.frombuffer(mapped, np.uint8)
+            try:
+                return feed(sampler, data[3:] if mapped[:3] == b"\xef\xbb\xbf" else data)
+            finally:
+                del data  # the map closes only when no array views it
 
 
 def _feed_npy(sampler: NativeShards, path: str) -> bool:
