@@ -19,6 +19,8 @@ vectorised pass over the blocks; no curve is built per request.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from stackdist.engine import COLD
@@ -59,7 +61,7 @@ def arrival_depths(replay: PrefixReplay) -> np.ndarray:
     previous = previous_positions(trace.block_ids)
     arrival = np.full(depths.shape[0], COLD, np.int64)
     offsets = trace.offsets.tolist()
-    for lo, hi in zip(offsets[:-1], offsets[1:]):
+    for lo, hi in itertools.pairwise(offsets):
         prev = previous[lo:hi]
         earlier_and_new = np.tril(prev[None, :] < prev[:, None], k=-1).sum(axis=1)
         seen = prev >= 0
