@@ -313,7 +313,7 @@ DECLINED_MOONCAKE = {
     "no_timestamp": b'{"input_length": 600, "hash_ids": [1, 2]}\n', "no_length": b'{"timestamp": 0, "hash_ids": [1, 2]}\n',
     "no_ids": b'{"timestamp": 0, "input_length": 600}\n', "ids_not_list": b'{"timestamp": 0, "input_length": 1, "hash_ids": 1}\n',
     "escaped_name": b'{"time\\u0073tamp": 0, "input_length": 600, "hash_ids": [1, 2]}\n', "broken": moon()[:-3] + b"\n",
-    "access_lines": b'{"key": 1}\n', "trailing": moon().rstrip(b"\n") + b" x\n", "blank_only": b"\n\n", "empty": b"",
+    "only_empty_lists": b'{"timestamp": 0, "input_length": 0, "hash_ids": []}\n' * 3, "access_lines": b'{"key": 1}\n', "trailing": moon().rstrip(b"\n") + b" x\n", "blank_only": b"\n\n", "empty": b"",
 }
 
 
