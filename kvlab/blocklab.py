@@ -275,22 +275,22 @@ def verify_hits(
 # ----------------------------------------------------------------------------- the lab
 
 NOTES = (
-    "Blocks: only full blocks are hashed and cached (as in vLLM); a block holding any question "
-    "token is fresh (unique per request), so only document blocks can hit.",
-    "engine: the hit is the longest prefix of blocks cached when the request arrives, then its "
-    "blocks are committed tail first (the head ends most recent, so a squeezed document loses its tail).",
-    "per-access: an LRU over the block stream, head first (the head is the least recent block of "
-    "a request and is evicted first, so a squeezed document loses its head: no prefix).",
-    "resident_at_arrival: blocks cached when the request arrives, any position; per-access "
-    "cached_blocks: blocks still cached when they are accessed.",
-    "TTFT: linear interpolation in the fixture's rows[].P as a fraction of its doc_tokens, with "
+    ("Blocks: only full blocks are hashed and cached (as in vLLM); a block holding any question "
+    "token is fresh (unique per request), so only document blocks can hit."),
+    ("engine: the hit is the longest prefix of blocks cached when the request arrives, then its "
+    "blocks are committed tail first (the head ends most recent, so a squeezed document loses its tail)."),
+    ("per-access: an LRU over the block stream, head first (the head is the least recent block of "
+    "a request and is evicted first, so a squeezed document loses its head: no prefix)."),
+    ("resident_at_arrival: blocks cached when the request arrives, any position; per-access "
+    "cached_blocks: blocks still cached when they are accessed."),
+    ("TTFT: linear interpolation in the fixture's rows[].P as a fraction of its doc_tokens, with "
     "the request's cached document fraction (hit tokens / document tokens); the fixture's times "
-    "are not rescaled to this document length.",
-    "TTFT: P=0 and P>0 take different attention paths in that HF-transformers harness (README "
+    "are not rescaled to this document length."),
+    ("TTFT: P=0 and P>0 take different attention paths in that HF-transformers harness (README "
     "'Partial prefix hits'): a small cached prefix can cost MORE than a miss, and the "
-    "interpolation between P=0 and the smallest P>0 joins the two paths (flagged).",
-    "TTFT: wall times at the large-P end sit on that machine's host floor (README 'Partial "
-    "prefix hits', Wall time); GPU work keeps falling there.",
+    "interpolation between P=0 and the smallest P>0 joins the two paths (flagged)."),
+    ("TTFT: wall times at the large-P end sit on that machine's host floor (README 'Partial "
+    "prefix hits', Wall time); GPU work keeps falling there."),
 )
 
 
@@ -365,15 +365,15 @@ def format_table(result: dict[str, Any]) -> str:
     c = result["config"]
     model = result["ttft_model"]
     lines = [
-        f"block-lab: GPU {c['gpu_tokens']} tokens = {c['capacity_blocks']} blocks of {c['block_size']} tokens; "
+        (f"block-lab: GPU {c['gpu_tokens']} tokens = {c['capacity_blocks']} blocks of {c['block_size']} tokens; "
         f"{c['docs']} documents of {c['tokens']} tokens ({c['doc_blocks']} document blocks); "
         f"question {c['question_tokens']} tokens; request {c['request_tokens']} tokens = "
-        f"{c['request_blocks']} hashed blocks; passes {','.join(c['passes'])}; seed {c['seed']}",
-        f"verified against direct simulation: engine {result['verified_against']['engine']}, "
-        f"per-access {result['verified_against']['per-access']}",
-        f"TTFT (ms) interpolated from {model['source']} ({model['column']}: wall = "
+        f"{c['request_blocks']} hashed blocks; passes {','.join(c['passes'])}; seed {c['seed']}"),
+        (f"verified against direct simulation: engine {result['verified_against']['engine']}, "
+        f"per-access {result['verified_against']['per-access']}"),
+        (f"TTFT (ms) interpolated from {model['source']} ({model['column']}: wall = "
         f"{model['fields']['wall_ms']}, gpu = {model['fields']['gpu_work_ms']}; "
-        f"{model['doc_tokens']}-token document + {model['question_tokens']}-token question)",
+        f"{model['doc_tokens']}-token document + {model['question_tokens']}-token question)"),
     ]
     header = (f"{'doc':>3} {'whole':>5} | {'prefix':>6} {'tokens':>6} {'arrive':>6} {'fill':>5} {'wall':>6} {'gpu':>6}  | "
               f"{'prefix':>6} {'cached':>6} {'arrive':>6} {'tokens':>6} {'fill':>5} {'wall':>6} {'gpu':>6}")
@@ -383,12 +383,12 @@ def format_table(result: dict[str, Any]) -> str:
                   header]
         for entry in report["requests"]:
             lines.append(_table_row(entry))
-    lines += ["", "columns: whole = hit in the whole-document scenario (kvlab scenario); prefix = document blocks "
+    lines += ["", ("columns: whole = hit in the whole-document scenario (kvlab scenario); prefix = document blocks "
               "in the hit prefix (of doc_blocks); tokens = prefix tokens; arrive = blocks cached when the request "
               "arrives (any position); cached = per-access blocks still cached when accessed (any position); fill = "
               "tokens left to prefill (request tokens - prefix tokens); "
               "wall / gpu = estimated TTFT of the prefix hit (* = between P=0 and the smallest P>0: two attention "
-              "paths)"]
+              "paths)")]
     lines += [f"note: {note}" for note in result["notes"]]
     return "\n".join(lines) + "\n"
 

@@ -209,9 +209,9 @@ def build_lab(measured: Path = DEFAULT_MEASURED) -> dict[str, bytes]:
     """Compute every lab file in memory; return file name -> content, in :data:`LAB_FILES` order."""
     measured_bytes, measured_summary = load_measured(measured)
     runs: dict[str, dict[str, Any]] = {
-        "cyclic.json": dict(passes=CYCLIC_PASSES),
-        "baseline.json": dict(passes=BASELINE_PASSES),
-        "offload.json": dict(gpu=DEFAULT_GPU, cpu=OFFLOAD_CPU, passes=BASELINE_PASSES),
+        "cyclic.json": {"passes": CYCLIC_PASSES},
+        "baseline.json": {"passes": BASELINE_PASSES},
+        "offload.json": {"gpu": DEFAULT_GPU, "cpu": OFFLOAD_CPU, "passes": BASELINE_PASSES},
     }
     values = {name: _verified(name, run_scenario(**kw), scenario_from_curves(**kw)) for name, kw in runs.items()}
     values["cliff.json"] = _verified("cliff.json", cliff_from_curve(), cliff_direct())
@@ -283,12 +283,12 @@ def human_summary(files: dict[str, bytes]) -> list[str]:
     offload = data["offload.json"]["passes"]
     ratios = ", ".join(f"{name} {ratio['p50']}" for name, ratio in data["measured.json"]["ratio"].items())
     return [
-        f"cyclic  GPU {DEFAULT_GPU}, fwd,fwd: pass 2 hits {cyclic2['gpu_hits'] + cyclic2['cpu_hits']}"
-        f"/{DEFAULT_DOCS} (LRU thrashes)",
+        (f"cyclic  GPU {DEFAULT_GPU}, fwd,fwd: pass 2 hits {cyclic2['gpu_hits'] + cyclic2['cpu_hits']}"
+        f"/{DEFAULT_DOCS} (LRU thrashes)"),
         f"baseline fwd,fwd,rev: rev pass hits docs {rev['hit_docs']}",
         "cliff   pass-2 hits by GPU tokens: " + ", ".join(f"{k}: {v}" for k, v in data["cliff.json"].items()),
-        f"offload GPU {DEFAULT_GPU} + CPU {OFFLOAD_CPU}: pass 2 cpu hits {offload[1]['cpu_hits']}, "
-        f"rev pass gpu {offload[2]['gpu_hits']} / cpu {offload[2]['cpu_hits']}",
+        (f"offload GPU {DEFAULT_GPU} + CPU {OFFLOAD_CPU}: pass 2 cpu hits {offload[1]['cpu_hits']}, "
+        f"rev pass gpu {offload[2]['gpu_hits']} / cpu {offload[2]['cpu_hits']}"),
         "cpu_cliff pass-2 misses by CPU tokens: " + ", ".join(f"{k}: {v}" for k, v in data["cpu_cliff.json"].items()),
         f"measured p50 TTFT ratio baseline/lmcache: {ratios or '(no pass in both configs)'}",
     ]

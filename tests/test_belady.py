@@ -3,6 +3,7 @@ traces (so it is optimal there), never below LRU, and the prefix form evicts lea
 
 from __future__ import annotations
 
+import itertools
 from functools import cache
 
 import numpy as np
@@ -91,7 +92,7 @@ def test_prefix_belady_is_optimal_on_prefix_chained_requests():
             assert int(hits.sum()) == _best_prefix(requests, c)
             # never below the engine-semantics LRU prefix hits at the same capacity
             depths = engine_depths(keys, offsets)
-            lru = sum(int(np.maximum.accumulate(depths[lo:hi]).__le__(c).sum()) for lo, hi in zip(offsets[:-1], offsets[1:]))
+            lru = sum(int(np.maximum.accumulate(depths[lo:hi]).__le__(c).sum()) for lo, hi in itertools.pairwise(offsets))
             assert int(hits.sum()) >= lru
 
 
@@ -102,7 +103,7 @@ def test_prefix_hits_are_prefixes_and_capacity_edges():
     offsets = np.r_[0, np.cumsum([len(r) for r in requests])]
     hits = belady_prefix_hits(keys, offsets, [0, 5, 10**6])
     assert not hits[0].any()
-    for lo, hi in zip(offsets[:-1], offsets[1:]):
+    for lo, hi in itertools.pairwise(offsets):
         for row in hits:
             seg = row[lo:hi]
             assert not np.any(seg[1:] & ~seg[:-1])  # a hit block's parent hits too

@@ -63,7 +63,7 @@ IMPLS = [_tiered(p, o, r) for p in POLICIES for o in ("exclusive", "inclusive") 
          lambda cache: [(cache.gpu.used, cache.gpu.capacity), (cache.cpu.used, cache.cpu.capacity)],
          lambda cache: set(cache.gpu.keys()) | set(cache.cpu.keys())),
     Impl("ExclusiveTierCache", lambda c: ExclusiveTierCache([c, c, 2 * c]), lambda cache, key: cache.access(key, 1) >= 0,
-         lambda cache: [(t.used, t.capacity) for t in cache.tiers], lambda cache: {k for t in cache.tiers for k in t.keys()}),
+         lambda cache: [(t.used, t.capacity) for t in cache.tiers], lambda cache: {k for t in cache.tiers for k in t.keys()}),  # noqa: SIM118 - a tier, not a dict
     Impl("EnginePrefixCache", EnginePrefixCache, lambda cache, key: cache.access([key]) == 1,
          lambda cache: [(len(cache), cache.capacity)], lambda cache: set(cache.keys())),
 ]

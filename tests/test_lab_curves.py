@@ -19,7 +19,7 @@ def test_scenario_from_curves_equals_direct_scenario():
         passes = tuple(rng.choice(["fwd", "rev"], int(rng.integers(1, 4))).tolist())
         total = docs * tokens
         gpu, cpu = (int(rng.integers(0, total + 2)) for _ in range(2))
-        kw = dict(gpu=gpu, cpu=cpu, docs=docs, tokens=tokens, passes=passes)
+        kw = {"gpu": gpu, "cpu": cpu, "docs": docs, "tokens": tokens, "passes": passes}
         assert lab.scenario_from_curves(**kw) == run_scenario(**kw)
 
 

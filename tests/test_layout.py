@@ -101,9 +101,8 @@ def _layer(module: str) -> int | None:
     best = None
     for i, layer in enumerate(LAYERS):
         for prefix in layer:
-            if module == prefix or module.startswith(prefix + "."):
-                if best is None or len(prefix) > best[1]:
-                    best = (i, len(prefix))
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (i, len(prefix))
     return None if best is None else best[0]
 
 

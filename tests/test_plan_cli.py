@@ -53,7 +53,7 @@ def test_json_report_answers_match_direct_simulation(capsys, first_requests):
 @pytest.mark.xdist_group("matplotlib")  # the tests drawing PNGs share one worker: one matplotlib import
 def test_table_windows_plot_and_json_file(capsys, tmp_path, first_requests):
     pytest.importorskip("matplotlib")
-    code, out, err = run(capsys, "plan", first_requests, "--semantics", "engine", "--window", "2m",
+    code, out, _err = run(capsys, "plan", first_requests, "--semantics", "engine", "--window", "2m",
                          "--json", tmp_path / "p.json", "--plot", tmp_path / "p.png", "--model", "llama-3.1-8b")
     assert code == 0
     assert "== engine semantics ==" in out and "per-access" not in out and "window" in out

@@ -158,8 +158,8 @@ BAD_LINES = [
     ('{"config": "baseline", "pass": "p", "doc": 0, "doc_tokens": 1, "total_ms": 2}',
      "missing required field(s) ttft_ms; every line needs config, pass, doc, doc_tokens, ttft_ms, total_ms"),
     ('{"ttft_ms": 3}',
-     "missing required field(s) config, pass, doc, doc_tokens, total_ms; every line needs config, pass, doc, "
-     "doc_tokens, ttft_ms, total_ms"),
+     ("missing required field(s) config, pass, doc, doc_tokens, total_ms; every line needs config, pass, doc, "
+     "doc_tokens, ttft_ms, total_ms")),
     (line("vllm", "p", 3), 'config must be one of baseline, lmcache, got "vllm"'),
     (line("Baseline", "p", 3), 'config must be one of baseline, lmcache, got "Baseline"'),
     (line("baseline", 3, 3), "pass must be a non-empty string, got 3"),

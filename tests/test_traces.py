@@ -557,30 +557,30 @@ def test_select_negative_indices_and_bad_arguments():
 
 
 def valid_fields() -> dict:
-    return dict(
-        block_ids=np.array([0, 1, 0]), offsets=np.array([0, 2, 3]), block_tokens=np.array([4, 3, 2]),
-        timestamps_s=np.array([0.0, 1.0]), input_length=np.array([7, 2]), output_length=np.array([0, 0]), block_size=4,
-    )
+    return {
+        "block_ids": np.array([0, 1, 0]), "offsets": np.array([0, 2, 3]), "block_tokens": np.array([4, 3, 2]),
+        "timestamps_s": np.array([0.0, 1.0]), "input_length": np.array([7, 2]), "output_length": np.array([0, 0]), "block_size": 4,
+    }
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        (dict(offsets=np.array([1, 2, 3])), "offsets must be a 1-D array starting at 0"),
-        (dict(offsets=np.array([0, 2, 2])), "offsets must end at n_blocks = 3, not 2"),
-        (dict(offsets=np.array([0, 3, 2, 3]), timestamps_s=np.zeros(3), input_length=np.array([12, 0, 2]), output_length=np.zeros(3)), "offsets must be non-decreasing"),
-        (dict(block_tokens=np.array([4, 3])), "block_tokens must have one entry per block"),
-        (dict(block_tokens=np.array([4, 0, 2])), r"block_tokens must lie in 1..block_size \(4\)"),
-        (dict(block_tokens=np.array([4, 5, 2])), r"block_tokens must lie in 1..block_size \(4\)"),
-        (dict(block_tokens=np.array([3, 4, 2])), "every block except a request's last must hold block_size tokens"),
-        (dict(input_length=np.array([6, 2])), "a request's blocks hold more tokens than its input_length"),
-        (dict(timestamps_s=np.array([0.0])), r"timestamps_s must have one entry per request \(2\)"),
-        (dict(timestamps_s=np.array([0.0, np.inf])), "timestamps_s must be finite"),
-        (dict(output_length=np.array([0, -1])), "input_length and output_length must be non-negative"),
-        (dict(session_ids=np.array([1, 2, 3])), r"session_ids must have one entry per request \(2\)"),
-        (dict(block_size=0), "block_size must be a positive integer, got 0"),
-        (dict(block_ids=np.array([0.0, 1.0, 0.0])), "block ids must be integers, got dtype float64"),
-        (dict(block_ids=[0, True, 0]), "block ids must be integers"),
+        ({"offsets": np.array([1, 2, 3])}, "offsets must be a 1-D array starting at 0"),
+        ({"offsets": np.array([0, 2, 2])}, "offsets must end at n_blocks = 3, not 2"),
+        ({"offsets": np.array([0, 3, 2, 3]), "timestamps_s": np.zeros(3), "input_length": np.array([12, 0, 2]), "output_length": np.zeros(3)}, "offsets must be non-decreasing"),
+        ({"block_tokens": np.array([4, 3])}, "block_tokens must have one entry per block"),
+        ({"block_tokens": np.array([4, 0, 2])}, r"block_tokens must lie in 1..block_size \(4\)"),
+        ({"block_tokens": np.array([4, 5, 2])}, r"block_tokens must lie in 1..block_size \(4\)"),
+        ({"block_tokens": np.array([3, 4, 2])}, "every block except a request's last must hold block_size tokens"),
+        ({"input_length": np.array([6, 2])}, "a request's blocks hold more tokens than its input_length"),
+        ({"timestamps_s": np.array([0.0])}, r"timestamps_s must have one entry per request \(2\)"),
+        ({"timestamps_s": np.array([0.0, np.inf])}, "timestamps_s must be finite"),
+        ({"output_length": np.array([0, -1])}, "input_length and output_length must be non-negative"),
+        ({"session_ids": np.array([1, 2, 3])}, r"session_ids must have one entry per request \(2\)"),
+        ({"block_size": 0}, "block_size must be a positive integer, got 0"),
+        ({"block_ids": np.array([0.0, 1.0, 0.0])}, "block ids must be integers, got dtype float64"),
+        ({"block_ids": [0, True, 0]}, "block ids must be integers"),
     ],
 )
 def test_request_trace_check_rejects_broken_invariants(change, message):

@@ -272,7 +272,7 @@ def _finite(lo: float, lo_open: bool = True) -> Any:
             value = float(text)
         except ValueError:
             value = float("nan")
-        if value != value or value in (float("inf"), float("-inf")) or (value <= lo if lo_open else value < lo):
+        if value != value or value in (float("inf"), float("-inf")) or (value <= lo if lo_open else value < lo):  # noqa: PLR0124 - NaN
             raise argparse.ArgumentTypeError(f"must be a finite number {'>' if lo_open else '>='} {lo:g}, got {text!r}")
         return value
 

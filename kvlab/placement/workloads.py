@@ -255,7 +255,7 @@ class _Context:
 
 def _lengths(rng: np.random.Generator, mean: float) -> int:
     sigma = 0.6
-    return max(1, int(round(rng.lognormal(math.log(mean) - sigma * sigma / 2, sigma))))
+    return max(1, round(rng.lognormal(math.log(mean) - sigma * sigma / 2, sigma)))
 
 
 def _check_positive(**values: float) -> None:
