@@ -36,6 +36,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -174,11 +175,19 @@ def run_cli(argv: list[str], command: list[str] | None = None, extra_env: dict[s
     proc = subprocess.Popen([*head, *argv, "-o", out], env=env, stderr=subprocess.PIPE)
     watched, peak = psutil.Process(proc.pid), 0
     loads = [os.getloadavg()[0]]
-    while proc.poll() is None:
+    ended: list[float] = []
+    finished = threading.Event()
+
+    def wait() -> None:  # the end time exactly, not to the next 50 ms poll
+        proc.wait()
+        ended.append(time.perf_counter())
+        finished.set()
+
+    threading.Thread(target=wait, daemon=True).start()
+    while not finished.wait(0.05):
         peak = max(peak, _tree_rss(watched))
         loads.append(os.getloadavg()[0])
-        time.sleep(0.05)
-    wall = time.perf_counter() - start
+    wall = ended[0] - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     err = proc.stderr.read().decode() if proc.stderr else ""

@@ -7,6 +7,7 @@ progress to stderr. Each subcommand lives in its own module; this package holds 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -90,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Every output is checked (writable, not an input, not a folder) before any work.
     """
+    if argv is None:  # this process's own command line: its numpy does no linear algebra worth threads
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # (OpenBLAS's idle pool spins on the replay's cores)
     restore = None
     try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
         restore = install_interrupt_handler("stackdist")
