@@ -111,6 +111,10 @@ def _declare(lib: Any) -> Any:
         "sd_accesses": (i64, [p]),
         "sd_kept": (i64, [p, c_int]), "sd_cold": (i64, [p, c_int]), "sd_keys": (i64, [p, c_int]),
         "sd_hist_len": (i64, [p, c_int]), "sd_hist_copy": (None, [p, c_int, p]),
+        "sd_feed_sized_values": (c_int, [p, p, p, i64]), "sd_feed_sized_lines": (i64, [p, p, i64, c_int]),
+        "sd_replay_sized_one": (c_int, [p, c_int]), "sd_kind": (i64, [p]), "sd_total_size": (i64, [p]),
+        "sd_warm": (i64, [p, c_int]), "sd_cold_size": (i64, [p, c_int]), "sd_sampled_size": (i64, [p, c_int]),
+        "sd_warm_copy": (None, [p, c_int, p, p]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -152,6 +156,66 @@ class NativeShards:
         if any(codes):
             raise MemoryError("out of memory in the native sampler")
         return self
+
+    def feed_sized_values(self, keys: np.ndarray, sizes: np.ndarray) -> NativeShards:
+        """Feed 64-bit key values with their sizes (int64, each in 1..2**62). O(n x seeds)."""
+        arr, size_arr = np.ascontiguousarray(keys), np.ascontiguousarray(sizes, np.int64)
+        n = arr.shape[0]
+        half = n // 2 if n >= _TWO_THREADS else n
+        feed = self._lib.sd_feed_sized_values
+        codes = self._in_halves(lambda h: feed(h, arr.ctypes.data, size_arr.ctypes.data, half),
+                                lambda h: feed(h, arr[half:].ctypes.data, size_arr[half:].ctypes.data, n - half))
+        if any(codes):
+            raise MemoryError("out of memory in the native sampler")
+        return self
+
+    def feed_sized_lines(self, data: np.ndarray, delimiter: str) -> bool:
+        """Feed ``[+-]digits<delimiter>digits`` lines (a uint8 array); False, with the sampler
+        then unusable, at the first line of another shape. O(bytes x seeds)."""
+        scan, delim = self._lib.sd_feed_sized_lines, ord(delimiter)
+        return self.feed_text(data, lambda h, ptr, n: scan(h, ptr, n, delim))
+
+    @property
+    def kind(self) -> int:
+        """What was fed: 0 nothing, 1 unit sizes, 2 sizes, 3 both. O(1)."""
+        return int(self._lib.sd_kind(self._handle))
+
+    @property
+    def total_size(self) -> int:
+        """The sizes of every sized access fed; -1 past 2**62. O(1)."""
+        return int(self._lib.sd_total_size(self._handle))
+
+    def sized_histograms(self) -> list[tuple[np.ndarray, np.ndarray, int, int, int, int]] | None:
+        """Replay each seed's sized sample (two threads): (each warm sampled access's distance,
+        its size, cold accesses, their sizes, distinct sampled keys, sampled size) per seed;
+        None when a key's size changed (the compiled path reports where). O(m log m)."""
+        codes = self._on_two_threads(self._lib.sd_replay_sized_one)
+        if -3 in codes:
+            return None
+        if any(codes):
+            raise MemoryError("out of memory in the native sampler")
+        lib, out = self._lib, []
+        for j in range(self.k):
+            warm = int(lib.sd_warm(self._handle, j))
+            d, z = np.zeros(warm, np.int64), np.zeros(warm, np.int64)
+            lib.sd_warm_copy(self._handle, j, d.ctypes.data, z.ctypes.data)
+            out.append((d, z, int(lib.sd_cold(self._handle, j)), int(lib.sd_cold_size(self._handle, j)),
+                        int(lib.sd_keys(self._handle, j)), int(lib.sd_sampled_size(self._handle, j))))
+        return out
+
+    def _on_two_threads(self, replay_one: Any) -> list[int]:
+        """``replay_one(handle, seed)`` for every seed, the seeds split over two threads: the codes."""
+        codes = [0] * self.k
+
+        def replay(first: int) -> None:
+            for j in range(first, self.k, 2):
+                codes[j] = replay_one(self._handle, j)
+
+        thread = threading.Thread(target=replay, args=(1,), name="stackdist-native")
+        thread.start()
+        replay(0)
+        thread.join()
+        return codes
 
     def feed_lines(self, data: np.ndarray) -> bool:
         """Feed the keys of ``[+-]digits`` lines (a uint8 array); False, with the sampler then
@@ -205,16 +269,7 @@ class NativeShards:
         """Replay each seed's sample (the seeds split over two threads): ([sampled accesses at
         each distance 0..max], cold accesses, distinct sampled keys) per seed. O(m log m) for
         m sampled accesses."""
-        codes = [0] * self.k
-
-        def replay(first: int) -> None:
-            for j in range(first, self.k, 2):
-                codes[j] = self._lib.sd_replay_one(self._handle, j)
-
-        thread = threading.Thread(target=replay, args=(1,), name="stackdist-native")
-        thread.start()
-        replay(0)
-        thread.join()
+        codes = self._on_two_threads(self._lib.sd_replay_one)
         if any(codes):
             raise MemoryError("out of memory in the native sampler")
         out = []

@@ -18,7 +18,7 @@ static inline uint64_t mix(uint64_t x, uint64_t salt) {
     return x ^ (x >> 31);
 }
 
-static int push(vec_t *vec, uint64_t h) {
+int sd_push(vec_t *vec, uint64_t h) {
     if (vec->n == vec->cap) {
         int64_t cap = vec->cap ? 2 * vec->cap : 4096;
         uint64_t *grown = realloc(vec->v, (size_t)cap * sizeof(uint64_t));
@@ -33,12 +33,13 @@ static int push(vec_t *vec, uint64_t h) {
 /* Hash a block of keys under every seed, one seed at a time (independent iterations, so the
  * multiplies overlap), appending each seed's sampled hashes in trace order. */
 int sd_feed_block(shards_t *s, const uint64_t *keys, int64_t n) {
+    s->kind |= 1;
     for (int j = 0; j < s->k; j++) {
         uint64_t salt = s->salt[j], cut = s->cut[j];
         vec_t *out = &s->kept[j];
         for (int64_t i = 0; i < n; i++) {
             uint64_t h = mix(keys[i], salt);
-            if (h <= cut && push(out, h)) return -1;
+            if (h <= cut && sd_push(out, h)) return -1;
         }
     }
     return 0;
@@ -60,6 +61,9 @@ void sd_free(shards_t *s) {
     for (int j = 0; j < MAX_SEEDS; j++) {
         free(s->kept[j].v);
         free(s->hist[j]);
+        free(s->sizes[j].v);
+        free(s->out_d[j].v);
+        free(s->out_s[j].v);
     }
     free(s);
 }
@@ -72,12 +76,18 @@ int sd_feed_values(shards_t *s, const uint64_t *values, int64_t n) {
     return 0;
 }
 
-/* Append b's sampled keys after a's (b fed the part of the trace after a's). */
+/* Append b's sampled keys (and sizes) after a's (b fed the part of the trace after a's). */
 int sd_merge(shards_t *a, const shards_t *b) {
-    for (int j = 0; j < a->k; j++)
+    for (int j = 0; j < a->k; j++) {
         for (int64_t i = 0; i < b->kept[j].n; i++)
-            if (push(&a->kept[j], b->kept[j].v[i])) return -1;
+            if (sd_push(&a->kept[j], b->kept[j].v[i])) return -1;
+        for (int64_t i = 0; i < b->sizes[j].n; i++)
+            if (sd_push(&a->sizes[j], b->sizes[j].v[i])) return -1;
+    }
     a->n_accesses += b->n_accesses;
+    a->kind |= b->kind;
+    a->total_size = a->total_size < 0 || b->total_size < 0 || a->total_size + b->total_size > (1LL << 62)
+        ? -1 : a->total_size + b->total_size;
     return 0;
 }
 

@@ -51,7 +51,13 @@ import numpy as np
 from ..curve import parse_window
 from ..kernels import COLD
 from ..keys import check_sizes
-from .estimate import SampledCurve, fixed_rate_curve, spread
+from .estimate import (
+    SampledCurve,
+    collapse_sized,
+    fixed_rate_curve,
+    fixed_rate_sized_curve,
+    spread,
+)
 from .hashed_stack import HashedStack, hash_values, multi_filter
 from .thresholds import rate_of_threshold, seed_mix, threshold_for_rate
 
@@ -155,6 +161,29 @@ def _collapse(values: np.ndarray, *weights: np.ndarray) -> tuple[np.ndarray, ...
     return (v[starts],) + tuple(np.add.reduceat(w[order], starts) for w in weights)
 
 
+_EXACT_SIZE = 1 << 40
+"""Sizes up to this are summed as integers (a fixed-rate curve then does not depend on the
+chunking and equals the native sampler's); a larger one weights the run in floats."""
+
+
+def _merge_sized(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`~.estimate.collapse_sized` parts merged: (distances, counts, size sums). O(n log n).
+
+    >>> [a.tolist() for a in _merge_sized([(np.array([2, 5]), np.array([1, 2]), np.array([3, 5])),
+    ...                                    (np.array([5]), np.array([1]), np.array([4]))])]
+    [[2, 5], [1, 3], [3, 9]]
+    """
+    if len(parts) == 1:
+        return parts[0]
+    d, c, z = (np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(3))
+    if d.size == 0:
+        return d, c, z
+    order = np.argsort(d, kind="stable")
+    d, c, z = d[order], c[order], z[order]
+    starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+    return d[starts], np.add.reduceat(c, starts), np.add.reduceat(z, starts)
+
+
 def _add_counts(counts: np.ndarray, d: np.ndarray) -> np.ndarray:
     """``counts`` plus the distances ``d`` counted (grown as needed). O(len(d) + max d).
 
@@ -205,7 +234,9 @@ class ShardsSampler:
         self.cold_size_weight = 0.0
         self.n_sampled_accesses = 0
         self._counts = np.zeros(0, np.int64)  # fixed rate, unit sizes: sampled accesses by distance
+        self._sized: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # fixed rate, sized: collapse_sized parts
         self._n_cold = 0
+        self._cold_size = 0
         self._mixed = False  # True once a sized or fixed-size access is weighted in floats
 
     @property
@@ -220,7 +251,7 @@ class ShardsSampler:
         >>> ShardsSampler(max_keys=10).state_nbytes > 0
         True
         """
-        return self._stack.nbytes + self._counts.nbytes + self._values.nbytes + self._w.nbytes + self._ws.nbytes
+        return self._stack.nbytes + self._counts.nbytes + sum(a.nbytes for p in self._sized for a in p) + self._values.nbytes + self._w.nbytes + self._ws.nbytes
 
     @property
     def n_sampled_keys(self) -> int:
@@ -319,9 +350,16 @@ class ShardsSampler:
     def _account(self, d: np.ndarray, t: np.ndarray, sizes: np.ndarray | None) -> None:
         self.n_sampled_accesses += int(d.size)
         cold = d == COLD
-        if sizes is None and self.max_keys is None:  # one threshold, unit sizes: integer counts by distance
-            self._n_cold += int(cold.sum())
-            self._counts = _add_counts(self._counts, d[~cold])
+        if self.max_keys is None and (sizes is None or int(sizes.max(initial=0)) <= _EXACT_SIZE):
+            self._n_cold += int(cold.sum())  # one threshold: integer counts, divided by the rate once
+            if sizes is None:
+                self._cold_size += int(cold.sum())
+                self._counts = _add_counts(self._counts, d[~cold])
+            else:
+                self._cold_size += int(sizes[cold].sum())
+                self._sized.append(collapse_sized(d[~cold], sizes[~cold]))
+                if sum(p[0].size for p in self._sized) > max(1 << 20, 2 * self._sized[0][0].size):
+                    self._sized = [_merge_sized(self._sized)]
             return
         self._mixed = True
         r = rate_of_threshold(t)
@@ -340,18 +378,23 @@ class ShardsSampler:
         if self._pending_n > max(1 << 20, self._values.size):  # collapse in batches: amortized O(log) per access
             self._collapse_pending()
 
-    def _fold_counts(self) -> None:
-        """Move the integer counts into the weighted histogram (a sized chunk came after unit ones)."""
+    def _integer_histogram(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The fixed-rate accesses' (distances, counts, size sums), unit and sized together."""
         present = np.flatnonzero(self._counts)
-        if present.size or self._n_cold:
-            w = self._counts[present] / self.rate
-            self._pending.append((np.ceil(present / self.rate - 1e-9).astype(np.int64), w, w.copy()))
-            sampled, cold = (int(self._counts.sum()) + self._n_cold) / self.rate, self._n_cold / self.rate
-            self.sampled_weight += sampled
-            self.sampled_size_weight += sampled
-            self.cold_weight += cold
-            self.cold_size_weight += cold
-        self._counts, self._n_cold = np.zeros(0, np.int64), 0
+        return _merge_sized([*self._sized, (present, self._counts[present], self._counts[present])])
+
+    def _fold_counts(self) -> None:
+        """Move the integer counts into the weighted histogram (before the curve of a run that
+        also weighted accesses in floats: fixed size, or sizes above :data:`_EXACT_SIZE`)."""
+        at = self._integer_histogram()
+        if at[0].size or self._n_cold:
+            r = self.rate
+            self._pending.append((np.ceil(at[0] / r - 1e-9).astype(np.int64), at[1] / r, at[2] / r))
+            self.sampled_weight += (int(at[1].sum()) + self._n_cold) / r
+            self.sampled_size_weight += (int(at[2].sum()) + self._cold_size) / r
+            self.cold_weight += self._n_cold / r
+            self.cold_size_weight += self._cold_size / r
+        self._counts, self._sized, self._n_cold, self._cold_size = np.zeros(0, np.int64), [], 0, 0
 
     def _collapse_pending(self) -> None:
         if self._pending:
@@ -367,9 +410,13 @@ class ShardsSampler:
         >>> s = ShardsSampler(rate=1.0); _ = s.feed([1, 2, 1]); s.curve().hits_at(2)
         1.0
         """
-        if not self._mixed:
+        if not self._mixed and not self._sized:
             return fixed_rate_curve(self._counts, self._n_cold, self.n_sampled_keys, rate=self.rate,
                                     n_accesses=self.n_accesses, seed=self.seed)
+        if not self._mixed:
+            return fixed_rate_sized_curve(self._integer_histogram(), (self._n_cold, self._cold_size), self.n_sampled_keys,
+                                          rate=self.rate, totals=(self.n_accesses, self.total_size), seed=self.seed,
+                                          unit=self._unit)
         self._fold_counts()
         self._collapse_pending()
         return SampledCurve(self._values, np.cumsum(self._w), np.cumsum(self._ws), self.n_accesses, self.total_size,
