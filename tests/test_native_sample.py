@@ -18,7 +18,11 @@ import pytest
 from stackdist.cli import main
 from stackdist.cli.native_sample import native_curves
 from stackdist.engine.scale import native
-from stackdist.engine.scale.estimate import fixed_rate_curve
+from stackdist.engine.scale.estimate import (
+    collapse_sized,
+    fixed_rate_curve,
+    fixed_rate_sized_curve,
+)
 from stackdist.engine.scale.native import NativeShards, library
 from stackdist.engine.scale.sampling import ShardsSampler, feed_all
 from stackdist.engine.scale.thresholds import seed_mix, threshold_for_rate
@@ -127,6 +131,11 @@ TEXT_FORMS = {  # name: (first line or "", the body repeated after it)
     "wide.csv": ("", ("-9223372036854775808\n18446744073709551615\n1234567890123456789\n12345678\n"
                       "00000000000000000009\n+9\n9\n-1\n18446744073709551615\n")),
     "tabs.tsv": ("KEY\n", "1\n2\n1\n"),
+    "sized.csv": ("key,size\n", "1,3\n2,5\n1,3\n-4,1\n2,5\n+7,1099511627776\n"),
+    "sized_bom_crlf.csv": ("\ufeffKEY , Bytes\r\n", "1,3\r\n\r\n2,5\r\n1,3\r\n"),
+    "sized_headerless.tsv": ("", "1\t3\n2\t5\n1\t3\n"),
+    "sized_sniffed.txt": ("", "9\t2\n8\t2\n9\t2\n"),
+    "sized_comma.txt": ("key,size\n", "9,2\n8,2\n9,2\n"),
     "no_final_newline.csv": ("", "1\n2\n1"),
 }
 
@@ -139,6 +148,70 @@ def test_text_forms_take_the_native_path_with_the_compiled_answer(monkeypatch, t
     assert native_curves(curve_args(str(path)), [0, 1, 2]) is not None
     a, ra, b, rb = run_both(monkeypatch, tmp_path, str(path), "--sample-rate", "0.5", "--points", "9")
     assert a == b == 0 and ra == rb
+
+
+def test_sized_npy_forms_take_the_native_path(monkeypatch, tmp_path):
+    rng = np.random.default_rng(12)
+    keys, sizes = rng.integers(0, 200, 4000), rng.integers(1, 50, 200)
+    pairs = np.stack([keys, sizes[keys]], axis=1)
+    structured = np.zeros(keys.size, dtype=[("key", np.int32), ("size", np.uint16)])
+    structured["key"], structured["size"] = keys, sizes[keys]
+    keyed = np.zeros(keys.size, dtype=[("key", np.int64)])
+    keyed["key"] = keys
+    for name, array in (("pairs.npy", pairs), ("structured.npy", structured), ("keyed.npy", keyed)):
+        np.save(tmp_path / name, array)
+        assert native_curves(curve_args(str(tmp_path / name)), [0, 1]) is not None, name
+        a, ra, b, rb = run_both(monkeypatch, tmp_path, str(tmp_path / name), "--sample-rate", "0.4")
+        assert a == b == 0 and ra == rb, name
+    changed = pairs.copy()
+    changed[-1, 1] += 1  # a key's size changes: the compiled path's error, the same exit code
+    np.save(tmp_path / "changed.npy", changed)
+    a, _, b, _ = run_both(monkeypatch, tmp_path, str(tmp_path / "changed.npy"), "--sample-rate", "1.0")
+    assert a == b == 1
+    (tmp_path / "unit.csv").write_text("1\n2\n")  # sized and unit files together: the compiled path's error
+    a, _, b, _ = run_both(monkeypatch, tmp_path, [str(tmp_path / "pairs.npy"), str(tmp_path / "unit.csv")],
+                          "--sample-rate", "1.0")
+    assert a == b == 1
+
+
+def test_sized_samples_equal_the_compiled_sampler_field_for_field():
+    rng = np.random.default_rng(21)
+    for trial in range(40):
+        n, m = int(rng.integers(1, 2000)), int(rng.integers(1, 300))
+        keys = (rng.zipf(1.2, n) % m).astype(np.int64)
+        size_of = rng.integers(1, [2, 10, 5000, 2**40][trial % 4] + 1, m)
+        sizes = size_of[keys]
+        rate, seeds, chunks = float(rng.choice([1.0, 0.5, 0.1])), [trial, trial + 7], int(rng.integers(1, 4))
+        sampler = NativeShards(library(), [seed_mix(s) for s in seeds], [threshold_for_rate(rate)] * 2)
+        compiled = [ShardsSampler(rate, None, s) for s in seeds]
+        for kpart, zpart in zip(np.array_split(keys, chunks), np.array_split(sizes, chunks)):
+            sampler.feed_sized_values(kpart, zpart)
+            feed_all(compiled, kpart, zpart)
+        got = sampler.sized_histograms()
+        assert got is not None
+        for (d, z, cold, cold_size, n_keys, _), want in zip(got, compiled):
+            curve = fixed_rate_sized_curve(collapse_sized(d, z), (cold, cold_size), n_keys, rate=want.rate,
+                                           totals=(n, int(sizes.sum())), seed=want.seed, unit=False)
+            assert_same_curve(curve, want.curve())
+
+
+def test_sized_replay_equals_a_naive_stack():
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        keys = rng.integers(0, 25, int(rng.integers(1, 200)))
+        size_of = rng.integers(1, 9, 25)
+        sampler = NativeShards(library(), [seed_mix(0)], [threshold_for_rate(1.0)])
+        (d, z, cold, cold_size, n_keys, _), = sampler.feed_sized_values(keys, size_of[keys]).sized_histograms()
+        stack: list[int] = []
+        want = []
+        for k in keys.tolist():
+            if k in stack:
+                at = stack.index(k)
+                want.append((sum(int(size_of[x]) for x in stack[:at]) + int(size_of[k]), int(size_of[k])))
+                stack.remove(k)
+            stack.insert(0, k)
+        assert list(zip(d.tolist(), z.tolist())) == want and n_keys == cold == len(set(keys.tolist()))
+        assert cold_size == sum(int(size_of[k]) for k in set(keys.tolist()))
 
 
 def test_npy_dtypes_and_several_files_take_the_native_path(monkeypatch, tmp_path):
@@ -159,7 +232,9 @@ def test_npy_dtypes_and_several_files_take_the_native_path(monkeypatch, tmp_path
     assert a == b == 0 and ra == rb
 
 
-@pytest.mark.parametrize("text", ["# comment\n1\n2\n", "1\n 2\n", "1,3\n2,3\n", "1\nx\n", "1\n-\n",
+@pytest.mark.parametrize("text", ["# comment\n1\n2\n", "1\n 2\n", "1,3\n2\n", "1\n2,3\n", "1,0\n", "1,-3\n",
+                                  "1,3,4\n", "key,size,x\n1,2,3\n", "1, 3\n", "1,1099511627777\n", "key\n1,2\n",
+                                  "1,3\n1,4\n", "1\t3\n", "1\nx\n", "1\n-\n",
                                   "1\n18446744073709551616\n", "1\n-9223372036854775809\n", "1\n000000000000000000009\n",
                                   "1\n1234567\r\r\n", "1\n+\n", "key,size\n1,2\n", "1\n2 \n", "1\n\t\n"])
 def test_other_lines_leave_the_file_to_the_compiled_path(monkeypatch, tmp_path, text):
@@ -188,8 +263,11 @@ def test_runs_it_does_not_serve_are_left_alone(tmp_path):
     assert native_curves(curve_args(str(path), rate=1.0), list(range(63))) is None  # the compiled path takes 64 seeds
     for over in ({"sample_size": 5}, {"dask": "local:2"}, {"window": "1:"}, {"warmup": "1"}, {"format": "jsonl"}):
         assert native_curves(curve_args(str(path), **over), [0]) is None, over
-    np.save(tmp_path / "sized.npy", np.array([[1, 2], [3, 4]]))
-    for spec in ("-", str(tmp_path / "none-*.csv"), str(tmp_path / "sized.npy"), str(tmp_path / "missing.csv")):
+    np.save(tmp_path / "wide.npy", np.array([[1, 2, 3], [3, 4, 5]]))
+    np.save(tmp_path / "float.npy", np.array([1.0, 2.0]))
+    np.save(tmp_path / "zero.npy", np.array([[1, 2], [3, 0]]))
+    for spec in ("-", str(tmp_path / "none-*.csv"), str(tmp_path / "wide.npy"), str(tmp_path / "float.npy"),
+                 str(tmp_path / "zero.npy"), str(tmp_path / "missing.csv")):
         assert native_curves(curve_args(spec), [0]) is None, spec
     import gzip
 

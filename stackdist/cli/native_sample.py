@@ -23,7 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from stackdist.engine.scale.estimate import SampledCurve, fixed_rate_curve
+from stackdist.engine.scale.estimate import (
+    EXACT_SIZE,
+    SampledCurve,
+    collapse_sized,
+    fixed_rate_curve,
+    fixed_rate_sized_curve,
+)
 from stackdist.engine.scale.native import NativeShards, library
 from stackdist.engine.scale.native_json import feed_jsonl, feed_mooncake
 from stackdist.engine.scale.thresholds import (
@@ -64,11 +70,25 @@ def native_curves(args: argparse.Namespace, seeds: list[int]) -> list[SampledCur
     for path in files:
         if not _feed_file(sampler, path, args.format):
             return None
-    if sampler.n_accesses == 0 or min(sampler.kept()) == 0 or max(sampler.kept()) >= 2**31 - 1:
-        return None  # nothing to answer (the compiled path says why), or past the replay's 32-bit tree
+    if sampler.n_accesses == 0 or min(sampler.kept()) == 0 or max(sampler.kept()) >= 2**31 - 1 or sampler.kind == 3:
+        return None  # nothing to answer, past the replay's 32-bit tree, or sized and unit files: the compiled path says
     rate = float(rate_of_threshold(cut))
+    if sampler.kind == 2:
+        return _sized_curves(sampler, seeds, rate)
     return [fixed_rate_curve(counts, cold, keys, rate=rate, n_accesses=sampler.n_accesses, seed=seed)
             for (counts, cold, keys), seed in zip(sampler.histograms(), seeds)]
+
+
+def _sized_curves(sampler: NativeShards, seeds: list[int], rate: float) -> list[SampledCurve] | None:
+    """The seeds' curves of a sized sample; None when a key's size changed or the sizes' sum
+    passed 2**62 (the compiled path reports the one, weights the other in floats)."""
+    samples = sampler.sized_histograms() if sampler.total_size >= 0 else None
+    if samples is None:
+        return None
+    totals = (sampler.n_accesses, sampler.total_size)
+    return [fixed_rate_sized_curve(collapse_sized(d, z), (cold, cold_size), keys, rate=rate, totals=totals, seed=seed,
+                                   unit=False)
+            for (d, z, cold, cold_size, keys, _), seed in zip(samples, seeds)]
 
 
 def _feed_file(sampler: NativeShards, path: str, fmt: str | None) -> bool:
@@ -80,7 +100,7 @@ def _feed_file(sampler: NativeShards, path: str, fmt: str | None) -> bool:
     if suffix == ".npy":
         return _feed_npy(sampler, path)
     if suffix in _TEXT:
-        return _feed_text(sampler, path)
+        return _feed_text(sampler, path, suffix)
     if suffix == ".jsonl":
         return _feed_json_lines(sampler, path, feed_jsonl)
     return False
@@ -101,39 +121,64 @@ def _feed_json_lines(sampler: NativeShards, path: str, feed: Callable[[NativeSha
 
 
 def _feed_npy(sampler: NativeShards, path: str) -> bool:
-    """A 1-D integer ``.npy`` array, memory-mapped, keys by their 64-bit value."""
+    """An integer ``.npy`` array, memory-mapped: 1-D keys (their 64-bit values), or an (n, 2)
+    array or a structured one of ``key`` and ``size`` (every size in 1..:data:`EXACT_SIZE`)."""
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError):
         return False
-    if not isinstance(array, np.ndarray) or array.ndim != 1 or array.dtype.kind not in "iu":
+    if not isinstance(array, np.ndarray):
         return False
-    wide = np.dtype(np.int64 if array.dtype.kind == "i" else np.uint64)
-    if array.dtype == wide:
-        sampler.feed_values(array)
-        return True
-    for lo in range(0, array.shape[0], _CONVERT):
-        sampler.feed_values(np.asarray(array[lo : lo + _CONVERT]).astype(wide))
+    if array.dtype.names is not None:
+        if array.ndim != 1 or set(array.dtype.names) not in ({"key"}, {"key", "size"}):
+            return False
+        keys, sizes = array["key"], (array["size"] if "size" in array.dtype.names else None)
+    elif array.ndim == 2 and array.shape[1] == 2:
+        keys, sizes = array[:, 0], array[:, 1]
+    elif array.ndim == 1:
+        keys, sizes = array, None
+    else:
+        return False
+    if keys.dtype.kind not in "iu" or (sizes is not None and sizes.dtype.kind not in "iu"):
+        return False
+    wide = np.dtype(np.int64 if keys.dtype.kind == "i" else np.uint64)
+    for lo in range(0, max(keys.shape[0], 1), _CONVERT):
+        part = np.ascontiguousarray(keys[lo : lo + _CONVERT], dtype=wide)
+        if sizes is None:
+            sampler.feed_values(part)
+            continue
+        size = np.asarray(sizes[lo : lo + _CONVERT])
+        if size.size and (int(size.min()) < 1 or int(size.max()) > EXACT_SIZE):
+            return False  # the compiled path reports a size below 1, weights a huge one in floats
+        sampler.feed_sized_values(part, size.astype(np.int64))
     return True
 
 
-def _feed_text(sampler: NativeShards, path: str) -> bool:
-    """Delimited text whose lines are all ``[+-]digits``, after an optional ``key`` header."""
+def _feed_text(sampler: NativeShards, path: str, suffix: str) -> bool:
+    """Delimited text whose lines are all ``[+-]digits`` or all ``[+-]digits<delim>digits``,
+    after an optional ``key`` header."""
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return False
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
             data = np.frombuffer(mapped, np.uint8)
             try:
-                start = _data_start(mapped)
-                return start is not None and sampler.feed_lines(data[start:])
+                layout = _text_layout(mapped, suffix)
+                if layout is None:
+                    return False
+                start, delimiter = layout
+                if delimiter is None:
+                    return sampler.feed_lines(data[start:])
+                return sampler.feed_sized_lines(data[start:], delimiter)
             finally:
                 del data  # the map closes only when no array views it
 
 
-def _data_start(mapped: Any) -> int | None:
-    """Where the data lines begin: after a UTF-8 BOM and a ``key`` header line, when present;
-    None when the first non-blank line is neither a key nor that header (a comment, say)."""
+def _text_layout(mapped: Any, suffix: str) -> tuple[int, str | None] | None:
+    """(where the data lines begin, the delimiter when they hold a size column): after a UTF-8
+    BOM and a header whose first field is ``key`` (any case), when present; the delimiter is
+    ``,`` (.csv), a tab (.tsv) or the first of them in the first line (.txt). None when the
+    first line is something else the compiled reader must judge (three columns, say)."""
     pos = 3 if mapped[:3] == b"\xef\xbb\xbf" else 0
     while True:
         end = mapped.find(b"\n", pos)
@@ -141,9 +186,14 @@ def _data_start(mapped: Any) -> int | None:
         if line.strip(b"\r"):
             break
         if end < 0:
-            return pos
+            return pos, None
         pos = end + 1
     head = line.strip(b" \r")
-    if b"," not in head and b"\t" not in head and head.strip().lower() == b"key":
-        return len(mapped) if end < 0 else end + 1
-    return pos
+    delim = {".csv": b",", ".tsv": b"\t"}.get(suffix) or (b"\t" if b"\t" in head else b"," if b"," in head else None)
+    fields = head.split(delim) if delim else [head]
+    if len(fields) > 2:
+        return None
+    sized = None if len(fields) == 1 else delim.decode()  # type: ignore[union-attr]
+    if fields[0].strip().lower() == b"key":
+        return (len(mapped) if end < 0 else end + 1), sized
+    return pos, sized

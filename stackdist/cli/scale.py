@@ -144,7 +144,7 @@ def _sampled_curves(args: argparse.Namespace) -> list[Any]:
     if curves is not None:
         return curves
     from stackdist.engine.scale.sampling import ShardsSampler, feed_all
-    from stackdist.traces.stream_input import read_keys
+    from stackdist.traces.stream_input import joined_sizes, read_keys
 
     samplers = [ShardsSampler(args.sample_rate, args.sample_size, s) for s in seeds_of(args)]
     if args.dask:
@@ -156,9 +156,12 @@ def _sampled_curves(args: argparse.Namespace) -> list[Any]:
     else:
         chunks = _iter_keys(args.trace, args.format)
         start, stop = _counted_range(args, 2**62)
-    pos = 0
+    pos, first = 0, None
     for keys, sizes in chunks:
         n = keys.shape[0]
+        first = (keys, sizes) if first is None and n else first
+        if n and first is not None:
+            joined_sizes([first, (keys, sizes)], args.trace)  # a size column in some inputs only is an error
         counted = slice(min(max(start - pos, 0), n), min(max(stop - pos, 0), n))
         feed_all(samplers, keys, sizes, counted)
         pos += n

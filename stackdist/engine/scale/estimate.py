@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["QuantileCounter", "SampledCurve", "collapse_sized", "fixed_rate_curve", "fixed_rate_sized_curve", "spread"]
+__all__ = ["EXACT_SIZE", "QuantileCounter", "SampledCurve", "collapse_sized", "fixed_rate_curve", "fixed_rate_sized_curve", "spread"]
 
 
 @dataclass(frozen=True)
@@ -237,6 +237,12 @@ def fixed_rate_curve(counts: np.ndarray, n_cold: int, n_keys: int, *, rate: floa
     return SampledCurve(np.ceil(present / rate - 1e-9).astype(np.int64), cum, cum.copy(), int(n_accesses),
                         int(n_accesses), sampled, sampled, cold, cold, float(rate), None, int(seed), n_sampled,
                         int(n_keys), True)
+
+
+EXACT_SIZE = 1 << 40
+"""Fixed-rate samples' sizes up to this are summed as integers (a curve then does not depend on
+the chunking, and the native sampler's equals the compiled one's); a larger size is weighted
+in floats by the compiled path."""
 
 
 def collapse_sized(distances: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -29,7 +29,7 @@ int sd_feed_sized_block(shards_t *s, const uint64_t *keys, const int64_t *sizes,
     return 0;
 }
 
-/* [+-]digits (1 to 18) then delim then digits (1 to 18, a size >= 1), an optional \r; the
+/* [+-]digits (1 to 18) then delim then digits (a size in 1..2**40, estimate.EXACT_SIZE), an optional \r; the
  * line is buf[start, end). 0 with *key and *size set, 1 for a blank line, -1 otherwise. */
 static int parse_sized_line(const uint8_t *buf, int64_t start, int64_t end, uint8_t delim,
                             uint64_t *key, int64_t *size) {
@@ -45,7 +45,7 @@ static int parse_sized_line(const uint8_t *buf, int64_t start, int64_t end, uint
     i++;
     digits = 0;
     for (; i < end && buf[i] >= '0' && buf[i] <= '9'; i++, digits++) z = z * 10 + (uint64_t)(buf[i] - '0');
-    if (digits == 0 || digits > 18 || i != end || z < 1 || z > (1ULL << 62)) return -1;
+    if (digits == 0 || digits > 18 || i != end || z < 1 || z > (1ULL << 40)) return -1;  /* EXACT_SIZE */
     *key = neg ? (uint64_t)0 - v : v;
     *size = (int64_t)z;
     return 0;

@@ -52,6 +52,7 @@ from ..curve import parse_window
 from ..kernels import COLD
 from ..keys import check_sizes
 from .estimate import (
+    EXACT_SIZE,
     SampledCurve,
     collapse_sized,
     fixed_rate_curve,
@@ -159,11 +160,6 @@ def _collapse(values: np.ndarray, *weights: np.ndarray) -> tuple[np.ndarray, ...
     v = values[order]
     starts = np.flatnonzero(np.r_[True, v[1:] != v[:-1]])
     return (v[starts],) + tuple(np.add.reduceat(w[order], starts) for w in weights)
-
-
-_EXACT_SIZE = 1 << 40
-"""Sizes up to this are summed as integers (a fixed-rate curve then does not depend on the
-chunking and equals the native sampler's); a larger one weights the run in floats."""
 
 
 def _merge_sized(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -350,7 +346,7 @@ class ShardsSampler:
     def _account(self, d: np.ndarray, t: np.ndarray, sizes: np.ndarray | None) -> None:
         self.n_sampled_accesses += int(d.size)
         cold = d == COLD
-        if self.max_keys is None and (sizes is None or int(sizes.max(initial=0)) <= _EXACT_SIZE):
+        if self.max_keys is None and (sizes is None or int(sizes.max(initial=0)) <= EXACT_SIZE):
             self._n_cold += int(cold.sum())  # one threshold: integer counts, divided by the rate once
             if sizes is None:
                 self._cold_size += int(cold.sum())
@@ -385,7 +381,7 @@ class ShardsSampler:
 
     def _fold_counts(self) -> None:
         """Move the integer counts into the weighted histogram (before the curve of a run that
-        also weighted accesses in floats: fixed size, or sizes above :data:`_EXACT_SIZE`)."""
+        also weighted accesses in floats: fixed size, or sizes above :data:`EXACT_SIZE`)."""
         at = self._integer_histogram()
         if at[0].size or self._n_cold:
             r = self.rate
