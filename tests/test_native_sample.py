@@ -329,3 +329,21 @@ def test_the_most_seeds_the_cli_takes(monkeypatch, tmp_path):
     for seeds in ("62", "64"):
         a, ra, b, rb = run_both(monkeypatch, tmp_path, str(tmp_path / "t.csv"), "--sample-rate", "0.5", "--sample-seeds", seeds)
         assert a == b == 0 and ra == rb and len(ra["seeds"]) == int(seeds)
+
+
+def test_a_sample_past_the_limit_is_left_to_the_compiled_path(monkeypatch, tmp_path):
+    from stackdist.cli import native_sample
+
+    keys = np.random.default_rng(6).integers(0, 500, 3000)
+    np.save(tmp_path / "k.npy", keys)
+    (tmp_path / "k.csv").write_text("".join(f"{k}\n" for k in keys))
+    (tmp_path / "s.csv").write_text("".join(f"{k},{k % 5 + 1}\n" for k in keys))
+    monkeypatch.setattr(native_sample, "SAMPLE_LIMIT", 1000)
+    for name in ("k.npy", "k.csv", "s.csv"):
+        assert native_curves(curve_args(str(tmp_path / name), rate=1.0), [0]) is None, name
+        assert native_curves(curve_args(str(tmp_path / name), rate=0.1), [0]) is not None, name
+        a, ra, b, rb = run_both(monkeypatch, tmp_path, str(tmp_path / name), "--sample-rate", "1.0")
+        assert a == b == 0 and ra == rb, name
+    big = np.arange((1 << 20) + 10, dtype=np.int64)  # fed on two threads: both halves pass the limit
+    sampler = NativeShards(library(), [seed_mix(0)], [threshold_for_rate(1.0)], limit=1000)
+    assert sampler.feed_values(big).too_large

@@ -30,7 +30,7 @@ from stackdist.engine.scale.estimate import (
     fixed_rate_curve,
     fixed_rate_sized_curve,
 )
-from stackdist.engine.scale.native import NativeShards, library
+from stackdist.engine.scale.native import SAMPLE_LIMIT, NativeShards, library
 from stackdist.engine.scale.native_json import feed_jsonl, feed_mooncake
 from stackdist.engine.scale.thresholds import (
     rate_of_threshold,
@@ -66,9 +66,9 @@ def native_curves(args: argparse.Namespace, seeds: list[int]) -> list[SampledCur
     if any(f == "-" or compression_of(f) or not os.path.isfile(f) for f in files):
         return None
     cut = threshold_for_rate(args.sample_rate)
-    sampler = NativeShards(lib, [seed_mix(s) for s in seeds], [cut] * len(seeds))
+    sampler = NativeShards(lib, [seed_mix(s) for s in seeds], [cut] * len(seeds), SAMPLE_LIMIT)
     for path in files:
-        if not _feed_file(sampler, path, args.format):
+        if not _feed_file(sampler, path, args.format) or sampler.too_large:
             return None
     if sampler.n_accesses == 0 or min(sampler.kept()) == 0 or max(sampler.kept()) >= 2**31 - 1 or sampler.kind == 3:
         return None  # nothing to answer, past the replay's 32-bit tree, or sized and unit files: the compiled path says

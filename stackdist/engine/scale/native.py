@@ -37,11 +37,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NativeShards", "cache_folder", "library"]
+__all__ = ["SAMPLE_LIMIT", "NativeShards", "cache_folder", "library"]
 
 _FOLDER = Path(__file__).parent
 _FLAGS = ["-O2", "-std=c99", "-shared", "-fPIC"]
 _LOADED: dict[str, Any] = {}
+SAMPLE_LIMIT = 1 << 24
+"""Most sampled accesses a seed keeps (8 bytes each until the replay, 20 during it); a larger
+sample (a high rate on a long trace) is left to the compiled path, whose memory is bounded by
+the sampled keys."""
 _TWO_THREADS = 1 << 20  # keys (or 8x bytes) from which a chunk is fed on two threads
 
 
@@ -114,7 +118,7 @@ def _declare(lib: Any) -> Any:
         "sd_feed_sized_values": (c_int, [p, p, p, i64]), "sd_feed_sized_lines": (i64, [p, p, i64, c_int]),
         "sd_replay_sized_one": (c_int, [p, c_int]), "sd_kind": (i64, [p]), "sd_total_size": (i64, [p]),
         "sd_warm": (i64, [p, c_int]), "sd_cold_size": (i64, [p, c_int]), "sd_sampled_size": (i64, [p, c_int]),
-        "sd_warm_copy": (None, [p, c_int, p, p]),
+        "sd_warm_copy": (None, [p, c_int, p, p]), "sd_set_limit": (None, [p, i64]), "sd_too_large": (i64, [p]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -131,13 +135,15 @@ class NativeShards:
     first), and the seeds are replayed on two threads: the C calls run without the GIL.
     """
 
-    def __init__(self, lib: Any, salts: list[int], cuts: list[int]) -> None:
-        self._lib, self._salts, self._cuts = lib, list(salts), list(cuts)
+    def __init__(self, lib: Any, salts: list[int], cuts: list[int], limit: int = SAMPLE_LIMIT) -> None:
+        self._lib, self._salts, self._cuts, self._limit = lib, list(salts), list(cuts), limit
+        self._other_too_large = False  # the second half of a two-thread feed passed the limit
         self.k = len(salts)
         salt_arr, cut_arr = np.array(salts, np.uint64), np.array(cuts, np.uint64)  # alive through the call
         self._handle = lib.sd_new(self.k, salt_arr.ctypes.data, cut_arr.ctypes.data)
         if not self._handle:
             raise MemoryError("cannot start the native sampler")
+        lib.sd_set_limit(self._handle, limit)
 
     def __del__(self) -> None:
         if getattr(self, "_handle", None):
@@ -153,7 +159,7 @@ class NativeShards:
         feed = self._lib.sd_feed_values
         codes = self._in_halves(lambda h: feed(h, arr[:half].ctypes.data, half),
                                 lambda h: feed(h, arr[half:].ctypes.data, arr.shape[0] - half))
-        if any(codes):
+        if any(codes) and not self.too_large:
             raise MemoryError("out of memory in the native sampler")
         return self
 
@@ -165,7 +171,7 @@ class NativeShards:
         feed = self._lib.sd_feed_sized_values
         codes = self._in_halves(lambda h: feed(h, arr.ctypes.data, size_arr.ctypes.data, half),
                                 lambda h: feed(h, arr[half:].ctypes.data, size_arr[half:].ctypes.data, n - half))
-        if any(codes):
+        if any(codes) and not self.too_large:
             raise MemoryError("out of memory in the native sampler")
         return self
 
@@ -174,6 +180,12 @@ class NativeShards:
         then unusable, at the first line of another shape. O(bytes x seeds)."""
         scan, delim = self._lib.sd_feed_sized_lines, ord(delimiter)
         return self.feed_text(data, lambda h, ptr, n: scan(h, ptr, n, delim))
+
+    @property
+    def too_large(self) -> bool:
+        """True once a seed's sample passed the limit (the feeding then stopped): memory
+        O(sampled accesses) is the compiled path's O(sampled keys) no more. O(1)."""
+        return self._other_too_large or bool(self._lib.sd_too_large(self._handle))
 
     @property
     def kind(self) -> int:
@@ -230,7 +242,7 @@ class NativeShards:
         cut = _line_start_after(data, data.shape[0] // 2) if data.shape[0] >= 8 * _TWO_THREADS else data.shape[0]
         got = self._in_halves(lambda h: scan(h, data[:cut].ctypes.data, cut),
                               lambda h: scan(h, data[cut:].ctypes.data, data.shape[0] - cut))
-        if -2 in got:
+        if -2 in got and not self.too_large:
             raise MemoryError("out of memory in the native sampler")
         return bool(min(got) >= 0)
 
@@ -242,7 +254,7 @@ class NativeShards:
     def _in_halves(self, first: Callable[[Any], int], second: Callable[[Any], int]) -> list[int]:
         """``first`` on this sample and ``second`` on a fresh one on another thread, that one
         then appended to this. Their return codes."""
-        other = NativeShards(self._lib, self._salts, self._cuts)
+        other = NativeShards(self._lib, self._salts, self._cuts, self._limit)
         codes = [0, 0]
 
         def run_second() -> None:
@@ -252,6 +264,7 @@ class NativeShards:
         thread.start()
         codes[0] = first(self._handle)
         thread.join()
+        self._other_too_large = self._other_too_large or other.too_large
         if codes[0] >= 0 and codes[1] >= 0 and self._lib.sd_merge(self._handle, other._handle):
             raise MemoryError("out of memory in the native sampler")
         return codes

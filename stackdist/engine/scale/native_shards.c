@@ -41,6 +41,10 @@ int sd_feed_block(shards_t *s, const uint64_t *keys, int64_t n) {
             uint64_t h = mix(keys[i], salt);
             if (h <= cut && sd_push(out, h)) return -1;
         }
+        if (out->n > s->limit) {
+            s->too_large = 1;
+            return -1;
+        }
     }
     return 0;
 }
@@ -51,6 +55,7 @@ shards_t *sd_new(int k, const uint64_t *salts, const uint64_t *cuts) {
     shards_t *s = calloc(1, sizeof(shards_t));
     if (!s) return NULL;
     s->k = k;
+    s->limit = INT64_MAX;
     memcpy(s->salt, salts, (size_t)k * sizeof(uint64_t));
     memcpy(s->cut, cuts, (size_t)k * sizeof(uint64_t));
     return s;
@@ -86,6 +91,7 @@ int sd_merge(shards_t *a, const shards_t *b) {
     }
     a->n_accesses += b->n_accesses;
     a->kind |= b->kind;
+    a->too_large |= b->too_large;
     a->total_size = a->total_size < 0 || b->total_size < 0 || a->total_size + b->total_size > (1LL << 62)
         ? -1 : a->total_size + b->total_size;
     return 0;
@@ -278,6 +284,8 @@ int sd_replay_one(shards_t *s, int j) {
 }
 
 int64_t sd_accesses(const shards_t *s) { return s->n_accesses; }
+void sd_set_limit(shards_t *s, int64_t limit) { s->limit = limit; }
+int64_t sd_too_large(const shards_t *s) { return s->too_large; }
 int64_t sd_kept(const shards_t *s, int j) { return s->kept[j].n; }
 int64_t sd_cold(const shards_t *s, int j) { return s->cold[j]; }
 int64_t sd_keys(const shards_t *s, int j) { return s->keys[j]; }

@@ -25,6 +25,8 @@ typedef struct {
     vec_t sizes[MAX_SEEDS];         /* sized: each sampled access's size, beside kept */
     vec_t out_d[MAX_SEEDS], out_s[MAX_SEEDS];      /* after sd_replay_sized_one: warm accesses' distance, size */
     int64_t cold_size[MAX_SEEDS], sampled_size[MAX_SEEDS];
+    int64_t limit;                  /* most sampled accesses a seed keeps (sd_set_limit); past it: */
+    int too_large;                  /* set, and the feeding fails: the caller's compiled path, O(S) memory, takes over */
 } shards_t;
 
 /* Hash n keys (n <= BLOCK or more) under every seed and keep each seed's sampled ones, in order;

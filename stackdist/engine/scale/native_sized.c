@@ -25,6 +25,10 @@ int sd_feed_sized_block(shards_t *s, const uint64_t *keys, const int64_t *sizes,
             uint64_t h = mix(keys[i], salt);
             if (h <= cut && (sd_push(&s->kept[j], h) || sd_push(&s->sizes[j], (uint64_t)sizes[i]))) return -1;
         }
+        if (s->kept[j].n > s->limit) {
+            s->too_large = 1;
+            return -1;
+        }
     }
     return 0;
 }
