@@ -1,6 +1,7 @@
 """The native JSON-lines scanners (stackdist.engine.scale.native_json, wired into
-stackdist.cli.native_sample): on seeded random JSONL access traces and Mooncake request traces
-(whitespace, CRLF, blank lines, BOM variants) they feed the compiled readers' keys; a mutation
+stackdist.cli.native_sample): on seeded random JSONL access traces, unit and sized, and Mooncake
+request traces (whitespace, CRLF, blank lines, BOM variants) they feed the compiled readers' keys
+and sizes; a mutation
 fuzz checks that every line they accept is one the compiled scanner accepts, with the same keys;
 the CLI's sampled curve equals the compiled path's JSON field for field when they take a file,
 and every shape they decline leaves the compiled path's answer or error (same exit code, same
@@ -40,6 +41,15 @@ def sampler(rate: float = 0.5, seeds: tuple[int, ...] = (0, 1, 2)) -> NativeShar
 def summary(s: NativeShards) -> list:
     """Everything a sample says: accesses, each seed's kept count and distance histogram."""
     return [s.n_accesses, s.kept(), [(h.tolist(), cold, keys) for h, cold, keys in s.histograms()]]
+
+
+def sized_summary(s: NativeShards) -> list:
+    """Everything a sized sample says: accesses, kind, total size, each seed's kept count and
+    warm (distance, size) pairs, cold accesses and sizes, distinct keys, sampled size."""
+    replays = s.sized_histograms()
+    assert replays is not None
+    return [s.n_accesses, s.kind, s.total_size, s.kept(),
+            [(d.tolist(), z.tolist(), *rest) for d, z, *rest in replays]]
 
 
 def as_bytes(data: bytes) -> np.ndarray:
@@ -164,6 +174,51 @@ def test_random_mooncake_traces_feed_the_compiled_readers_ids(tmp_path):
         assert summary(got) == summary(sampler().feed_values(want))
 
 
+def sized_line(rng: np.random.Generator, key: int, size: int) -> str:
+    """A sized access line, its two fields in either order, with random (accepted) whitespace."""
+    def ws() -> str:
+        return ["", "", " ", "\t", "\r", "  "][int(rng.integers(0, 6))]
+
+    fields = [f'"key"{ws()}:{ws()}{"-0" if key == 0 and rng.random() < 0.3 else key}', f'"size"{ws()}:{ws()}{size}']
+    if rng.random() < 0.5:
+        fields.reverse()
+    if rng.random() < 0.6:  # the common spelling (the scanner's fast path)
+        return f'{{"key": {key}, "size": {size}}}'
+    return ws() + "{" + ws() + f"{ws()},{ws()}".join(fields) + ws() + "}" + ws()
+
+
+def random_sizes(rng: np.random.Generator, keys: list[int]) -> list[int]:
+    """A fixed size per key (1, small, large, or exactly 2**40 now and then)."""
+    top = [1, 9, 5000, 2**40][int(rng.integers(0, 4))]
+    size_of = {k: int(rng.integers(1, top + 1)) if rng.random() > 0.05 else 2**40 for k in set(keys)}
+    return [size_of[k] for k in keys]
+
+
+def compiled_sized(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    parts = list(iter_access_chunks(str(path), None))
+    assert all(z is not None for _, z in parts), "the compiled reader reads the file as sized"
+    return (np.concatenate([k for k, _ in parts]).astype(np.int64).view(np.uint64),
+            np.concatenate([z for _, z in parts]).astype(np.int64))
+
+
+def test_random_sized_jsonl_traces_feed_the_compiled_readers_keys_and_sizes(tmp_path):
+    rng = np.random.default_rng(23)
+    for trial in range(15):
+        keys = random_keys(rng, int(rng.integers(1, 400)))
+        sizes = random_sizes(rng, keys)
+        data = join_lines(rng, [sized_line(rng, k, z) for k, z in zip(keys, sizes)])
+        path = tmp_path / f"s{trial}.jsonl"
+        path.write_bytes(data)
+        body = data[3:] if data.startswith(BOM) else data
+        got_scan = scan_access_jsonl(as_bytes(body))
+        assert got_scan[4] and got_scan[3], "the generator writes only sized lines the compiled scanner takes"
+        want_keys, want_sizes = compiled_sized(path)
+        assert want_keys.view(np.int64).tolist() == keys and want_sizes.tolist() == sizes
+        got = sampler()
+        assert feed_jsonl(got, as_bytes(body)), data[:200]
+        assert sized_summary(got) == sized_summary(sampler().feed_sized_values(want_keys, want_sizes))
+
+
 # ---- a mutation fuzz: whatever the native scanner takes, the compiled one takes alike ----------
 
 ALPHABET = list(b'0123456789-+.eE,:{}[]" \t\r\nkeysiz_') + [0xEF, 0x80]
@@ -185,8 +240,9 @@ def mutated(rng: np.random.Generator, line: bytes) -> bytes:
 
 def fuzz(rng: np.random.Generator, seeds: list[bytes], trials: int, native_feed, compiled_ids) -> int:
     """Mutate lines; each one the native scanner takes must be taken by the compiled scanner with
-    the same keys (the mutated line, then a copy of it as the compiled scanner read it: equal keys
-    make the copy's accesses re-accesses). Returns how many it took."""
+    the same keys and sizes (``compiled_ids``: keys, or (keys, sizes) for a sized line; the
+    mutated line, then a copy of it as the compiled scanner read it: equal keys make the copy's
+    accesses re-accesses). Returns how many it took."""
     taken = 0
     for _ in range(trials):
         line = mutated(rng, seeds[int(rng.integers(0, len(seeds)))])
@@ -194,23 +250,33 @@ def fuzz(rng: np.random.Generator, seeds: list[bytes], trials: int, native_feed,
         if not native_feed(s, as_bytes(line)):
             continue
         taken += 1
-        ids = compiled_ids(line)
-        assert ids is not None, line
-        assert summary(s) == summary(sampler(1.0, (3,)).feed_values(ids)), line
-        twice = line + b"\n" + line
+        got = compiled_ids(line)
+        assert got is not None, line
+        ids, sizes = got if isinstance(got, tuple) else (got, None)
+        assert (s.kind == 2) == (sizes is not None), line
         s2 = sampler(1.0, (3,))
-        assert native_feed(s2, as_bytes(twice)), twice
-        assert summary(s2) == summary(sampler(1.0, (3,)).feed_values(np.concatenate([ids, ids]))), line
+        assert native_feed(s2, as_bytes(line + b"\n" + line)), line
+        for fed, times in ((s, 1), (s2, 2)):
+            ref = sampler(1.0, (3,))
+            if sizes is None:
+                assert summary(fed) == summary(ref.feed_values(np.concatenate([ids] * times))), line
+            else:
+                ref.feed_sized_values(np.concatenate([ids] * times), np.concatenate([sizes] * times))
+                assert sized_summary(fed) == sized_summary(ref), line
     return taken
 
 
 def test_fuzzed_jsonl_lines_the_native_scanner_takes_are_the_compiled_scanners():
-    def compiled(line: bytes) -> np.ndarray | None:
-        keys, _, m, has_size, ok = scan_access_jsonl(as_bytes(line))
-        return keys.view(np.uint64).copy() if ok and m and not has_size else (keys[:0].view(np.uint64) if ok and not m else None)
+    def compiled(line: bytes) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
+        keys, sizes, m, has_size, ok = scan_access_jsonl(as_bytes(line))
+        if not ok:
+            return None
+        return (keys.view(np.uint64).copy(), sizes.copy()) if has_size else keys[:m].view(np.uint64).copy()
 
-    seeds = [b'{"key": 12345}', b'{ "key" : -7 }', b'{"key":0}\r', b'{"key": 999999999999999999}']
-    assert fuzz(np.random.default_rng(7), seeds, 500, feed_jsonl, compiled) > 40
+    seeds = [b'{"key": 12345}', b'{ "key" : -7 }', b'{"key":0}\r', b'{"key": 999999999999999999}',
+             b'{"key": 12345, "size": 678}', b'{ "size" : 1099511627776 , "key" : -3 }', b'{"key":5,"size":1}\r',
+             b'{"size": 10, "key": 999999999999999999}']
+    assert fuzz(np.random.default_rng(7), seeds, 600, feed_jsonl, compiled) > 50
 
 
 def test_fuzzed_mooncake_lines_the_native_scanner_takes_are_the_compiled_scanners():
@@ -230,16 +296,21 @@ def test_fuzzed_mooncake_lines_the_native_scanner_takes_are_the_compiled_scanner
 
 def test_cli_equals_the_compiled_path_on_random_traces(monkeypatch, capsys, tmp_path):
     rng = np.random.default_rng(22)
-    for trial in range(6):
-        if trial % 2:
+    for trial in range(9):
+        rate, fmt = "0.5", None
+        if trial % 3 == 1:
             data, fmt = join_lines(rng, [mooncake_line(rng, ids) for ids in random_requests(rng, 80)]), "mooncake"
+        elif trial % 3 == 2:  # sized, at a rate that samples few keys too
+            keys = random_keys(rng, 600)
+            data = join_lines(rng, [sized_line(rng, k, z) for k, z in zip(keys, random_sizes(rng, keys))])
+            rate = ["0.5", "0.2", "0.05"][trial // 3]
         else:
-            data, fmt = join_lines(rng, [jsonl_line(rng, k) for k in random_keys(rng, 600)]), None
+            data = join_lines(rng, [jsonl_line(rng, k) for k in random_keys(rng, 600)])
         path = tmp_path / f"t{trial}.jsonl"
         path.write_bytes(data)
-        assert native_curves(curve_args(str(path), fmt), [0, 1, 2]) is not None
+        assert native_curves(curve_args(str(path), fmt, float(rate)), [0, 1, 2]) is not None
         extra = ["--format", fmt] if fmt else []
-        (a, ra, _), (b, rb, _) = run_both(monkeypatch, capsys, tmp_path, str(path), *extra, "--sample-rate", "0.5", "--points", "9")
+        (a, ra, _), (b, rb, _) = run_both(monkeypatch, capsys, tmp_path, str(path), *extra, "--sample-rate", rate, "--points", "9")
         assert a == b == 0 and ra == rb
 
 
@@ -248,6 +319,11 @@ EDGE_JSONL = {
     "one_line_no_end": b'{"key": 42}',
     "negative_and_minus_zero": b'{"key": -0}\n{"key": 0}\n{"key": -999999999999999999}\n{"key": 0}\n',
     "whitespace": b' \t{ \t"key"\r :\t 5 \r} \r\n{"key"  :5}\n{"key": 5 }\n',
+    "sized": b'{"key": 1, "size": 2}\n{"key": 1, "size": 2}\n',
+    "size_first": b'{"size": 2, "key": 1}\n',
+    "sized_both_orders_crlf_blank_bom": BOM + b'{"key": -1, "size": 1099511627776}\r\n\r\n \n{"size":1099511627776,"key":-1}\r\n'
+                                        b'{ "size" : 1 , "key" : 0 }\r\n{"key": -0, "size": 1}',
+    "sized_big_keys": b'{"key": 999999999999999999, "size": 7}\n{"key": -999999999999999999, "size": 999999}\n' * 2,
 }
 DECLINED_JSONL = {
     "int64_max": b'{"key": 9223372036854775807}\n{"key": 1}\n',
@@ -256,9 +332,20 @@ DECLINED_JSONL = {
     "uint64_max": b'{"key": 18446744073709551615}\n{"key": 1}\n',
     "beyond_uint64": b'{"key": 18446744073709551616}\n',
     "nineteen_digits": b'{"key": 1000000000000000000}\n',
-    "sized": b'{"key": 1, "size": 2}\n{"key": 1, "size": 2}\n',
-    "size_first": b'{"size": 2, "key": 1}\n',
     "sized_later": b'{"key": 1}\n{"key": 2, "size": 3}\n',
+    "size_zero": b'{"key": 1, "size": 2}\n{"key": 2, "size": 0}\n',
+    "size_negative": b'{"key": 1, "size": -1}\n', "size_minus_zero": b'{"key": 1, "size": -0}\n',
+    "size_float": b'{"key": 1, "size": 1.5}\n', "size_integral_float": b'{"key": 1, "size": 2.0}\n',
+    "size_exponent": b'{"key": 1, "size": 1e3}\n', "size_string": b'{"key": 1, "size": "1"}\n',
+    "size_leading_zero": b'{"key": 1, "size": 01}\n', "size_null": b'{"key": 1, "size": null}\n',
+    "size_over_exact": b'{"key": 1, "size": 1099511627777}\n{"key": 1, "size": 1099511627777}\n',
+    "size_nineteen_digits": b'{"key": 1, "size": 1000000000000000000}\n',
+    "missing_size": b'{"key": 1, "size": 2}\n{"key": 2, "size": 3}\n{"key": 1}\n{"key": 2, "size": 3}\n',
+    "size_changes": b'{"key": 1, "size": 2}\n{"key": 2, "size": 3}\n{"key": 1, "size": 4}\n',
+    "size_only": b'{"size": 2}\n', "size_twice": b'{"key": 1, "size": 2, "size": 2}\n',
+    "sized_extra_field": b'{"key": 1, "size": 2, "t": 3}\n', "sized_extra_first": b'{"t": 3, "key": 1, "size": 2}\n',
+    "sized_trailing_comma": b'{"key": 1, "size": 2,}\n', "sized_no_comma": b'{"key": 1 "size": 2}\n',
+    "size_upper": b'{"key": 1, "Size": 2}\n',
     "string_key": b'{"key": "a"}\n{"key": 1}\n',
     "float_key": b'{"key": 5.0}\n', "exponent": b'{"key": 1e3}\n', "leading_zero": b'{"key": 05}\n',
     "plus": b'{"key": +5}\n', "true": b'{"key": true}\n', "null": b'{"key": null}\n', "minus_alone": b'{"key": -}\n',
@@ -286,6 +373,8 @@ def test_jsonl_shapes_it_declines_keep_the_compiled_answer(monkeypatch, capsys, 
     assert native_curves(curve_args(str(path), rate=1.0), [0]) is None
     native_run, compiled_run = run_both(monkeypatch, capsys, tmp_path, str(path), "--sample-rate", "1.0")
     assert native_run == compiled_run
+    if name in ("size_zero", "size_changes", "missing_size", "size_negative"):
+        assert native_run[0] == 1 and native_run[2].count("\n") == 1, native_run  # an error, one line
 
 
 def moon(ids: str = "1, 2", input_length: int = 600, extra: str = "") -> bytes:
@@ -368,10 +457,41 @@ def test_text_scanned_in_two_halves_feeds_the_same_keys(monkeypatch):
         got = sampler(0.3)
         assert feed_mooncake(got, as_bytes(data), MOONCAKE_BLOCK_SIZE)
         assert summary(got) == summary(sampler(0.3).feed_values(np.array([i for r in requests for i in r], np.int64)))
-    for bad in (b'{"key": 1}\n' * 20 + b'{"key": 1, "size": 2}\n', b'{"key": x}\n' + b'{"key": 1}\n' * 20):
+    for trial in range(8):
+        keys = random_keys(rng, int(rng.integers(10, 300)))
+        sizes = random_sizes(rng, keys)
+        data = join_lines(rng, [sized_line(rng, k, z) for k, z in zip(keys, sizes)]).removeprefix(BOM)
+        got = sampler(0.3)
+        assert feed_jsonl(got, as_bytes(data))
+        assert sized_summary(got) == sized_summary(sampler(0.3).feed_sized_values(np.array(keys, np.int64), np.array(sizes)))
+    for bad in (b'{"key": 1}\n' * 20 + b'{"key": 1, "size": 2}\n', b'{"key": x}\n' + b'{"key": 1}\n' * 20,
+                b'{"key": 1, "size": 2}\n' * 20 + b'{"key": 1}\n', b'{"key": 1, "size": 2}\n' * 20 + b'{"key": 1, "size": 0}\n'):
         assert not feed_jsonl(sampler(), as_bytes(bad))  # in the second half, then in the first
     for bad in (moon() * 5 + moon("1"), moon("1") + moon() * 5):
         assert not feed_mooncake(sampler(), as_bytes(bad), MOONCAKE_BLOCK_SIZE)
+
+
+def test_halves_of_either_shape_or_files_mixing_sized_and_unit_decline(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(native, "_TWO_THREADS", 16)
+    unit, sized = b'{"key": 1}           \n{"key": 2}           \n' * 10, b'{"key": 1, "size": 3}\n{"key": 2, "size": 3}\n' * 10
+    assert len(unit) == len(sized)
+    for name, (first, second) in (("unit_then_sized", (unit, sized)), ("sized_then_unit", (sized, unit))):
+        data = first[:-1] + b"  \n" + second  # cut just after the first part: each half one shape, the two "both"
+        (tmp_path / f"{name}.jsonl").write_bytes(data)
+        s = sampler()
+        assert feed_jsonl(s, as_bytes(data)) and s.kind == 3
+        assert native_curves(curve_args(str(tmp_path / f"{name}.jsonl")), [0]) is None
+    (tmp_path / "s.jsonl").write_bytes(sized)
+    (tmp_path / "u.jsonl").write_bytes(unit)
+    (tmp_path / "s.csv").write_bytes(b"key,size\n" + b"2,3\n5,1\n" * 10)
+    together = [str(tmp_path / "s.jsonl"), str(tmp_path / "s.csv")]
+    assert native_curves(curve_args(together), [0]) is not None  # sized JSONL and sized text: one sized trace
+    (a, ra, _), (b, rb, _) = run_both(monkeypatch, capsys, tmp_path, together, "--sample-rate", "0.7")
+    assert a == b == 0 and ra == rb
+    mixed = [str(tmp_path / "s.jsonl"), str(tmp_path / "u.jsonl")]
+    assert native_curves(curve_args(mixed), [0]) is None
+    native_run, compiled_run = run_both(monkeypatch, capsys, tmp_path, mixed, "--sample-rate", "0.7")
+    assert native_run == compiled_run and native_run[0] == 1
 
 
 @pytest.mark.parametrize("name", ["mooncake_conversation_trace.jsonl", "mooncake_synthetic_trace.jsonl"])

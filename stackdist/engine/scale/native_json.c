@@ -1,9 +1,10 @@
 /* JSON-lines scanners of the native SHARDS sampler (native_shards.c): access traces of lines
- * {"key": INT} and Mooncake request traces (their hash_ids are the accesses). Each accepts
- * exactly a subset of what the compiled scanners of stackdist/traces/fast_json.py accept
- * (_scan_access_jsonl_into, _scan_mooncake_into), with the same keys, and returns -1 at the
- * first line of any other shape, so the caller leaves the file to the compiled path (which
- * gives the answer or the error); -2 when memory ran out; else the accesses fed.
+ * {"key": INT} or {"key": INT, "size": INT}, and Mooncake request traces (their hash_ids are the
+ * accesses). Each accepts exactly a subset of what the compiled scanners of
+ * stackdist/traces/fast_json.py accept (_scan_access_jsonl_into, _scan_mooncake_into), with the
+ * same keys and sizes, and returns -1 at the first line of any other shape, so the caller leaves
+ * the file to the compiled path (which gives the answer or the error); -2 when memory ran out;
+ * else the accesses fed.
  *
  * The shared rules, the compiled scanners' own: whitespace is space, tab and \r (anywhere a
  * JSON token may be preceded or followed by it, and at the ends of a line); a line is its bytes
@@ -12,6 +13,8 @@
 #include <string.h>
 
 #include "native_shards.h"
+
+#define EXACT_SIZE (1ULL << 40)  /* the largest size summed exactly (stackdist.engine.scale.estimate.EXACT_SIZE) */
 
 static inline int64_t skip_ws(const uint8_t *b, int64_t i, int64_t n) {
     while (i < n && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r')) i++;
@@ -87,17 +90,19 @@ static inline int64_t line_end(const uint8_t *b, int64_t i, int64_t n) {
     return i + 1;
 }
 
-/* Keys collected a block at a time for sd_feed_block; count: those already fed. */
+/* Keys (and, when sized, their sizes) collected a block at a time for sd_feed_block or
+ * sd_feed_sized_block; count: those already fed. */
 typedef struct {
     uint64_t keys[BLOCK];
-    int m;
+    int64_t sizes[BLOCK];
+    int m, sized;
     int64_t count;
 } batch_t;
 
 static int flush(shards_t *s, batch_t *q) {
     q->count += q->m;
     q->m = 0;
-    return sd_feed_block(s, q->keys, BLOCK);
+    return q->sized ? sd_feed_sized_block(s, q->keys, q->sizes, BLOCK) : sd_feed_block(s, q->keys, BLOCK);
 }
 
 static inline int add_key(shards_t *s, batch_t *q, uint64_t key) {
@@ -121,47 +126,100 @@ static inline int64_t plain_key_line(const uint8_t *b, int64_t i, int64_t n, uin
     return end + 1;
 }
 
+/* The common sized line {"key": -?D, "size": Z}\n or \r\n (D and Z up to 15 digits, Z in
+ * 1..2**40) read at once: the index after it, the key and size set; 0 when the line at i is not
+ * of that exact form (the general scan reads it). */
+static inline int64_t plain_sized_line(const uint8_t *b, int64_t i, int64_t n, uint64_t *key, int64_t *size) {
+    if (i + 27 > n || memcmp(b + i, "{\"key\": ", 8) != 0) return 0;
+    int64_t j = i + 8;
+    int neg = b[j] == '-';
+    j += neg;
+    uint64_t v, z;
+    int digits = digit_run(b, j, &v);
+    if (digits == 0 || digits == 16 || (digits > 1 && b[j] == '0')) return 0;
+    j += digits;
+    if (j + 28 > n || memcmp(b + j, ", \"size\": ", 10) != 0) return 0;
+    j += 10;
+    int zd = digit_run(b, j, &z);
+    if (zd == 0 || zd == 16 || b[j] == '0' || b[j + zd] != '}' || z > EXACT_SIZE) return 0;
+    int64_t end = j + zd + 1 + (b[j + zd + 1] == '\r');
+    if (b[end] != '\n') return 0;
+    *key = neg ? (uint64_t)0 - v : v;
+    *size = (int64_t)z;
+    return end + 1;
+}
+
+/* Any access line at i (its first byte not whitespace), as _scan_access_jsonl_into reads one:
+ * "key" and optionally "size", in either order, each once, nothing else; the key -?INT, the
+ * size an INT in 1..2**40 (a larger one the compiled path weights in floats). Its shape (1 key,
+ * 3 key and size) with *key, *size (when sized) and *next (the index after the line) set, or 0. */
+static int access_line(const uint8_t *b, int64_t i, int64_t n, uint64_t *key, int64_t *size, int64_t *next) {
+    if (b[i] != '{') return 0;
+    i = skip_ws(b, i + 1, n);
+    int seen = 0;
+    while (1) {
+        int field;
+        if (i + 5 >= n || b[i] != '"') return 0;
+        if (memcmp(b + i, "\"key\"", 5) == 0) { field = 1; i += 5; }
+        else if (i + 6 < n && memcmp(b + i, "\"size\"", 6) == 0) { field = 2; i += 6; }
+        else return 0;
+        if (seen & field) return 0;
+        seen |= field;
+        i = skip_ws(b, i, n);
+        if (i >= n || b[i] != ':') return 0;
+        i = skip_ws(b, i + 1, n);
+        int neg = field == 1 && i < n && b[i] == '-';
+        uint64_t v;
+        i = number(b, i + neg, n, &v);
+        if (i < 0) return 0;
+        if (field == 1) *key = neg ? (uint64_t)0 - v : v;
+        else if (v < 1 || v > EXACT_SIZE) return 0;
+        else *size = (int64_t)v;
+        i = skip_ws(b, i, n);
+        if (i < n && b[i] == ',') { i = skip_ws(b, i + 1, n); continue; }
+        if (i < n && b[i] == '}') break;
+        return 0;
+    }
+    if (!(seen & 1)) return 0;
+    *next = line_end(b, i + 1, n);
+    return *next < 0 ? 0 : seen;
+}
+
 static int64_t finish(shards_t *s, batch_t *q) {
-    if (q->m && sd_feed_block(s, q->keys, q->m)) return -2;
+    if (q->m && (q->sized ? sd_feed_sized_block(s, q->keys, q->sizes, q->m) : sd_feed_block(s, q->keys, q->m)))
+        return -2;
     q->count += q->m;
     q->m = 0;
     s->n_accesses += q->count;
     return q->count;
 }
 
-/* Access lines {"key": INT} (INT is -?digits; -0 is 0; a negative key by its 64-bit two's
- * complement, as the compiled scanner's int64 keys viewed as uint64). A "size" field, or any
- * other, is declined (sized accesses are the compiled path's). */
+/* Access lines {"key": INT} or {"key": INT, "size": INT} (INT for a key is -?digits; -0 is 0;
+ * a negative key by its 64-bit two's complement, as the compiled scanner's int64 keys viewed as
+ * uint64), every line of the shape of the first, as the compiled reader requires: sized ones
+ * through sd_feed_sized_block. Any other field, a size outside 1..2**40, or a line of the other
+ * shape is declined. */
 int64_t sd_feed_jsonl(shards_t *s, const uint8_t *b, int64_t n) {
     batch_t q;
     q.m = 0;
     q.count = 0;
+    q.sized = 0;
+    int shape = 0;  /* the first line's: 1 key only, 3 key and size */
     int64_t i = 0;
     while (i < n) {
         i = skip_ws(b, i, n);
         if (i < n && b[i] == '\n') { i++; continue; }
         if (i >= n) break;
-        int64_t next = plain_key_line(b, i, n, &q.keys[q.m]);
-        if (next > 0) {
-            i = next;
-            if (++q.m == BLOCK && flush(s, &q)) return -2;
-            continue;
+        int64_t next = shape == 1 ? plain_key_line(b, i, n, &q.keys[q.m])
+                     : shape == 3 ? plain_sized_line(b, i, n, &q.keys[q.m], &q.sizes[q.m]) : 0;
+        if (next == 0) {
+            int got = access_line(b, i, n, &q.keys[q.m], &q.sizes[q.m], &next);
+            if (got == 0 || (shape && got != shape)) return -1;
+            shape = got;
+            q.sized = shape == 3;
         }
-        if (b[i] != '{') return -1;
-        i = skip_ws(b, i + 1, n);
-        if (i + 5 >= n || memcmp(b + i, "\"key\"", 5) != 0) return -1;
-        i = skip_ws(b, i + 5, n);
-        if (i >= n || b[i] != ':') return -1;
-        i = skip_ws(b, i + 1, n);
-        int neg = i < n && b[i] == '-';
-        uint64_t v;
-        i = number(b, i + neg, n, &v);
-        if (i < 0) return -1;
-        i = skip_ws(b, i, n);
-        if (i >= n || b[i] != '}') return -1;
-        i = line_end(b, i + 1, n);
-        if (i < 0) return -1;
-        if (add_key(s, &q, neg ? (uint64_t)0 - v : v)) return -2;
+        i = next;
+        if (++q.m == BLOCK && flush(s, &q)) return -2;
     }
     return finish(s, &q);
 }
@@ -236,6 +294,7 @@ int64_t sd_feed_mooncake(shards_t *s, const uint8_t *b, int64_t n, int64_t block
     batch_t q;
     q.m = 0;
     q.count = 0;
+    q.sized = 0;
     if (block_size < 1) return -1;
     int64_t i = 0;
     while (i < n) {

@@ -1,12 +1,14 @@
 """The native sampler's JSON-lines scanners (``native_json.c``): access lines ``{"key": INT}``
-and Mooncake request lines, whose ``hash_ids`` are the accesses.
+or ``{"key": INT, "size": INT}`` (sized accesses, fed with their sizes), and Mooncake request
+lines, whose ``hash_ids`` are the accesses.
 
 Each accepts exactly a subset of the lines the compiled scanners of
 :mod:`stackdist.traces.fast_json` accept, and feeds the same key values (a negative key by its
-64-bit two's complement); at the first line of any other shape (a ``"size"`` field, a string, a
-float, a 19-digit integer, a Mooncake line whose id count is not ``ceil(input_length /
-block_size)``, broken JSON) it gives up, and the caller leaves the file to the compiled path,
-which gives the answer or the error.
+64-bit two's complement) and sizes; at the first line of any other shape (another field, a
+string, a float, a 19-digit integer, a size outside 1..:data:`~.estimate.EXACT_SIZE`, a line
+sized where the first was not or the reverse, a Mooncake line whose id count is not
+``ceil(input_length / block_size)``, broken JSON) it gives up, and the caller leaves the file
+to the compiled path, which gives the answer or the error.
 
 >>> import numpy as np
 >>> from stackdist.engine.scale.native import NativeShards, library
@@ -39,15 +41,19 @@ def _declared(lib: Any) -> Any:
 
 
 def feed_jsonl(sampler: NativeShards, data: np.ndarray) -> bool:
-    """Feed the keys of access lines ``{"key": INT}`` (``data``: a uint8 array of whole lines,
-    no BOM); False, with the sampler then unusable, at the first line of another shape.
-    O(bytes x seeds).
+    """Feed the keys of access lines ``{"key": INT}``, or the keys and sizes of lines ``{"key":
+    INT, "size": INT}`` (either order; the sampler's :attr:`~.NativeShards.kind` then 2), every
+    line of the first one's shape (``data``: a uint8 array of whole lines, no BOM); False, with
+    the sampler then unusable, at the first line of another shape. O(bytes x seeds).
 
     >>> from stackdist.engine.scale.native import library
     >>> lib = library()
     >>> s = lib and NativeShards(lib, [1], [2**64 - 1])
     >>> lib is None or (feed_jsonl(s, np.frombuffer(b'{"key": -1}\\r\\n\\n{ "key" :5 }', np.uint8)), s.n_accesses)
     (True, 2)
+    >>> s = lib and NativeShards(lib, [1], [2**64 - 1])
+    >>> lib is None or (feed_jsonl(s, np.frombuffer(b'{"key": 4, "size": 3}\\n{"size": 3, "key": 4}', np.uint8)), s.kind, s.total_size)
+    (True, 2, 6)
     """
     return sampler.feed_text(data, _declared(sampler.lib).sd_feed_jsonl)
 
