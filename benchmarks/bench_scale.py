@@ -328,7 +328,7 @@ def dask_histogram_run(files: list[str], capacities: list[int], workers: int = 2
 
 
 def huge(n: int, folder: Path, stream_exact: bool = True, plain_exact: bool = True,
-         generator: dict[str, Any] | None = None, known: dict[str, Any] | None = None) -> dict[str, Any]:
+         generator: dict[str, Any] | None = None, known: dict[str, Any] | None = None, only: str = "dask") -> dict[str, Any]:
     """The issue's large run on ``n`` accesses of :func:`request_chunks` (``generator``: its
     keyword parameters), saved as ``.npy`` files of 2**24 accesses read back as one trace (a
     glob): exact in one process (the plain replay, memory O(trace), and the streamed rate-1
@@ -386,10 +386,15 @@ def huge(n: int, folder: Path, stream_exact: bool = True, plain_exact: bool = Tr
               f"{row['load_average'][0]:.1f}-{row['load_average'][1]:.1f}  "
               + (f"MAE {row['mae']:.5f} equal {row['equal_hits']}" if "mae" in row else ""), flush=True)
 
-    if known is not None:  # only the product's own --dask path, against the truth of an earlier run of this stream
+    if known is not None:  # one part again, against the truth of an earlier run of this stream
         truth = np.array(known["exact_hits"], np.float64)
-        keep("dask local:2 (stackdist curve)", run_cli([glob_arg, "--capacities", ",".join(map(str, known["capacities"])),
-                                                        "--dask", "local:2"]), truth)
+        known_caps = ",".join(map(str, known["capacities"]))
+        if only == "dask":  # the product's own --dask path
+            keep("dask local:2 (stackdist curve)", run_cli([glob_arg, "--capacities", known_caps, "--dask", "local:2"]), truth)
+        for rate in ("0.01", "0.001") if only == "sampled" else ():  # the native and the compiled sampled paths, side by side
+            keep(f"rate {rate} (3 seeds, native)", run_cli([glob_arg, "--capacities", known_caps, "--sample-rate", rate]), truth)
+            keep(f"rate {rate} (3 seeds, compiled)", run_cli([glob_arg, "--capacities", known_caps, "--sample-rate", rate],
+                                                              extra_env={"STACKDIST_NATIVE": "0"}), truth)
         return rows
     if plain_exact:
         exact = run_cli([glob_arg, "--points", "40"])
@@ -523,6 +528,9 @@ def main() -> int:
     parser.add_argument("--cli-dask-only", action="store_true",
                         help="--huge: regenerate the stream of the existing \"huge\" entry and run only `stackdist curve "
                         "--dask local:2` on it, checked against that entry's exact hits")
+    parser.add_argument("--sampled-only", action="store_true",
+                        help="--huge: regenerate the stream of the existing \"huge\" entry and run only the sampled curves "
+                        "(native and STACKDIST_NATIVE=0, side by side), checked against that entry's exact hits")
     parser.add_argument("--dask-files", nargs=2, metavar=("FILES_JSON", "CAPS"), help=argparse.SUPPRESS)
     parser.add_argument("--acceptance", type=lambda t: int(float(t)), metavar="N",
                         help="only the held-out check (exact vs --sample-rate 0.01 vs --dask local:2) on every input form "
@@ -538,15 +546,16 @@ def main() -> int:
     if args.huge:
         print(f"{args.huge:,} accesses, exact / sampled / Dask:")
         old = json.loads(Path(args.output).read_text()) if Path(args.output).exists() else {}
-        known = old.get("huge") if args.cli_dask_only else None
+        known = old.get("huge") if args.cli_dask_only or args.sampled_only else None
         gen = {"turns": args.turns, "window": args.window, "prompts": args.prompts, "max_history": args.max_history}
         if known is not None and (known.get("accesses") != args.huge or known.get("generator") != {"seed": 11, **gen}):
             print("--cli-dask-only: the existing \"huge\" entry is of another stream", file=sys.stderr)
             return 2
         with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_SCALE_TMP")) as tmp:
-            got = huge(args.huge, Path(tmp), not args.quick, not args.no_plain, gen, known)
+            got = huge(args.huge, Path(tmp), not args.quick, not args.no_plain, gen, known,
+                       "sampled" if args.sampled_only else "dask")
         if known is not None:
-            got = {**known, **{k: v for k, v in got.items() if k.startswith("dask")}}
+            got = {**known, **{k: v for k, v in got.items() if k.startswith(("dask", "rate"))}}
         elif args.huge_part:  # a side run kept inside the main one's entry
             got = {**old.get("huge", {}), args.huge_part: got}
         write_json(args.output, {**old, "huge": got})
