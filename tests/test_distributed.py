@@ -216,6 +216,7 @@ def test_histogram_merge_equals_the_one_process_histogram():
 def test_curve_of_many_files_on_a_local_cluster_equals_one_process(tmp_path, scheduler, case):
     # Unit-size files merge as histograms (the client holds O(distinct keys), not the trace);
     # sized files, and any window or warm-up, merge every distance. Both equal one process.
+    import importlib.util
     import json
 
     from stackdist.cli.main import main
@@ -228,7 +229,9 @@ def test_curve_of_many_files_on_a_local_cluster_equals_one_process(tmp_path, sch
     common = [str(tmp_path / "part-*.csv"), "--points", "30"] + (["--window", "500:"] if case == "unit-window" else [])
     one, two = tmp_path / "a.json", tmp_path / "b.json"
     assert main(["curve", *common, "-o", str(one)]) == 0
-    assert main(["curve", *common, "--dask", scheduler, "-o", str(two)]) == 0
+    plot = ["--plot", str(tmp_path / "d.png")] if case == "unit" and importlib.util.find_spec("matplotlib") else []
+    assert main(["curve", *common, "--dask", scheduler, *plot, "-o", str(two)]) == 0
+    assert not plot or (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG"  # --plot is drawn with --dask too
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     info = b.pop("dask")
     assert info.get("merged") == ("histograms" if case == "unit" else None) and info["chunks"] == 4

@@ -347,3 +347,14 @@ def test_a_sample_past_the_limit_is_left_to_the_compiled_path(monkeypatch, tmp_p
     big = np.arange((1 << 20) + 10, dtype=np.int64)  # fed on two threads: both halves pass the limit
     sampler = NativeShards(library(), [seed_mix(0)], [threshold_for_rate(1.0)], limit=1000)
     assert sampler.feed_values(big).too_large
+
+
+def test_plot_of_a_sampled_curve_on_both_paths(monkeypatch, tmp_path):
+    pytest.importorskip("matplotlib")
+    np.save(tmp_path / "k.npy", np.random.default_rng(1).zipf(1.3, 3000) % 400)
+    for flag in ("1", "0"):
+        monkeypatch.setenv("STACKDIST_NATIVE", flag)
+        png = tmp_path / f"s{flag}.png"
+        assert main(["curve", str(tmp_path / "k.npy"), "--sample-rate", "0.5", "--plot", str(png), "-o",
+                     str(tmp_path / "s.json")]) == 0
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

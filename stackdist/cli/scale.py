@@ -373,10 +373,20 @@ def run_scaled_curve(args: argparse.Namespace) -> int:
     if getattr(args, "csv", False):
         raise UsageError("--csv is not available with --sample-* or --dask; use the JSON output.")
     if is_sampled(args):
-        report = _sampled_report(args, _sampled_curves(args), targets)
+        curves = _sampled_curves(args)
+        report = _sampled_report(args, curves, targets)
+        if args.plot:
+            from stackdist.render.plot import plot_sampled_curve
+
+            plot_sampled_curve(args.plot, curves, targets, source=args.trace, fmt=args.format)
     else:
         curve, info = _dask_curve(args)
         report = _exact_report(args, curve, targets, info)
+        if args.plot:
+            from stackdist.render.plot import plot_hit_curve
+
+            plot_hit_curve(args.plot, curve, targets, source=args.trace, window=args.window, warmup=args.warmup,
+                           fmt=args.format)
     write_json(args.output, report)
     return 0
 

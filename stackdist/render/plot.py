@@ -197,6 +197,25 @@ def plot_hit_curve(path: str | os.PathLike[str], curve: Any, targets: Sequence[f
                 hlines=[(f"target {t:.0%}", t) for t in targets], title=title)
 
 
+def plot_sampled_curve(path: str | os.PathLike[str], curves: Sequence[Any], targets: Sequence[float], *, source: str,
+                       fmt: str | None = None) -> None:
+    """A SHARDS-sampled LRU hit curve: the first seed's estimate as steps, the lowest and
+    highest over the seeds as thin dashed steps (the error bar), with the hit-rate targets."""
+    main = curves[0]
+    x = main.default_capacities(400)
+    rates = np.array([c.hit_rate_at(x) for c in curves])
+    how = f"rate {main.rate:.3g}" + (f", at most {main.max_keys:,} keys" if main.max_keys else "")
+    title = (f"SHARDS-sampled LRU hit curve: {os.path.basename(source)}\n{how}, {len(curves)} seed(s), "
+             f"{main.n_accesses:,} accesses, ceiling about {main.ceiling_hit_rate:.1%}")
+    series = [("LRU hit rate (estimate, first seed)", x, rates[0])]
+    styles: list[dict[str, Any]] = [{"color": "C0"}]
+    if len(curves) > 1:
+        series += [(f"lowest and highest of the {len(curves)} seeds", x, rates.min(0)), ("_highest", x, rates.max(0))]
+        styles += [{"color": "C0", "ls": "--", "lw": 0.8, "alpha": 0.6}] * 2
+    plot_curves(path, series, xlabel=f"cache capacity ({_unit(fmt)})", hlines=[(f"target {t:.0%}", t) for t in targets],
+                title=title, styles=styles)
+
+
 def plot_tiers(path: str | os.PathLike[str], result: dict[str, Any], *, source: str, fmt: str | None = None) -> None:
     """Total (GPU + CPU) hit rate over the CPU capacity: one colour per GPU capacity, circles for
     inclusive, crosses for exclusive tiers. Only the reported grid is exact, so it is drawn as
