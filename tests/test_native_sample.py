@@ -358,3 +358,7 @@ def test_plot_of_a_sampled_curve_on_both_paths(monkeypatch, tmp_path):
         assert main(["curve", str(tmp_path / "k.npy"), "--sample-rate", "0.5", "--plot", str(png), "-o",
                      str(tmp_path / "s.json")]) == 0
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = tmp_path / "tiers.png"  # sampled tiers draw their grid too
+    assert main(["tiers", str(tmp_path / "k.npy"), "--gpu", "40", "--sample-rate", "0.5", "--plot", str(png), "-o",
+                 str(tmp_path / "t.json")]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"

@@ -478,6 +478,11 @@ def run_scaled_tiers(args: argparse.Namespace) -> int:
                         "cpu_hits": cpu[0].tolist(), "misses": (n - gpu[0] - cpu[0]).tolist(),
                         "hit_rate_min": ((gpu + cpu).min(0) / max(n, 1)).tolist(),
                         "hit_rate_max": ((gpu + cpu).max(0) / max(n, 1)).tolist()}
+    if args.plot:  # the first seed's estimate at the reported grid
+        from stackdist.render.plot import plot_tiers
+
+        plot_tiers(args.plot, {**result, "summary": {"accesses": n}}, source=args.trace, fmt=args.format,
+                   note=f"SHARDS-sampled at rate {rate:.3g}: estimates")
     write_json(args.output, result)
     return 0
 

@@ -216,10 +216,11 @@ def plot_sampled_curve(path: str | os.PathLike[str], curves: Sequence[Any], targ
                 title=title, styles=styles)
 
 
-def plot_tiers(path: str | os.PathLike[str], result: dict[str, Any], *, source: str, fmt: str | None = None) -> None:
+def plot_tiers(path: str | os.PathLike[str], result: dict[str, Any], *, source: str, fmt: str | None = None,
+               note: str = "") -> None:
     """Total (GPU + CPU) hit rate over the CPU capacity: one colour per GPU capacity, circles for
     inclusive, crosses for exclusive tiers. Only the reported grid is exact, so it is drawn as
-    points (never joined into steps the curve may not have)."""
+    points (never joined into steps the curve may not have). ``note``: a second title line."""
     n = max(int(result["summary"]["accesses"]), 1)
     series, styles = [], []
     for kind in ("inclusive", "exclusive"):
@@ -231,6 +232,7 @@ def plot_tiers(path: str | os.PathLike[str], result: dict[str, Any], *, source: 
             series.append((f"{kind}, GPU {g:,}", np.asarray(grid["cpu_capacity"]), y))
             styles.append({"sampled": True, "color": f"C{i % 10}", "marker": "o" if kind == "inclusive" else "x"})
     title = f"two-tier hit rate (GPU + CPU): {os.path.basename(source)}, at the {len(series[0][1]) if series else 0} CPU capacities reported"
+    title += f"\n{note}" if note else ""
     plot_curves(path, series, xlabel=f"CPU tier capacity ({_unit(fmt)})", ylabel="hit rate (GPU + CPU)",
                 title=title, styles=styles)
 
