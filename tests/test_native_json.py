@@ -144,7 +144,7 @@ def test_mooncake_block_size_is_the_readers():
 
 def test_random_jsonl_traces_feed_the_compiled_readers_keys(tmp_path):
     rng = np.random.default_rng(20)
-    for trial in range(25):
+    for trial in range(15):
         keys = random_keys(rng, int(rng.integers(1, 400)))
         data = join_lines(rng, [jsonl_line(rng, k) for k in keys])
         path = tmp_path / f"t{trial}.jsonl"
@@ -160,7 +160,7 @@ def test_random_jsonl_traces_feed_the_compiled_readers_keys(tmp_path):
 
 def test_random_mooncake_traces_feed_the_compiled_readers_ids(tmp_path):
     rng = np.random.default_rng(21)
-    for trial in range(25):
+    for trial in range(15):
         requests = random_requests(rng, int(rng.integers(1, 60)))
         data = join_lines(rng, [mooncake_line(rng, ids) for ids in requests])
         path = tmp_path / f"m{trial}.jsonl"
@@ -446,7 +446,7 @@ def test_several_files_and_format_flags(monkeypatch, capsys, tmp_path):
 def test_text_scanned_in_two_halves_feeds_the_same_keys(monkeypatch):
     monkeypatch.setattr(native, "_TWO_THREADS", 16)  # text of 128 bytes or more is cut in two
     rng = np.random.default_rng(4)
-    for trial in range(20):
+    for trial in range(12):
         keys = random_keys(rng, int(rng.integers(10, 300)))
         data = join_lines(rng, [jsonl_line(rng, k) for k in keys]).removeprefix(BOM)
         got = sampler(0.3)
@@ -494,10 +494,23 @@ def test_halves_of_either_shape_or_files_mixing_sized_and_unit_decline(monkeypat
     assert native_run == compiled_run and native_run[0] == 1
 
 
-@pytest.mark.parametrize("name", ["mooncake_conversation_trace.jsonl", "mooncake_synthetic_trace.jsonl"])
-def test_the_real_mooncake_traces_give_the_compiled_answer(monkeypatch, capsys, tmp_path, name):
+@pytest.mark.parametrize(("name", "rate"), [("mooncake_conversation_trace.jsonl", "0.1"), ("mooncake_synthetic_trace.jsonl", "0.5")])
+def test_the_real_mooncake_traces_give_the_compiled_answer(monkeypatch, capsys, tmp_path, name, rate):
     path = str(TRACES / name)
-    for rate in ("0.5", "0.1"):
-        assert native_curves(curve_args(path, "mooncake", float(rate)), [0, 1, 2]) is not None
-        (a, ra, _), (b, rb, _) = run_both(monkeypatch, capsys, tmp_path, path, "--format", "mooncake", "--sample-rate", rate)
-        assert a == b == 0 and ra == rb
+    assert native_curves(curve_args(path, "mooncake", float(rate)), [0, 1, 2]) is not None
+    (a, ra, _), (b, rb, _) = run_both(monkeypatch, capsys, tmp_path, path, "--format", "mooncake", "--sample-rate", rate)
+    assert a == b == 0 and ra == rb
+
+
+def test_a_sample_past_the_limit_is_left_to_the_compiled_path(monkeypatch, capsys, tmp_path):
+    from stackdist.cli import native_sample
+
+    keys = np.random.default_rng(6).integers(0, 500, 3000).tolist()
+    (tmp_path / "k.jsonl").write_text("".join(f'{{"key": {k}}}\n' for k in keys))
+    (tmp_path / "s.jsonl").write_text("".join(f'{{"key": {k}, "size": {k % 5 + 1}}}\n' for k in keys))
+    monkeypatch.setattr(native_sample, "SAMPLE_LIMIT", 1000)
+    for name in ("k.jsonl", "s.jsonl"):
+        assert native_curves(curve_args(str(tmp_path / name), rate=1.0), [0]) is None, name
+        assert native_curves(curve_args(str(tmp_path / name), rate=0.1), [0]) is not None, name
+        (a, ra, _), (b, rb, _) = run_both(monkeypatch, capsys, tmp_path, str(tmp_path / name), "--sample-rate", "1.0")
+        assert a == b == 0 and ra == rb, name
