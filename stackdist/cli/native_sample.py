@@ -1,15 +1,16 @@
 """``curve --sample-rate`` without numba: the whole-process fast path of a sampled curve.
 
-When the trace is one or more plain local files of integer keys with unit sizes (``.npy``
-integer arrays; ``.csv``/``.tsv``/``.txt`` whose lines are all ``[+-]digits``, after an
-optional ``key`` header; JSONL lines ``{"key": INT}``; ``--format mooncake`` request lines,
-their ``hash_ids`` the accesses: :mod:`stackdist.engine.scale.native_json`) and the run asks
-for a fixed rate over the whole trace (no ``--sample-size``, ``--window``, ``--warmup`` or
-``--dask``), the native library
-(:mod:`stackdist.engine.scale.native`) samples and replays it with only numpy imported. The
+When the trace is one or more plain local files of integer keys, with or without sizes
+(``.npy`` integer arrays, ``(n, 2)`` or ``key``/``size`` structured; ``.csv``/``.tsv``/``.txt``
+whose lines are all ``[+-]digits`` or all ``[+-]digits<delim>size``, after an optional
+``key[,size]`` header; JSONL lines ``{"key": INT[, "size": INT]}``; ``--format mooncake``
+request lines, their ``hash_ids`` the accesses: :mod:`stackdist.engine.scale.native_json`) and
+the run asks for a fixed rate over the whole trace (no ``--sample-size``, ``--window``,
+``--warmup`` or ``--dask``), the native library (:mod:`stackdist.engine.scale.native`) samples
+and replays it with only numpy imported. The
 curves are those of the compiled path (:class:`~stackdist.engine.scale.sampling.ShardsSampler`)
-field for field; anything else (another form, a line of another shape, an empty sample, no C
-compiler, ``STACKDIST_NATIVE=0``) makes :func:`native_curves` say None, and the compiled path
+field for field; anything else (another form, a line of another shape, a size that changes,
+an empty or too large sample, no C compiler, ``STACKDIST_NATIVE=0``) makes :func:`native_curves` say None, and the compiled path
 reads the trace and gives the answer or the error.
 """
 
