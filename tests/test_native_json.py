@@ -276,7 +276,7 @@ def test_fuzzed_jsonl_lines_the_native_scanner_takes_are_the_compiled_scanners()
     seeds = [b'{"key": 12345}', b'{ "key" : -7 }', b'{"key":0}\r', b'{"key": 999999999999999999}',
              b'{"key": 12345, "size": 678}', b'{ "size" : 1099511627776 , "key" : -3 }', b'{"key":5,"size":1}\r',
              b'{"size": 10, "key": 999999999999999999}']
-    assert fuzz(np.random.default_rng(7), seeds, 600, feed_jsonl, compiled) > 50
+    assert fuzz(np.random.default_rng(7), seeds, 300, feed_jsonl, compiled) > 25
 
 
 def test_fuzzed_mooncake_lines_the_native_scanner_takes_are_the_compiled_scanners():
@@ -289,7 +289,7 @@ def test_fuzzed_mooncake_lines_the_native_scanner_takes_are_the_compiled_scanner
 
     seeds = [b'{"timestamp": 10, "input_length": 1000, "output_length": 5, "hash_ids": [1, 20]}',
              b'{"hash_ids":[],"input_length":0,"timestamp":0}', b'{ "timestamp" : 3 , "input_length" : 513 , "hash_ids" : [ 4 , 5 ] }']
-    assert fuzz(np.random.default_rng(8), seeds, 600, native, compiled) > 15
+    assert fuzz(np.random.default_rng(8), seeds, 300, native, compiled) > 8
 
 
 # ---- the CLI: equal JSON where native takes a file; the compiled answer or error where not ---------

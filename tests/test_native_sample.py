@@ -222,8 +222,9 @@ def test_npy_dtypes_and_several_files_take_the_native_path(monkeypatch, tmp_path
             keys += np.uint64(2**63)
         np.save(tmp_path / "k.npy", keys)
         assert native_curves(curve_args(str(tmp_path / "k.npy")), [0]) is not None
-        a, ra, b, rb = run_both(monkeypatch, tmp_path, str(tmp_path / "k.npy"), "--sample-rate", "0.3")
-        assert a == b == 0 and ra == rb, dtype
+        if dtype in (np.int32, np.uint64):  # a narrow dtype and the top half of uint64: the CLI's answers
+            a, ra, b, rb = run_both(monkeypatch, tmp_path, str(tmp_path / "k.npy"), "--sample-rate", "0.3")
+            assert a == b == 0 and ra == rb, dtype
     np.save(tmp_path / "p1.npy", rng.integers(0, 50, 999))
     (tmp_path / "p2.csv").write_text("".join(f"{k}\n" for k in rng.integers(0, 50, 999)))
     files = [str(tmp_path / "p1.npy"), str(tmp_path / "p2.csv")]
@@ -302,26 +303,20 @@ def test_no_compiler_means_the_compiled_path(monkeypatch, tmp_path):
 
 
 def test_a_fresh_cache_compiles_once_and_the_process_imports_no_numba(tmp_path):
+    # One process: its cache folder cannot be made (it is under a file, even for root), so the
+    # library is compiled once into a private folder of the temporary one; the run imports no numba.
     np.save(tmp_path / "k.npy", np.arange(3000) % 70)
-    env = {**os.environ, "STACKDIST_CACHE_DIR": str(tmp_path / "cache"), "STACKDIST_NATIVE": "1"}
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "STACKDIST_CACHE_DIR": str(tmp_path / "a-file" / "cache"), "STACKDIST_NATIVE": "1",
+           "TMPDIR": str(tmp_path / "tmp")}
     code = ("import sys; from stackdist.cli import main; "
             f"rc = main(['curve', {str(tmp_path / 'k.npy')!r}, '--sample-rate', '0.5', '-o', {str(tmp_path / 'o.json')!r}]); "
             "print(rc, 'numba' in sys.modules)")
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
     assert got.stdout.split() == ["0", "False"], got.stderr
-    assert len(list((tmp_path / "cache").glob("native_shards-*.so"))) == 1
-
-
-def test_an_unwritable_cache_falls_back_to_a_private_temporary_folder(monkeypatch, tmp_path):
-    import tempfile
-
-    (tmp_path / "a-file").write_text("")  # a cache folder under a file cannot be made, even by root
-    monkeypatch.setattr(native, "_LOADED", {})
-    monkeypatch.setenv("STACKDIST_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
-    assert library() is not None
     assert len(list((tmp_path / "tmp").glob("stackdist-*/native_shards-*.so"))) == 1
+    assert json.loads((tmp_path / "o.json").read_text())["sampled"] is True
 
 
 def test_the_most_seeds_the_cli_takes(monkeypatch, tmp_path):
@@ -349,15 +344,14 @@ def test_a_sample_past_the_limit_is_left_to_the_compiled_path(monkeypatch, tmp_p
     assert sampler.feed_values(big).too_large
 
 
-def test_plot_of_a_sampled_curve_on_both_paths(monkeypatch, tmp_path):
+@pytest.mark.xdist_group("matplotlib")  # the tests drawing PNGs share one worker: one matplotlib import
+def test_plot_of_a_sampled_curve_and_sampled_tiers(tmp_path):
     pytest.importorskip("matplotlib")
     np.save(tmp_path / "k.npy", np.random.default_rng(1).zipf(1.3, 3000) % 400)
-    for flag in ("1", "0"):
-        monkeypatch.setenv("STACKDIST_NATIVE", flag)
-        png = tmp_path / f"s{flag}.png"
-        assert main(["curve", str(tmp_path / "k.npy"), "--sample-rate", "0.5", "--plot", str(png), "-o",
-                     str(tmp_path / "s.json")]) == 0
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    png = tmp_path / "s.png"  # the plot is drawn after the curves, whichever path made them
+    assert main(["curve", str(tmp_path / "k.npy"), "--sample-rate", "0.5", "--plot", str(png), "-o",
+                 str(tmp_path / "s.json")]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     png = tmp_path / "tiers.png"  # sampled tiers draw their grid too
     assert main(["tiers", str(tmp_path / "k.npy"), "--gpu", "40", "--sample-rate", "0.5", "--plot", str(png), "-o",
                  str(tmp_path / "t.json")]) == 0
