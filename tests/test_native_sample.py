@@ -356,3 +356,17 @@ def test_plot_of_a_sampled_curve_and_sampled_tiers(tmp_path):
     assert main(["tiers", str(tmp_path / "k.npy"), "--gpu", "40", "--sample-rate", "0.5", "--plot", str(png), "-o",
                  str(tmp_path / "t.json")]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_library_in_a_folder_others_may_write_is_not_loaded(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "lib.so").write_bytes(b"")
+    native._check_private(shared / "lib.so")  # this user's, writable by no one else: taken
+    shared.chmod(0o777)
+    with pytest.raises(OSError, match="not this user's alone"):
+        native._check_private(shared / "lib.so")
+    shared.chmod(0o755)
+    (shared / "lib.so").chmod(0o666)
+    with pytest.raises(OSError, match="not this user's alone"):
+        native._check_private(shared / "lib.so")

@@ -23,6 +23,7 @@ load it in about a millisecond. Without a compiler, or with ``STACKDIST_NATIVE=0
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -77,14 +78,34 @@ def _load() -> Any:
     for part in _sources() + [_FOLDER / "native_shards.h"]:
         digest.update(part.name.encode() + part.read_bytes())
     name = f"native_shards-{digest.hexdigest()[:16]}.so"
-    for folder in (cache_folder(), Path(tempfile.gettempdir()) / f"stackdist-{os.getuid() if hasattr(os, 'getuid') else 0}"):
+    for folder in (cache_folder(), _private_temporary_folder()):
         try:  # the cache folder, else (read-only home) a private temporary one
             if not (folder / name).exists():
                 _compile(folder / name)
+            _check_private(folder / name)
             return _declare(ctypes.CDLL(str(folder / name)))
         except (OSError, subprocess.SubprocessError, AttributeError):
             continue
     return None
+
+
+def _private_temporary_folder() -> Path:
+    """``stackdist-<uid>`` in the temporary folder, made only by this user (mode 0700)."""
+    folder = Path(tempfile.gettempdir()) / f"stackdist-{os.getuid() if hasattr(os, 'getuid') else 0}"
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    return folder
+
+
+def _check_private(path: Path) -> None:
+    """OSError unless ``path`` and its folder are this user's and no one else may write them: a
+    shared folder (the temporary one) must not hand this process another user's library."""
+    if not hasattr(os, "getuid"):
+        return
+    for part in (path.parent, path):
+        st = part.stat()
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            raise OSError(f"{part} is not this user's alone")
 
 
 def _sources() -> list[Path]:
