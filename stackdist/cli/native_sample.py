@@ -17,9 +17,10 @@ reads the trace and gives the answer or the error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import mmap
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -110,15 +111,20 @@ def _feed_file(sampler: NativeShards, path: str, fmt: str | None) -> bool:
 def _feed_json_lines(sampler: NativeShards, path: str, feed: Callable[[NativeShards, np.ndarray], bool]) -> bool:
     """JSON lines through a scanner of :mod:`~stackdist.engine.scale.native_json`, memory-mapped,
     a UTF-8 BOM at the start dropped (as the compiled path's block reader does)."""
+    with _mapped(path) as (mapped, data):
+        return mapped is not None and feed(sampler, data[3:] if mapped[:3] == b"\xef\xbb\xbf" else data)
+
+
+@contextlib.contextmanager
+def _mapped(path: str) -> Iterator[tuple[Any, np.ndarray]]:
+    """The file memory-mapped read-only, and a uint8 view of it; (None, empty) when it is empty.
+    The map is released with the last reference to it or its view (the caller's included)."""
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
-            return False
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            data = np.frombuffer(mapped, np.uint8)
-            try:
-                return feed(sampler, data[3:] if mapped[:3] == b"\xef\xbb\xbf" else data)
-            finally:
-                del data  # the map closes only when no array views it
+            yield None, np.zeros(0, np.uint8)
+            return
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    yield mapped, np.frombuffer(mapped, np.uint8)
 
 
 def _feed_npy(sampler: NativeShards, path: str) -> bool:
@@ -158,21 +164,14 @@ def _feed_npy(sampler: NativeShards, path: str) -> bool:
 def _feed_text(sampler: NativeShards, path: str, suffix: str) -> bool:
     """Delimited text whose lines are all ``[+-]digits`` or all ``[+-]digits<delim>digits``,
     after an optional ``key`` header."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
+    with _mapped(path) as (mapped, data):
+        layout = None if mapped is None else _text_layout(mapped, suffix)
+        if layout is None:
             return False
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            data = np.frombuffer(mapped, np.uint8)
-            try:
-                layout = _text_layout(mapped, suffix)
-                if layout is None:
-                    return False
-                start, delimiter = layout
-                if delimiter is None:
-                    return sampler.feed_lines(data[start:])
-                return sampler.feed_sized_lines(data[start:], delimiter)
-            finally:
-                del data  # the map closes only when no array views it
+        start, delimiter = layout
+        if delimiter is None:
+            return sampler.feed_lines(data[start:])
+        return sampler.feed_sized_lines(data[start:], delimiter)
 
 
 def _text_layout(mapped: Any, suffix: str) -> tuple[int, str | None] | None:

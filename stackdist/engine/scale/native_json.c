@@ -21,21 +21,6 @@ static inline int64_t skip_ws(const uint8_t *b, int64_t i, int64_t n) {
     return i;
 }
 
-/* The value of the 8 ASCII digits in x (the first in its lowest byte). */
-static inline uint64_t eight_digits(uint64_t x) {
-    x = ((x & 0x0F0F0F0F0F0F0F0FULL) * 2561) >> 8;
-    x = ((x & 0x00FF00FF00FF00FFULL) * 6553601) >> 16;
-    return ((x & 0x0000FFFF0000FFFFULL) * 42949672960001ULL) >> 32;
-}
-
-/* How many of x's bytes, from the lowest, are ASCII digits (0..8). */
-static inline int leading_digits(uint64_t x) {
-    uint64_t bad = ((x & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL)
-                 | (((x & 0x0F0F0F0F0F0F0F0FULL) + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL);
-    if (!bad) return 8;
-    return __builtin_ctzll(bad) >> 3;
-}
-
 /* The first d < 8 ASCII digits of x as a number. */
 static inline uint64_t some_digits(uint64_t x, int d) {
     return d ? eight_digits((x << (8 * (8 - d))) | (0x3030303030303030ULL >> (8 * d))) : 0;

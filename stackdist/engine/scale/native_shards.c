@@ -10,14 +10,6 @@
 
 #include "native_shards.h"
 
-/* splitmix64's finalizer of x ^ salt (hashed_stack._mix): a bijection of the 64-bit values. */
-static inline uint64_t mix(uint64_t x, uint64_t salt) {
-    x ^= salt;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
-
 int sd_push(vec_t *vec, uint64_t h) {
     if (vec->n == vec->cap) {
         int64_t cap = vec->cap ? 2 * vec->cap : 4096;
@@ -95,21 +87,6 @@ int sd_merge(shards_t *a, const shards_t *b) {
     a->total_size = a->total_size < 0 || b->total_size < 0 || a->total_size + b->total_size > (1LL << 62)
         ? -1 : a->total_size + b->total_size;
     return 0;
-}
-
-/* The value of the 8 ASCII digits in x (the first in its lowest byte). */
-static inline uint64_t eight_digits(uint64_t x) {
-    x = ((x & 0x0F0F0F0F0F0F0F0FULL) * 2561) >> 8;
-    x = ((x & 0x00FF00FF00FF00FFULL) * 6553601) >> 16;
-    return ((x & 0x0000FFFF0000FFFFULL) * 42949672960001ULL) >> 32;
-}
-
-/* How many of x's bytes, from the lowest, are ASCII digits (0..8). */
-static inline int leading_digits(uint64_t x) {
-    uint64_t bad = ((x & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL)
-                 | (((x & 0x0F0F0F0F0F0F0F0FULL) + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL);
-    if (!bad) return 8;
-    return __builtin_ctzll(bad) >> 3;
 }
 
 /* The key of the line buf[start, end) (its \n excluded): its 64-bit value (the integer mod
@@ -190,46 +167,37 @@ int64_t sd_feed_lines(shards_t *s, const uint8_t *buf, int64_t len) {
     return count;
 }
 
-typedef struct {
-    uint64_t *h;        /* key hash */
-    int64_t *t;         /* latest position (1-based); 0 = empty */
-    int64_t mask, used;
-} table_t;
-
-static int table_init(table_t *tab, int64_t size) {
-    tab->h = malloc((size_t)size * sizeof(uint64_t));
-    tab->t = calloc((size_t)size, sizeof(int64_t));
-    tab->mask = size - 1;
+int sd_table_init(table_t *tab, int64_t slots, int sized) {
+    tab->h = malloc((size_t)slots * sizeof(uint64_t));
+    tab->t = calloc((size_t)slots, sizeof(int64_t));
+    tab->size = sized ? malloc((size_t)slots * sizeof(int64_t)) : NULL;
+    tab->mask = slots - 1;
     tab->used = 0;
-    return tab->h && tab->t ? 0 : -1;
+    return tab->h && tab->t && (tab->size || !sized) ? 0 : -1;
 }
 
-static void table_free(table_t *tab) {
+void sd_table_free(table_t *tab) {
     free(tab->h);
     free(tab->t);
-}
-
-static inline int64_t table_slot(const table_t *tab, uint64_t key) {
-    int64_t pos = (int64_t)(key & (uint64_t)tab->mask);
-    while (tab->t[pos] && tab->h[pos] != key) pos = (pos + 1) & tab->mask;
-    return pos;
+    free(tab->size);
 }
 
 /* Double the table (kept at most half full, sized by the keys, not the accesses). */
-static int table_grow(table_t *tab) {
+int sd_table_grow(table_t *tab) {
     table_t big;
-    if (table_init(&big, 2 * (tab->mask + 1))) {
-        table_free(&big);
+    if (sd_table_init(&big, 2 * (tab->mask + 1), tab->size != NULL)) {
+        sd_table_free(&big);
         return -1;
     }
     for (int64_t i = 0; i <= tab->mask; i++)
         if (tab->t[i]) {
-            int64_t pos = table_slot(&big, tab->h[i]);
+            int64_t pos = sd_table_slot(&big, tab->h[i]);
             big.h[pos] = tab->h[i];
             big.t[pos] = tab->t[i];
+            if (big.size) big.size[pos] = tab->size[i];
         }
     big.used = tab->used;
-    table_free(tab);
+    sd_table_free(tab);
     *tab = big;
     return 0;
 }
@@ -247,14 +215,14 @@ int sd_replay_one(shards_t *s, int j) {
     table_t tab;
     int32_t *tree = calloc((size_t)m + 1, sizeof(int32_t));
     int64_t *hist = calloc((size_t)m + 2, sizeof(int64_t));
-    if (table_init(&tab, 1 << 12) || !tree || !hist || m >= INT32_MAX) {
-        table_free(&tab); free(tree); free(hist);
+    if (sd_table_init(&tab, 1 << 12, 0) || !tree || !hist || m >= INT32_MAX) {
+        sd_table_free(&tab); free(tree); free(hist);
         return -1;
     }
     int64_t top = 0;
     for (int64_t t = 1; t <= m; t++) {
         uint64_t key = h[t - 1];
-        int64_t pos = table_slot(&tab, key), last = tab.t[pos];
+        int64_t pos = sd_table_slot(&tab, key), last = tab.t[pos];
         if (last) {
             int64_t before = 0;
             for (int64_t i = last; i > 0; i -= i & -i) before += tree[i];
@@ -264,8 +232,8 @@ int sd_replay_one(shards_t *s, int j) {
             for (int64_t i = last; i < t; i += i & -i) tree[i]--;
         } else {
             if (2 * (tab.used + 1) > tab.mask + 1) {
-                if (table_grow(&tab)) { table_free(&tab); free(tree); free(hist); return -1; }
-                pos = table_slot(&tab, key);
+                if (sd_table_grow(&tab)) { sd_table_free(&tab); free(tree); free(hist); return -1; }
+                pos = sd_table_slot(&tab, key);
             }
             tab.used++;
             tab.h[pos] = key;
@@ -279,7 +247,7 @@ int sd_replay_one(shards_t *s, int j) {
     s->hist_len[j] = top + 1;
     s->cold[j] = tab.used;
     s->keys[j] = tab.used;
-    table_free(&tab); free(tree);
+    sd_table_free(&tab); free(tree);
     return 0;
 }
 

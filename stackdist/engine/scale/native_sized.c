@@ -8,13 +8,6 @@
 
 #include "native_shards.h"
 
-static inline uint64_t mix(uint64_t x, uint64_t salt) {
-    x ^= salt;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
-
 int sd_feed_sized_block(shards_t *s, const uint64_t *keys, const int64_t *sizes, int64_t n) {
     s->kind |= 2;
     for (int64_t i = 0; i < n && s->total_size >= 0; i++)
@@ -79,65 +72,19 @@ int64_t sd_feed_sized_lines(shards_t *s, const uint8_t *buf, int64_t len, int de
     return count;
 }
 
-typedef struct {
-    uint64_t *h;
-    int64_t *t, *size;  /* latest position (1-based; 0 = empty) and size of each key */
-    int64_t mask, used;
-} sized_table_t;
-
-static int st_init(sized_table_t *tab, int64_t size) {
-    tab->h = malloc((size_t)size * sizeof(uint64_t));
-    tab->t = calloc((size_t)size, sizeof(int64_t));
-    tab->size = malloc((size_t)size * sizeof(int64_t));
-    tab->mask = size - 1;
-    tab->used = 0;
-    return tab->h && tab->t && tab->size ? 0 : -1;
-}
-
-static void st_free(sized_table_t *tab) {
-    free(tab->h);
-    free(tab->t);
-    free(tab->size);
-}
-
-static inline int64_t st_slot(const sized_table_t *tab, uint64_t key) {
-    int64_t pos = (int64_t)(key & (uint64_t)tab->mask);
-    while (tab->t[pos] && tab->h[pos] != key) pos = (pos + 1) & tab->mask;
-    return pos;
-}
-
-static int st_grow(sized_table_t *tab) {
-    sized_table_t big;
-    if (st_init(&big, 2 * (tab->mask + 1))) {
-        st_free(&big);
-        return -1;
-    }
-    for (int64_t i = 0; i <= tab->mask; i++)
-        if (tab->t[i]) {
-            int64_t pos = st_slot(&big, tab->h[i]);
-            big.h[pos] = tab->h[i];
-            big.t[pos] = tab->t[i];
-            big.size[pos] = tab->size[i];
-        }
-    big.used = tab->used;
-    st_free(tab);
-    *tab = big;
-    return 0;
-}
-
 /* One seed's sized replay (the unit replay of native_shards.c with a Fenwick tree of sizes).
  * Returns 0, -1 out of memory, -3 when a key's size changed. O(m log m). */
 int sd_replay_sized_one(shards_t *s, int j) {
     const uint64_t *h = s->kept[j].v;
     const int64_t *size = (const int64_t *)s->sizes[j].v;
     int64_t m = s->kept[j].n, total = 0, cold_size = 0, sampled = 0;
-    sized_table_t tab;
+    table_t tab;
     int64_t *tree = calloc((size_t)m + 1, sizeof(int64_t));
-    int code = st_init(&tab, 1 << 12) || !tree ? -1 : 0;
+    int code = sd_table_init(&tab, 1 << 12, 1) || !tree ? -1 : 0;
     s->out_d[j].n = s->out_s[j].n = 0;
     for (int64_t t = 1; t <= m && code == 0; t++) {
         uint64_t key = h[t - 1];
-        int64_t z = size[t - 1], pos = st_slot(&tab, key), last = tab.t[pos];
+        int64_t z = size[t - 1], pos = sd_table_slot(&tab, key), last = tab.t[pos];
         sampled += z;
         if (last) {
             if (tab.size[pos] != z) { code = -3; break; }
@@ -147,8 +94,8 @@ int sd_replay_sized_one(shards_t *s, int j) {
             for (int64_t i = last; i < t; i += i & -i) tree[i] -= z;
         } else {
             if (2 * (tab.used + 1) > tab.mask + 1) {
-                if (st_grow(&tab)) { code = -1; break; }
-                pos = st_slot(&tab, key);
+                if (sd_table_grow(&tab)) { code = -1; break; }
+                pos = sd_table_slot(&tab, key);
             }
             tab.used++;
             tab.h[pos] = key;
@@ -164,7 +111,7 @@ int sd_replay_sized_one(shards_t *s, int j) {
     s->cold[j] = s->keys[j] = tab.used;
     s->cold_size[j] = cold_size;
     s->sampled_size[j] = sampled;
-    st_free(&tab);
+    sd_table_free(&tab);
     free(tree);
     return code;
 }
