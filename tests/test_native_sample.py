@@ -370,3 +370,14 @@ def test_a_library_in_a_folder_others_may_write_is_not_loaded(tmp_path):
     (shared / "lib.so").chmod(0o666)
     with pytest.raises(OSError, match="not this user's alone"):
         native._check_private(shared / "lib.so")
+
+
+def test_an_error_on_the_second_thread_is_raised_not_lost():
+    sampler = NativeShards(library(), [seed_mix(0)], [threshold_for_rate(1.0)])
+
+    def broken(handle, ptr, n):
+        raise RuntimeError("second half")
+
+    data = np.frombuffer(b"1\n" * (8 << 20), np.uint8)  # large: cut in halves, one per thread
+    with pytest.raises(RuntimeError, match="second half"):
+        sampler.feed_text(data, broken)

@@ -245,10 +245,7 @@ class NativeShards:
             for j in range(first, self.k, 2):
                 codes[j] = replay_one(self._handle, j)
 
-        thread = threading.Thread(target=replay, args=(1,), name="stackdist-native")
-        thread.start()
-        replay(0)
-        thread.join()
+        _beside(lambda: replay(0), lambda: replay(1))
         return codes
 
     def feed_lines(self, data: np.ndarray) -> bool:
@@ -279,13 +276,10 @@ class NativeShards:
         other = NativeShards(self._lib, self._salts, self._cuts, self._limit)
         codes = [0, 0]
 
-        def run_second() -> None:
-            codes[1] = second(other._handle)
+        def run(i: int, fn: Callable[[Any], int], handle: Any) -> None:
+            codes[i] = fn(handle)
 
-        thread = threading.Thread(target=run_second, name="stackdist-native")
-        thread.start()
-        codes[0] = first(self._handle)
-        thread.join()
+        _beside(lambda: run(0, first, self._handle), lambda: run(1, second, other._handle))
         self._other_too_large = self._other_too_large or other.too_large
         if codes[0] >= 0 and codes[1] >= 0 and self._lib.sd_merge(self._handle, other._handle):
             raise MemoryError("out of memory in the native sampler")
@@ -313,6 +307,27 @@ class NativeShards:
             self._lib.sd_hist_copy(self._handle, j, hist.ctypes.data)
             out.append((hist, int(self._lib.sd_cold(self._handle, j)), int(self._lib.sd_keys(self._handle, j))))
         return out
+
+
+def _beside(here: Callable[[], None], there: Callable[[], None]) -> None:
+    """``here`` on this thread and ``there`` on another at once (the C calls release the GIL);
+    an exception in either is raised here, after both have ended."""
+    failed: list[BaseException] = []
+
+    def run_there() -> None:
+        try:
+            there()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+            failed.append(exc)
+
+    thread = threading.Thread(target=run_there, name="stackdist-native")
+    thread.start()
+    try:
+        here()
+    finally:
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def _line_start_after(data: np.ndarray, pos: int) -> int:
