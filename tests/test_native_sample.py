@@ -137,6 +137,10 @@ TEXT_FORMS = {  # name: (first line or "", the body repeated after it)
     "sized_sniffed.txt": ("", "9\t2\n8\t2\n9\t2\n"),
     "sized_comma.txt": ("key,size\n", "9,2\n8,2\n9,2\n"),
     "no_final_newline.csv": ("", "1\n2\n1"),
+    "named_header.csv": ("block_id\r\n", "5\r\n6\r\n5\r\n"),  # read as a text key, one access
+    "spaced_header.txt": ("\ufeff Block ID \n", "5\n6\n5\n"),
+    "utf8_header.csv": ("clé\n", "5\n6\n5\n"),
+    "number_like_header.csv": ("1.5\n", "5\n6\n5\n"),
 }
 
 
@@ -233,7 +237,7 @@ def test_npy_dtypes_and_several_files_take_the_native_path(monkeypatch, tmp_path
     assert a == b == 0 and ra == rb
 
 
-@pytest.mark.parametrize("text", ["# comment\n1\n2\n", "1\n 2\n", "1,3\n2\n", "1\n2,3\n", "1,0\n", "1,-3\n",
+@pytest.mark.parametrize("text", ["# comment\n1\n2\n", "block_id,size\n1,2\n", "block_id\n1,2\n", "\xff\n1\n", "1\n 2\n", "1,3\n2\n", "1\n2,3\n", "1,0\n", "1,-3\n",
                                   "1,3,4\n", "key,size,x\n1,2,3\n", "1, 3\n", "1,1099511627777\n", "key\n1,2\n",
                                   "1,3\n1,4\n", "1\t3\n", "1\nx\n", "1\n-\n",
                                   "1\n18446744073709551616\n", "1\n-9223372036854775809\n", "1\n000000000000000000009\n",

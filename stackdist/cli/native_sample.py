@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import mmap
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -163,22 +164,27 @@ def _feed_npy(sampler: NativeShards, path: str) -> bool:
 
 def _feed_text(sampler: NativeShards, path: str, suffix: str) -> bool:
     """Delimited text whose lines are all ``[+-]digits`` or all ``[+-]digits<delim>digits``,
-    after an optional ``key`` header."""
+    after an optional ``key`` header or a first line that is a text key (a header of another
+    name, as the readers take it)."""
     with _mapped(path) as (mapped, data):
         layout = None if mapped is None else _text_layout(mapped, suffix)
         if layout is None:
             return False
-        start, delimiter = layout
+        start, delimiter, first_key = layout
+        if first_key is not None:
+            sampler.feed_values(np.array([first_key], np.uint64))
         if delimiter is None:
             return sampler.feed_lines(data[start:])
         return sampler.feed_sized_lines(data[start:], delimiter)
 
 
-def _text_layout(mapped: Any, suffix: str) -> tuple[int, str | None] | None:
-    """(where the data lines begin, the delimiter when they hold a size column): after a UTF-8
-    BOM and a header whose first field is ``key`` (any case), when present; the delimiter is
-    ``,`` (.csv), a tab (.tsv) or the first of them in the first line (.txt). None when the
-    first line is something else the compiled reader must judge (three columns, say)."""
+def _text_layout(mapped: Any, suffix: str) -> tuple[int, str | None, int | None] | None:
+    """(where the C scan begins, the delimiter when the lines hold a size column, the value of a
+    first line that is a text key or None): after a UTF-8 BOM, and after a header whose first
+    field is ``key`` (any case) or a first line the readers take as a text key (``block_id``,
+    say: one field, not a number); the delimiter is ``,`` (.csv), a tab (.tsv) or the first of
+    them in the first line (.txt). None when the first line is something else the compiled
+    reader must judge (three columns, a comment, a non-numeric first field beside a size)."""
     pos = 3 if mapped[:3] == b"\xef\xbb\xbf" else 0
     while True:
         end = mapped.find(b"\n", pos)
@@ -186,8 +192,9 @@ def _text_layout(mapped: Any, suffix: str) -> tuple[int, str | None] | None:
         if line.strip(b"\r"):
             break
         if end < 0:
-            return pos, None
+            return pos, None, None
         pos = end + 1
+    after = len(mapped) if end < 0 else end + 1
     head = line.strip(b" \r")
     delim = {".csv": b",", ".tsv": b"\t"}.get(suffix) or (b"\t" if b"\t" in head else b"," if b"," in head else None)
     fields = head.split(delim) if delim else [head]
@@ -195,5 +202,23 @@ def _text_layout(mapped: Any, suffix: str) -> tuple[int, str | None] | None:
         return None
     sized = None if len(fields) == 1 else delim.decode()  # type: ignore[union-attr]
     if fields[0].strip().lower() == b"key":
-        return (len(mapped) if end < 0 else end + 1), sized
-    return pos, sized
+        return after, sized, None
+    if sized is None and b"," not in head and b"\t" not in head and not re.fullmatch(rb"[+-]?[0-9]+", head):
+        value = _text_key_value(head)
+        return None if value is None else (after, None, value)
+    return pos, sized, None
+
+
+def _text_key_value(head: bytes) -> int | None:
+    """The 64-bit value the readers give the text key of a first line (``key_values`` in
+    :mod:`stackdist.traces.stream_input`: blake2b-64 of its UTF-8 text); None for a comment, an
+    empty key or text that is not UTF-8 (the compiled path judges those)."""
+    try:
+        text = head.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None
+    if not text or head.startswith(b"#"):
+        return None
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
