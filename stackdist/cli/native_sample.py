@@ -150,6 +150,9 @@ def _feed_npy(sampler: NativeShards, path: str) -> bool:
     if keys.dtype.kind not in "iu" or (sizes is not None and sizes.dtype.kind not in "iu"):
         return False
     wide = np.dtype(np.int64 if keys.dtype.kind == "i" else np.uint64)
+    if sizes is None and keys.dtype == wide and keys.flags.c_contiguous:
+        sampler.feed_values(keys)  # the map itself, in one two-thread pass
+        return True
     for lo in range(0, max(keys.shape[0], 1), _CONVERT):
         part = np.ascontiguousarray(keys[lo : lo + _CONVERT], dtype=wide)
         if sizes is None:
