@@ -385,3 +385,20 @@ def test_an_error_on_the_second_thread_is_raised_not_lost():
     data = np.frombuffer(b"1\n" * (8 << 20), np.uint8)  # large: cut in halves, one per thread
     with pytest.raises(RuntimeError, match="second half"):
         sampler.feed_text(data, broken)
+
+
+def test_the_vector_pass_equals_the_scalar_one():
+    # Where the CPU has AVX-512, sd_feed_block hashes 8 keys at a time; sd_set_simd(0) forces the
+    # scalar loop. The same samples, in the same order, either way (here both may be scalar).
+    lib = library()
+    rng = np.random.default_rng(13)
+    keys = np.concatenate([rng.integers(-2**63, 2**63 - 1, 50_003, dtype=np.int64), np.arange(5_000)])
+    try:
+        got = []
+        for on in (1, 0):
+            lib.sd_set_simd(on)
+            sampler = NativeShards(lib, [seed_mix(s) for s in (0, 1, 2)], [threshold_for_rate(r) for r in (0.3, 0.01, 1.0)])
+            got.append([(h.tolist(), cold, n) for h, cold, n in sampler.feed_values(keys).histograms()])
+        assert got[0] == got[1]
+    finally:
+        lib.sd_set_simd(1)

@@ -141,6 +141,7 @@ def _declare(lib: Any) -> Any:
         "sd_replay_sized_one": (c_int, [p, c_int]), "sd_kind": (i64, [p]), "sd_total_size": (i64, [p]),
         "sd_warm": (i64, [p, c_int]), "sd_cold_size": (i64, [p, c_int]), "sd_sampled_size": (i64, [p, c_int]),
         "sd_warm_copy": (None, [p, c_int, p, p]), "sd_set_limit": (None, [p, i64]), "sd_too_large": (i64, [p]),
+        "sd_set_simd": (None, [c_int]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
