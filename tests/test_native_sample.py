@@ -400,5 +400,18 @@ def test_the_vector_pass_equals_the_scalar_one():
             sampler = NativeShards(lib, [seed_mix(s) for s in (0, 1, 2)], [threshold_for_rate(r) for r in (0.3, 0.01, 1.0)])
             got.append([(h.tolist(), cold, n) for h, cold, n in sampler.feed_values(keys).histograms()])
         assert got[0] == got[1]
+        for trial in range(40):  # the line scan: 64-byte newline search against the 8-byte one
+            n = int(rng.integers(0, 3000))
+            digits = 10 ** rng.integers(1, 19, n)
+            breaks = rng.choice(["\n", "\r\n", "\n\n"], n).tolist()
+            text = "".join(str(k) + end for k, end in zip(rng.integers(-digits, digits).tolist(), breaks))
+            data = np.frombuffer((text + ("77" if trial % 2 else "")).encode(), np.uint8)
+            seen = []
+            for on in (1, 0):
+                lib.sd_set_simd(on)
+                sampler = NativeShards(lib, [seed_mix(0), seed_mix(1)], [threshold_for_rate(1.0), threshold_for_rate(0.3)])
+                ok = sampler.feed_lines(data)
+                seen.append((ok, sampler.n_accesses, [(h.tolist(), c, k) for h, c, k in sampler.histograms()]))
+            assert seen[0] == seen[1], trial
     finally:
         lib.sd_set_simd(1)

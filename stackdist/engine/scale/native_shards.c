@@ -186,9 +186,35 @@ static inline uint64_t bytes_equal(uint64_t x, uint8_t c) {
 
 /* Up to BLOCK line ends (offsets of their \n) from pos, found 8 bytes at a time; the last line
  * of the input, without a final \n, ends at len. Sets *next past the last end found. */
+#ifdef HAVE_AVX512_PATH
+/* The \n offsets in buf[j, j + 64 * words), 64 bytes at a time; n: ends so far (at most BLOCK - 64). */
+__attribute__((target("avx512f,avx512bw")))
+static int64_t newlines_avx512(const uint8_t *buf, int64_t j, int64_t len, int64_t *ends, int *n) {
+    const __m512i nl = _mm512_set1_epi8('\n');
+    while (*n < BLOCK - 64 && j + 64 <= len) {
+        uint64_t bits = _mm512_cmpeq_epi8_mask(_mm512_loadu_si512((const void *)(buf + j)), nl);
+        for (; bits; bits &= bits - 1) ends[(*n)++] = j + __builtin_ctzll(bits);
+        j += 64;
+    }
+    return j;
+}
+
+static int avx512bw(void) {
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    }
+    return known && simd;
+}
+#endif
+
 static int line_ends(const uint8_t *buf, int64_t pos, int64_t len, int64_t *ends, int64_t *next) {
     int n = 0;
     int64_t j = pos;
+#ifdef HAVE_AVX512_PATH
+    if (avx512bw()) j = newlines_avx512(buf, j, len, ends, &n);
+#endif
     while (n < BLOCK - 8 && j + 8 <= len) {
         uint64_t x;
         memcpy(&x, buf + j, 8);
