@@ -234,9 +234,54 @@ static int line_ends(const uint8_t *buf, int64_t pos, int64_t len, int64_t *ends
 /* Feed the keys of delimited text whose every line is [+-]digits (an optional \r before the
  * \n; blank lines skipped). Returns the accesses fed, -1 at the first line of any other shape
  * (the caller then reads the file with the general reader), -2 out of memory. */
+#ifdef HAVE_AVX512_PATH
+/* sd_feed_lines with AVX-512BW: each 64-byte chunk's newline bits are walked and each line is
+ * parsed as its bit is found (no array of line ends); the common line (1 to 8 digits, no sign,
+ * no \r) in one 8-byte load, any other through parse_line. The offset the scalar scan goes on
+ * from (a line start) in *done, the keys fed in *count; 0, -1 for a line of another shape, -2. */
+__attribute__((target("avx512f,avx512bw")))
+static int feed_lines_avx512(shards_t *s, const uint8_t *buf, int64_t len, int64_t *done, int64_t *count) {
+    const __m512i nl = _mm512_set1_epi8('\n');
+    uint64_t keys[BLOCK];
+    int64_t start = 0, j = 0;
+    int m = 0;
+    for (; j + 64 <= len; j += 64) {
+        for (uint64_t bits = _mm512_cmpeq_epi8_mask(_mm512_loadu_si512((const void *)(buf + j)), nl); bits; bits &= bits - 1) {
+            int64_t end = j + __builtin_ctzll(bits), n = end - start;
+            uint64_t x = 0;
+            int quick = n >= 1 && n <= 8 && start + 8 <= len;  /* never a load past the input */
+            if (quick) memcpy(&x, buf + start, 8);
+            if (quick && leading_digits(x) >= n) {
+                keys[m++] = eight_digits(n == 8 ? x : (x << (8 * (8 - n))) | (0x3030303030303030ULL >> (8 * n)));
+            } else {
+                int got = parse_line(buf, start, end, len, &keys[m]);
+                if (got < 0) return -1;
+                m += got == 0;
+            }
+            start = end + 1;
+            if (m == BLOCK) {
+                if (sd_feed_block(s, keys, m)) return -2;
+                *count += m;
+                m = 0;
+            }
+        }
+    }
+    if (m && sd_feed_block(s, keys, m)) return -2;
+    *count += m;
+    *done = start;
+    return 0;
+}
+#endif
+
 int64_t sd_feed_lines(shards_t *s, const uint8_t *buf, int64_t len) {
     uint64_t keys[BLOCK];
     int64_t ends[BLOCK], pos = 0, count = 0;
+#ifdef HAVE_AVX512_PATH
+    if (avx512bw()) {
+        int code = feed_lines_avx512(s, buf, len, &pos, &count);
+        if (code) return code;
+    }
+#endif
     while (pos < len) {
         int64_t next;
         int n = line_ends(buf, pos, len, ends, &next), m = 0;
