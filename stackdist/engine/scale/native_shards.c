@@ -67,13 +67,19 @@ static int64_t seed_pass_avx512(const uint64_t *keys, int64_t n, uint64_t salt, 
     return m;
 }
 
-static int avx512(void) {
+#define AVX512_DQ 1  /* the vector hash (vpmullq) */
+#define AVX512_BW 2  /* the 64-byte newline search */
+
+/* Whether this CPU has the feature (asked once) and vector passes are on (sd_set_simd). */
+static int avx512(int feature) {
     static int known = -1;
     if (known < 0) {
         __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+        int f = __builtin_cpu_supports("avx512f");
+        known = (f && __builtin_cpu_supports("avx512dq") ? AVX512_DQ : 0)
+              | (f && __builtin_cpu_supports("avx512bw") ? AVX512_BW : 0);
     }
-    return known && simd;
+    return simd && (known & feature);
 }
 #endif
 
@@ -85,7 +91,7 @@ int sd_feed_block(shards_t *s, const uint64_t *keys, int64_t n) {
         uint64_t salt = s->salt[j], cut = s->cut[j];
         vec_t *out = &s->kept[j];
 #ifdef HAVE_AVX512_PATH
-        if (avx512()) {
+        if (avx512(AVX512_DQ)) {
             if (reserve(out, n)) return -1;
             out->n += seed_pass_avx512(keys, n, salt, cut, out->v + out->n);
         } else
@@ -186,35 +192,9 @@ static inline uint64_t bytes_equal(uint64_t x, uint8_t c) {
 
 /* Up to BLOCK line ends (offsets of their \n) from pos, found 8 bytes at a time; the last line
  * of the input, without a final \n, ends at len. Sets *next past the last end found. */
-#ifdef HAVE_AVX512_PATH
-/* The \n offsets in buf[j, j + 64 * words), 64 bytes at a time; n: ends so far (at most BLOCK - 64). */
-__attribute__((target("avx512f,avx512bw")))
-static int64_t newlines_avx512(const uint8_t *buf, int64_t j, int64_t len, int64_t *ends, int *n) {
-    const __m512i nl = _mm512_set1_epi8('\n');
-    while (*n < BLOCK - 64 && j + 64 <= len) {
-        uint64_t bits = _mm512_cmpeq_epi8_mask(_mm512_loadu_si512((const void *)(buf + j)), nl);
-        for (; bits; bits &= bits - 1) ends[(*n)++] = j + __builtin_ctzll(bits);
-        j += 64;
-    }
-    return j;
-}
-
-static int avx512bw(void) {
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-    }
-    return known && simd;
-}
-#endif
-
 static int line_ends(const uint8_t *buf, int64_t pos, int64_t len, int64_t *ends, int64_t *next) {
     int n = 0;
     int64_t j = pos;
-#ifdef HAVE_AVX512_PATH
-    if (avx512bw()) j = newlines_avx512(buf, j, len, ends, &n);
-#endif
     while (n < BLOCK - 8 && j + 8 <= len) {
         uint64_t x;
         memcpy(&x, buf + j, 8);
@@ -277,7 +257,7 @@ int64_t sd_feed_lines(shards_t *s, const uint8_t *buf, int64_t len) {
     uint64_t keys[BLOCK];
     int64_t ends[BLOCK], pos = 0, count = 0;
 #ifdef HAVE_AVX512_PATH
-    if (avx512bw()) {
+    if (avx512(AVX512_BW)) {
         int code = feed_lines_avx512(s, buf, len, &pos, &count);
         if (code) return code;
     }
