@@ -21,7 +21,12 @@ every line skipped) is one :class:`EmptyInputError` (exit 1), raised by :func:`r
 
 from __future__ import annotations
 
+# signal and atexit are imported here, never inside the Ctrl-C handler: an import in a handler
+# that interrupted an import re-enters the import lock and breaks it (a KeyError out of
+# importlib's _ModuleLock.acquire instead of exit 130).
+import atexit
 import os
+import signal
 import sys
 
 TYPE_CHECKING = False
@@ -124,12 +129,8 @@ def _on_sigint(signum: int, frame: Any) -> None:
     prints one line, the writers remove their temporary files); before it, one line and exit
     130. Inside an import or numba's compiler, where an exception would be turned into another
     or swallowed, the signal is taken again a moment later (an interval timer), once out."""
-    import signal
-
     if _in_unsafe_frame(frame) and hasattr(signal, "setitimer"):
         if not _STATE.get("pending"):
-            import atexit
-
             atexit.register(_cancel_retry)  # the timer must not outlive the handler (SIGALRM would kill the process)
         _STATE["pending"] = True
         signal.signal(signal.SIGALRM, _on_sigint)
@@ -145,8 +146,6 @@ def _on_sigint(signum: int, frame: Any) -> None:
 def _cancel_retry() -> None:
     """Stop a pending retry of a deferred Ctrl-C (see :func:`_on_sigint`). O(1)."""
     if _STATE.get("pending"):
-        import signal
-
         _STATE["pending"] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
 
@@ -159,8 +158,6 @@ def install_interrupt_handler(prog: str, guarded: bool = True) -> Callable[[], N
 
     >>> restore = install_interrupt_handler("demo"); restore()
     """
-    import signal
-
     previous_state = dict(_STATE)
     try:
         previous = signal.signal(signal.SIGINT, _on_sigint)
