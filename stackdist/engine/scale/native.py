@@ -1,20 +1,22 @@
 """Fixed-rate SHARDS without numba: a small C library (``native_shards.c`` and its header;
-scanners of other input forms in ``native_*.c``) for the sampled curve's whole-process fast path.
+sized samples in ``native_sized.c``, the JSON scanners in ``native_json.c``) for the sampled
+curve's whole-process fast path.
 
 A sampled run's answer costs little beyond reading the trace, but importing numba and loading
 its first cached kernel costs about 0.45 s of every process, more than the sampled work on a
-3 x 10^7-access trace. This library does what the compiled sampling kernels do for the common
-case (fixed rate, unit sizes, integer keys) with only numpy and ctypes imported: the seeded
-filter (:func:`~.hashed_stack.multi_filter`'s hash and thresholds), a scan of ``[+-]digits``
-lines, and each seed's replay (Fenwick tree over positions, a table from key hash to its latest
-position), giving the same distances as :func:`~.hashed_stack.shards_replay`.
+3 x 10^7-access trace. This library does what the compiled sampling kernels do for a fixed rate
+and integer keys, with or without sizes, with only numpy and ctypes imported: the seeded filter
+(:func:`~.hashed_stack.multi_filter`'s hash and thresholds; 8 keys at a time with AVX-512), the
+scans of the common text forms, and each seed's replay (a Fenwick tree over positions, of sizes
+for a sized sample, and a table from key hash to its latest position), giving the same
+distances as :func:`~.hashed_stack.shards_replay`.
 
 The C sources are compiled on first use by the machine's C compiler (``$CC``, else ``cc``) into
 the cache folder (``$STACKDIST_CACHE_DIR``, else ``$XDG_CACHE_HOME/stackdist``, else
 ``~/.cache/stackdist``; a private folder in the temporary one when that is not writable), one
-file per source version, written atomically; later processes
-load it in about a millisecond. Without a compiler, or with ``STACKDIST_NATIVE=0``,
-:func:`library` is None and callers use the numba path (same answers).
+file per source version, written atomically; later processes load it in about a millisecond.
+Without a compiler, or with ``STACKDIST_NATIVE=0``, :func:`library` is None and callers use the
+numba path (same answers).
 
 >>> lib = library()
 >>> lib is None or NativeShards(lib, [1], [2**64 - 1]).feed_values(np.array([5, 6, 5], np.uint64)).histograms()[0][0].tolist()
@@ -78,8 +80,9 @@ def _load() -> Any:
     for part in _sources() + [_FOLDER / "native_shards.h"]:
         digest.update(part.name.encode() + part.read_bytes())
     name = f"native_shards-{digest.hexdigest()[:16]}.so"
-    for folder in (cache_folder(), _private_temporary_folder()):
+    for where in (cache_folder, _private_temporary_folder):
         try:  # the cache folder, else (read-only home) a private temporary one
+            folder = where()
             if not (folder / name).exists():
                 _compile(folder / name)
             _check_private(folder / name)
@@ -181,7 +184,7 @@ class NativeShards:
         half = arr.shape[0] // 2 if arr.shape[0] >= _TWO_THREADS else arr.shape[0]
         feed = self._lib.sd_feed_values
         codes = self._in_halves(lambda h: feed(h, arr[:half].ctypes.data, half),
-                                lambda h: feed(h, arr[half:].ctypes.data, arr.shape[0] - half))
+                                (lambda h: feed(h, arr[half:].ctypes.data, arr.shape[0] - half)) if half < arr.shape[0] else None)
         if any(codes) and not self.too_large:
             raise MemoryError("out of memory in the native sampler")
         return self
@@ -193,7 +196,8 @@ class NativeShards:
         half = n // 2 if n >= _TWO_THREADS else n
         feed = self._lib.sd_feed_sized_values
         codes = self._in_halves(lambda h: feed(h, arr.ctypes.data, size_arr.ctypes.data, half),
-                                lambda h: feed(h, arr[half:].ctypes.data, size_arr[half:].ctypes.data, n - half))
+                                (lambda h: feed(h, arr[half:].ctypes.data, size_arr[half:].ctypes.data, n - half))
+                                if half < n else None)
         if any(codes) and not self.too_large:
             raise MemoryError("out of memory in the native sampler")
         return self
@@ -261,7 +265,7 @@ class NativeShards:
         False, with the sampler then unusable, when the scanner declines. O(bytes x seeds)."""
         cut = _line_start_after(data, data.shape[0] // 2) if data.shape[0] >= 8 * _TWO_THREADS else data.shape[0]
         got = self._in_halves(lambda h: scan(h, data[:cut].ctypes.data, cut),
-                              lambda h: scan(h, data[cut:].ctypes.data, data.shape[0] - cut))
+                              (lambda h: scan(h, data[cut:].ctypes.data, data.shape[0] - cut)) if cut < data.shape[0] else None)
         if -2 in got and not self.too_large:
             raise MemoryError("out of memory in the native sampler")
         return bool(min(got) >= 0)
@@ -271,9 +275,11 @@ class NativeShards:
         """The loaded C library (for scanners declared in other modules). O(1)."""
         return self._lib
 
-    def _in_halves(self, first: Callable[[Any], int], second: Callable[[Any], int]) -> list[int]:
-        """``first`` on this sample and ``second`` on a fresh one on another thread, that one
-        then appended to this. Their return codes."""
+    def _in_halves(self, first: Callable[[Any], int], second: Callable[[Any], int] | None) -> list[int]:
+        """``first`` on this sample and ``second`` (when there is a second half) on a fresh one
+        on another thread, that one then appended to this. Their return codes."""
+        if second is None:
+            return [first(self._handle), 0]
         other = NativeShards(self._lib, self._salts, self._cuts, self._limit)
         codes = [0, 0]
 
