@@ -10,11 +10,14 @@ from collections.abc import Sequence
 
 from stackdist.errors import TraceFormatError
 
-__all__ = ["REQUEST_FORMATS", "access_suffix", "compression_of", "expand_inputs", "input_specs", "is_streamed", "strip_compression"]
+__all__ = ["DEFAULT_BLOCK_SIZE", "REQUEST_FORMATS", "access_suffix", "compression_of", "expand_inputs", "input_specs", "is_streamed", "strip_compression"]
 
 
 REQUEST_FORMATS = ("mooncake", "qwen", "tokens", "dynamo", "lmcache")
 """The request-trace formats (:mod:`.formats` reads them); any other format is an access trace."""
+
+DEFAULT_BLOCK_SIZE = {"mooncake": 512, "qwen": 16, "tokens": 16, "dynamo": 16, "lmcache": 256}
+"""Tokens per block of each request format when ``--block-size`` is not given."""
 
 
 def input_specs(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:

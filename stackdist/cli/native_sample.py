@@ -41,14 +41,18 @@ from stackdist.engine.scale.thresholds import (
     threshold_for_rate,
 )
 from stackdist.errors import TraceFormatError
-from stackdist.input_names import access_suffix, compression_of, expand_inputs
+from stackdist.input_names import (
+    DEFAULT_BLOCK_SIZE,
+    access_suffix,
+    compression_of,
+    expand_inputs,
+)
 
 __all__ = ["native_curves"]
 
 _TEXT = (".csv", ".tsv", ".txt")
-MOONCAKE_BLOCK_SIZE = 512
-"""Tokens per block of a Mooncake trace's ``curve`` (``stackdist.traces.formats.DEFAULT_BLOCK_SIZE``,
-whose module imports numba)."""
+MOONCAKE_BLOCK_SIZE = DEFAULT_BLOCK_SIZE["mooncake"]
+"""Tokens per block of a Mooncake trace's ``curve`` (the compiled block-id reader's)."""
 _CONVERT = 1 << 22  # keys converted to 64 bits this many at a time (narrow .npy dtypes)
 
 
@@ -73,8 +77,8 @@ def native_curves(args: argparse.Namespace, seeds: list[int]) -> list[SampledCur
     for path in files:
         if not _feed_file(sampler, path, args.format) or sampler.too_large:
             return None
-    if sampler.n_accesses == 0 or min(sampler.kept()) == 0 or max(sampler.kept()) >= 2**31 - 1 or sampler.kind == 3:
-        return None  # nothing to answer, past the replay's 32-bit tree, or sized and unit files: the compiled path says
+    if sampler.n_accesses == 0 or min(sampler.kept()) == 0 or sampler.kind == 3:
+        return None  # nothing to answer, or sized and unit files together: the compiled path says which
     rate = float(rate_of_threshold(cut))
     if sampler.kind == 2:
         return _sized_curves(sampler, seeds, rate)

@@ -8,7 +8,7 @@ import numpy as np
 
 from stackdist.engine.keys import dense_keys
 from stackdist.errors import UsageError
-from stackdist.input_names import REQUEST_FORMATS
+from stackdist.input_names import DEFAULT_BLOCK_SIZE, REQUEST_FORMATS
 
 from .access import AccessTrace
 from .hashed import read_mooncake, read_qwen
@@ -18,7 +18,6 @@ from .tokens import read_token_ids
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "REQUEST_FORMATS", "access_as_requests", "read_requests"]
 
-DEFAULT_BLOCK_SIZE = {"mooncake": 512, "qwen": 16, "tokens": 16, "dynamo": 16, "lmcache": 256}
 
 
 def read_requests(

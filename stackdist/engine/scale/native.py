@@ -48,7 +48,8 @@ _LOADED: dict[str, Any] = {}
 SAMPLE_LIMIT = 1 << 24
 """Most sampled accesses a seed keeps (8 bytes each until the replay, 20 during it); a larger
 sample (a high rate on a long trace) is left to the compiled path, whose memory is bounded by
-the sampled keys."""
+the sampled keys. Two halves of a feed keep at most twice this: well inside the replay's 32-bit
+Fenwick tree (2**31 positions)."""
 _TWO_THREADS = 1 << 20  # keys (or 8x bytes) from which a chunk is fed on two threads
 
 
