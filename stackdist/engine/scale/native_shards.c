@@ -356,7 +356,6 @@ int sd_replay_one(shards_t *s, int j) {
     }
     s->hist[j] = hist;
     s->hist_len[j] = top + 1;
-    s->cold[j] = tab.used;
     s->keys[j] = tab.used;
     sd_table_free(&tab); free(tree);
     return 0;
@@ -366,7 +365,7 @@ int64_t sd_accesses(const shards_t *s) { return s->n_accesses; }
 void sd_set_limit(shards_t *s, int64_t limit) { s->limit = limit; }
 int64_t sd_too_large(const shards_t *s) { return s->too_large; }
 int64_t sd_kept(const shards_t *s, int j) { return s->kept[j].n; }
-int64_t sd_cold(const shards_t *s, int j) { return s->cold[j]; }
+int64_t sd_cold(const shards_t *s, int j) { return s->keys[j]; }  /* a sampled key is cold once: at its first access */
 int64_t sd_keys(const shards_t *s, int j) { return s->keys[j]; }
 int64_t sd_hist_len(const shards_t *s, int j) { return s->hist_len[j]; }
 

@@ -19,7 +19,7 @@ typedef struct {
     vec_t kept[MAX_SEEDS];          /* each seed's sampled keys (their hashes), in trace order */
     int64_t n_accesses;
     int64_t *hist[MAX_SEEDS];       /* after sd_replay_one: hist[j][d] = sampled accesses at distance d */
-    int64_t hist_len[MAX_SEEDS], cold[MAX_SEEDS], keys[MAX_SEEDS];
+    int64_t hist_len[MAX_SEEDS], keys[MAX_SEEDS];  /* keys: distinct sampled keys, each cold once */
     int kind;                       /* what was fed: 1 unit sizes, 2 sizes, 3 both (the caller declines) */
     int64_t total_size;             /* sized: the sizes of every access fed; -1 past 2**62 */
     vec_t sizes[MAX_SEEDS];         /* sized: each sampled access's size, beside kept */

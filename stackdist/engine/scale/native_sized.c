@@ -108,7 +108,7 @@ int sd_replay_sized_one(shards_t *s, int j) {
         tree[t] = node;
         tab.t[pos] = t;
     }
-    s->cold[j] = s->keys[j] = tab.used;
+    s->keys[j] = tab.used;
     s->cold_size[j] = cold_size;
     s->sampled_size[j] = sampled;
     sd_table_free(&tab);
