@@ -202,22 +202,24 @@ def run_cli(argv: list[str], command: list[str] | None = None, extra_env: dict[s
 def write_formats(n: int, folder: Path) -> dict[str, list[str]]:
     """The synthetic trace of ``n`` accesses in every input form the acceptance check may get:
     ``.npy``, ``.npy`` with the ids replaced by a 64-bit hash (as real block hashes are),
-    CSV (``key`` per line), JSONL (``{"key": K}`` per line) and Mooncake JSONL (one request per
-    line, 512-token blocks). Returns each form's ``curve`` arguments."""
+    CSV (``key`` per line), JSONL (``{"key": K}`` per line), sized JSONL (``{"key": K, "size":
+    K % 7 + 1}``) and Mooncake JSONL (one request per line, 512-token blocks). Returns each
+    form's ``curve`` arguments."""
     from stackdist.engine.scale.sampling import key_hashes
 
     lengths: list[int] = []
     keys = request_log(n, seed=n % 1000, lengths=lengths)
     forms = {"npy": folder / "t.npy", "npy hashed ids": folder / "h.npy", "csv": folder / "t.csv",
-             "jsonl": folder / "t.jsonl", "mooncake": folder / "m.jsonl"}
+             "jsonl": folder / "t.jsonl", "jsonl sized": folder / "s.jsonl", "mooncake": folder / "m.jsonl"}
     np.save(forms["npy"], keys)
     np.save(forms["npy hashed ids"], key_hashes(keys, 12345).view(np.int64))
     step = 1 << 22
-    with open(forms["csv"], "w") as f, open(forms["jsonl"], "w") as g:
+    with open(forms["csv"], "w") as f, open(forms["jsonl"], "w") as g, open(forms["jsonl sized"], "w") as h:
         for lo in range(0, keys.size, step):
             part = keys[lo : lo + step].tolist()
             f.write("\n".join(map(str, part)) + "\n")
             g.write("".join(f'{{"key": {k}}}\n' for k in part))
+            h.write("".join(f'{{"key": {k}, "size": {k % 7 + 1}}}\n' for k in part))
     offsets = np.r_[0, np.cumsum(lengths)]
     listed = keys.tolist()
     with open(forms["mooncake"], "w") as f:
