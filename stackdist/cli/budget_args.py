@@ -36,6 +36,7 @@ from stackdist.planning.hardware import (
     gpu_table,
     replica_pool,
 )
+from stackdist.serving.engine_model import engine_model
 
 from .args import InputPath
 
@@ -175,7 +176,9 @@ def with_budget_pools(options: Any, trace: Any) -> Any:
     pools: set[int] = set()
     for budget in sizes:
         cap = budget_capacity(budget, trace.block_size, options.geometry, longest, engine.engine_block_size)
-        pools.update(p for p in (cap["vllm_gpu_blocks" if m == "vllm" else "sglang_pages"] for m in engine.models) if p >= 2)
+        for model in map(engine_model, engine.models):  # a pool that holds no page (or under 2 units) is not run
+            if cap[model.budget_key] >= max(model.min_pool, 2):
+                pools.add(cap[model.budget_key])
     if not pools:
         return options
     return dataclasses.replace(options, engine=dataclasses.replace(engine, pools=tuple(sorted(pools)) + (None,)))

@@ -10,7 +10,6 @@ from typing import Any
 from stackdist.errors import TraceFormatError, UsageError, require_data
 from stackdist.output import Progress, check_outputs, write_json, write_stdout
 from stackdist.planning.engine_plan import (
-    ENGINE_MODELS,
     ROUTERS,
     EngineOptions,
     parse_pools,
@@ -22,7 +21,9 @@ from stackdist.planning.engine_plan import (
 from stackdist.planning.plan import PlanOptions, build_plan, parse_duration
 from stackdist.planning.prices import parse_prices
 from stackdist.planning.routing import ROUTING_ROUTERS, RoutingOptions, parse_sizes
+from stackdist.serving.engine_model import ENGINE_MODELS
 from stackdist.serving.schedule import Schedule
+from stackdist.serving.semantics import SEMANTICS
 
 from .args import (
     InputPath,
@@ -79,12 +80,13 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--partial-last-block", action="store_true", help="tokens format: also hash a final partial block")
     p.add_argument("--skip-bad", action="store_true", help="skip malformed lines (and count them) instead of stopping")
     p.add_argument("--semantics", default="both", metavar="NAMES",
-                   help="comma-separated: engine (idealized prefix LRU), per-access (KVSET), vllm, sglang "
+                   help=f"comma-separated: engine (idealized prefix LRU), per-access (KVSET), {', '.join(ENGINE_MODELS)} "
                    "(the engines' own caches), both (= engine,per-access) or all (default both)")
-    eng = p.add_argument_group("engine models (--semantics vllm / sglang)")
+    eng = p.add_argument_group(f"engine models (--semantics {' / '.join(ENGINE_MODELS)})")
+    units = "; ".join(f"{m.name}: {m.pool_unit}" for m in ENGINE_MODELS.values())
     eng.add_argument("--gpu-blocks", metavar="N1,N2,...",
-                     help="pool sizes in the engine's own count: vLLM's num_gpu_blocks (as in its start-up log), "
-                     "SGLang's KV pages; 'inf' for no eviction (default: 8 sizes spread up to no eviction, and inf). "
+                     help=f"pool sizes in the engine's own count ({units}; as in the engine's start-up log); "
+                     "'inf' for no eviction (default: 8 sizes spread up to no eviction, and inf). "
                      "With --semantics engine and --workers or --shared-blocks: each worker's GPU cache, in blocks "
                      "of the trace's block size (after --reblock) (default: 4 sizes up to the distinct blocks / K)")
     eng.add_argument("--engine-block-size", type=int, default=16, metavar="TOKENS",
@@ -99,7 +101,7 @@ def add_plan_parser(sub: Any) -> None:
     _add_routing_arguments(eng)
     eng.add_argument("--decode-reuse", action="store_true",
                      help="a later request of the same session that extends an earlier prompt and its answer reuses "
-                     "the KV the earlier request wrote while decoding (vllm model)")
+                     f"the KV the earlier request wrote while decoding ({', '.join(_able('decode_reuse'))} model)")
     eng.add_argument("--prefill-tokens-per-s", type=float, default=10000.0, metavar="R",
                      help="service model: prefill speed (default 10000 tokens/s)")
     eng.add_argument("--decode-tokens-per-s", type=float, default=50.0, metavar="R",
@@ -156,7 +158,7 @@ def _add_routing_arguments(eng: Any) -> None:
                      help="a second tier of S blocks shared by all workers (one LRU, written through; a hit continues "
                      "the GPU prefix in it; Mooncake Store / LMCache remote style); reports hits by tier at every "
                      "--gpu-blocks x S (0: none). Blocks of the trace's block size (engine semantics) or "
-                     "--engine-block-size pages (vllm, sglang)")
+                     f"--engine-block-size pages ({', '.join(_able('tiers'))})")
 
 
 def _options(args: argparse.Namespace) -> PlanOptions:
@@ -332,17 +334,30 @@ def _checked(args: argparse.Namespace, options: PlanOptions, trace: Any) -> Plan
     return options
 
 
-SEMANTICS_NAMES = ("engine", "per-access", "vllm", "sglang")
+def _able(capability: str) -> list[str]:
+    """The registered engine models with ``supports_<capability>``."""
+    return [name for name, m in ENGINE_MODELS.items() if getattr(m, f"supports_{capability}")]
+
+
+def _either(names: list[str]) -> str:
+    """``a, b or c``.
+
+    >>> _either(["engine", "vllm", "sglang"]), _either(["vllm"])
+    ('engine, vllm or sglang', 'vllm')
+    """
+    return " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
 
 
 def _models(text: str) -> tuple[str, ...]:
-    """The semantics and engine models named by ``--semantics`` (comma-separated), in order."""
-    aliases = {"both": ("engine", "per-access"), "all": SEMANTICS_NAMES}
+    """The semantics and engine models named by ``--semantics`` (comma-separated), in order: the
+    idealized semantics (serving/semantics.py) and the registered engine models (serving/engine_model.py)."""
+    known = (*SEMANTICS, *ENGINE_MODELS)
+    aliases = {"both": SEMANTICS, "all": known}
     names: list[str] = []
     for part in (p.strip() for p in text.split(",")):
         for name in aliases.get(part, (part,)):
-            if name not in SEMANTICS_NAMES:
-                raise UsageError(f"--semantics must be a comma-separated list of {', '.join(SEMANTICS_NAMES)}, "
+            if name not in known:
+                raise UsageError(f"--semantics must be a comma-separated list of {', '.join(known)}, "
                                  f"both or all; got {text!r}.")
             if name not in names:
                 names.append(name)
@@ -391,7 +406,7 @@ def _routing_options(args: argparse.Namespace, options: PlanOptions) -> RoutingO
                          f"the other routers: {', '.join(ROUTERS)}.")
     if "engine" not in options.semantics or (engine.workers == "one" and args.shared_blocks is None):
         if args.shared_blocks is not None and not engine.models:
-            raise UsageError("--shared-blocks needs --semantics engine, vllm or sglang.")
+            raise UsageError(f"--shared-blocks needs --semantics {_either(['engine', *_able('tiers')])}.")
         return None
     try:
         gpus = parse_sizes(args.gpu_blocks, "--gpu-blocks") if args.gpu_blocks else ()
@@ -417,7 +432,7 @@ def _write_per_request(path: str, trace: Any, options: PlanOptions, results: dic
         runs["engine"] = next(iter(run_routing(trace, dataclasses.replace(options.routing, compare=False)).values()))
     names = list(runs)
     if not names:
-        raise UsageError("--per-request needs an engine model (--semantics vllm or sglang) or --semantics engine "
+        raise UsageError(f"--per-request needs an engine model (--semantics {_either(list(ENGINE_MODELS))}) or --semantics engine "
                          "with --workers K or --shared-blocks.")
     schedule = schedule_for(trace, options.engine)
     arrival = None if schedule.is_serial else schedule.arrival_s

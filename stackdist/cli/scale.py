@@ -516,8 +516,10 @@ def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]
         return dask_plan(args, trace, build)
     if not is_sampled(args):
         return build(trace)
+    from stackdist.serving.semantics import SEMANTICS  # the idealized ones: no engine model thins
+
     semantics = str(getattr(args, "semantics", "both"))
-    if any(s not in ("engine", "per-access", "both") for s in semantics.split(",")):
+    if any(s not in (*SEMANTICS, "both") for s in semantics.split(",")):
         raise UsageError(f"--sample-rate/--sample-size apply to --semantics engine, per-access or both; got {semantics!r} "
                          "(an engine's own pool model does not thin with the keys).")
     reports, rates = [], []

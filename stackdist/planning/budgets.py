@@ -5,9 +5,11 @@ powers of 1024), tokens or blocks of the trace. It becomes:
 
 - for the curve semantics (``engine``, ``per-access``) a capacity in the trace's blocks:
   ``floor((bytes - sliding reserve) / (block tokens x KV bytes per token))``;
-- for the engine models a pool in the engine's own count: vLLM's ``num_gpu_blocks`` =
-  ``floor(bytes / (16 x KV bytes per token)) + 1`` (its null block, ``vllm/v1/core/block_pool.py:191``),
-  SGLang's pages = ``floor(bytes / (16 x KV bytes per token))`` (``--engine-block-size`` tokens each).
+- for the engine models a pool in the engine's own count, from the budget's whole pages of
+  ``--engine-block-size`` tokens (``floor(bytes / (16 x KV bytes per token))``) by each registered
+  model's :meth:`~stackdist.serving.engine_model.EngineModel.pool_for_pages`: vLLM's ``num_gpu_blocks``
+  = pages + 1 (its null block, ``vllm/v1/core/block_pool.py:191``), SGLang's pages = pages; each
+  under the model's ``budget_key``.
 
 **Sliding-window (hybrid) models.** KV bytes per token here are the full-attention layers'
 (:attr:`~.geometry.ModelGeometry.kv_bytes_per_token`): a cached block costs that per token. A
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from stackdist.errors import UsageError
+from stackdist.serving.engine_model import ENGINE_MODELS, engine_model
 from stackdist.serving.results import ServingResult
 from stackdist.serving.semantics import PrefixReplay
 from stackdist.traces import RequestTrace
@@ -123,18 +126,16 @@ def budget_capacity(budget: Budget, block_size: int, geometry: ModelGeometry, lo
         reserve = geometry.sliding_bytes_per_token * min(longest_request_tokens, geometry.sliding_window or 0)
         tokens = max(0, budget.amount - reserve) // full
         conservative = budget.amount // (block_size * geometry.all_layers_bytes_per_token)
-        engine_tokens = budget.amount // (engine_block_size * full) * engine_block_size
+        pools = {m.budget_key: int(m.pool_for_bytes(budget.amount, full, engine_block_size)) for m in ENGINE_MODELS.values()}
     else:
         reserve = 0
         tokens = budget.amount if budget.unit == "tokens" else budget.amount * block_size
         conservative = tokens // block_size
-        engine_tokens = tokens
+        pools = {m.budget_key: int(m.pool_for_tokens(tokens, engine_block_size)) for m in ENGINE_MODELS.values()}
     blocks = tokens // block_size
     return {"budget": budget.label, "unit": budget.unit, "amount": budget.amount, "blocks": int(blocks),
             "tokens": int(blocks * block_size), "gib": blocks * block_size * full / GIB,
-            "sliding_reserve_bytes": int(reserve), "conservative_blocks": int(conservative),
-            "vllm_gpu_blocks": int(engine_tokens // engine_block_size + 1),
-            "sglang_pages": int(engine_tokens // engine_block_size)}
+            "sliding_reserve_bytes": int(reserve), "conservative_blocks": int(conservative), **pools}
 
 
 def per_request_hits(replay: PrefixReplay, capacity_blocks: int) -> np.ndarray:
@@ -177,7 +178,7 @@ def _semantics_row(replay: PrefixReplay, counted: np.ndarray, cap: dict[str, Any
 
 def _engine_row(result: ServingResult, cap: dict[str, Any], counted: np.ndarray, trace: RequestTrace,
                 options: BudgetOptions) -> dict[str, Any] | None:
-    pool = cap["vllm_gpu_blocks"] if result.engine == "vllm" else cap["sglang_pages"]
+    pool = cap[engine_model(result.engine).budget_key]
     if pool not in result.pools:
         return None
     i = list(result.pools).index(pool)
@@ -245,7 +246,7 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
                 row["engine_models"][name] = engine_row
         rows.append(row)
     out["rows"] = rows
-    if geometry.is_hybrid and engine_results:
+    if geometry.is_hybrid and any(not engine_model(name).supports_hybrid_groups for name in engine_results or {}):
         out["notes"].append("the engine models simulate the full-attention blocks only; vLLM also spends blocks of the "
                             "same pool on the sliding-window groups (up to one window per running request per group)")
     return out

@@ -1,9 +1,9 @@
 """Engine models in the plan: per-request hits at pool sizes in the engine's own count.
 
 The curve semantics (``engine``, ``per-access``) answer every capacity from one replay; the
-engine models (``vllm``, ``sglang``: :mod:`stackdist.serving.vllm`, :mod:`stackdist.serving.sglang`)
-answer the pool sizes the user names (``--gpu-blocks``), as the engine counts them (vLLM's
-``num_gpu_blocks``; SGLang's pages), under a schedule (serial, the service model, or a file)
+engine models (the registry of :mod:`stackdist.serving.engine_model`: ``vllm``, ``sglang``)
+answer the pool sizes the user names (``--gpu-blocks``), as the engine counts them (each model's
+``pool_unit``), under a schedule (serial, the service model, or a file)
 with or without decode. This module runs them (:func:`run_engine_models`) and turns their
 per-request results into the plan's rows (:func:`engine_section`); an infeasible pool gets no
 hit numbers, only the first request that could not allocate and the smallest feasible pool.
@@ -27,6 +27,7 @@ import numpy as np
 
 from stackdist.serving.cluster import KV_AWARE, ClusterResult
 from stackdist.serving.decode_reuse import reuse_pages, reuse_report
+from stackdist.serving.engine_model import ENGINE_MODELS, engine_model
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.serving.routed import (
@@ -40,7 +41,6 @@ from stackdist.traces import RequestTrace
 from .schema import ClusterPlan, ClusterPoolRow, ClusterWorkerRow, RoutingWorthRow
 
 __all__ = [
-    "ENGINE_MODELS",
     "ONE_CACHE",
     "ROUTERS",
     "EngineOptions",
@@ -57,9 +57,6 @@ __all__ = [
     "run_engine_models",
     "schedule_for",
 ]
-
-ENGINE_MODELS = ("vllm", "sglang")
-
 
 @dataclass(frozen=True)
 class EngineOptions:
@@ -193,8 +190,7 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
     workers = np.zeros(0, np.int64) if kv_aware else assign_workers(trace, options, schedule)
     out: dict[str, ServingResult] = {}
     for model in options.models:
-        if options.decode_reuse and model != "vllm":
-            raise ValueError("--decode-reuse is modelled for the vllm model only")
+        _check_supported(engine_model(model), options, kv_aware)
         if progress is not None:
             k = options.workers if kv_aware else len(np.unique(workers))
             routed = f", router {options.router}" if isinstance(options.workers, int) and options.workers > 1 else ""
@@ -213,13 +209,21 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
     return out
 
 
+def _check_supported(spec: Any, options: EngineOptions, kv_aware: bool) -> None:
+    """ValueError when ``options`` ask the model for what it does not model (decode reuse, a
+    shared tier, the kv-aware joint run)."""
+    asks = (("decode_reuse", options.decode_reuse, "--decode-reuse"), ("tiers", _shared(options) != (0,), "--shared-blocks"),
+            ("routing", kv_aware, "--router kv-aware"))
+    for capability, asked, flag in asks:
+        if asked and not getattr(spec, f"supports_{capability}"):
+            able = [name for name, m in ENGINE_MODELS.items() if getattr(m, f"supports_{capability}")]
+            raise ValueError(f"{flag} is modelled for the {' and '.join(able)} model{'s' if len(able) > 1 else ''} only")
+
+
 def _per_worker_run(model: str, trace: RequestTrace, options: EngineOptions, schedule: Schedule,
                     pools: tuple[int | None, ...], workers: np.ndarray) -> ServingResult:
     """The model on each worker's requests alone (a static assignment), merged."""
-    from stackdist.serving.sglang import simulate_sglang
-    from stackdist.serving.vllm import simulate_vllm
-
-    run = simulate_vllm if model == "vllm" else simulate_sglang
+    run = engine_model(model).simulate
     parts = []
     for w in np.unique(workers).tolist():
         index = np.flatnonzero(workers == w)
@@ -242,7 +246,7 @@ def _kv_aware_run(model: str, trace: RequestTrace, options: EngineOptions, sched
     pages = engine_pages(trace, options.engine_block_size)
     if options.decode_reuse:
         pages = reuse_pages(trace, pages)
-    return simulate_routed(pages, model, int(options.workers), KV_AWARE, pools, _shared(options), schedule,
+    return simulate_routed(pages, engine_model(model), int(options.workers), KV_AWARE, pools, _shared(options), schedule,
                            options.decode, options.overlap_weight, options.engine_block_size)
 
 
@@ -468,7 +472,8 @@ def engine_section(
                 row["vs_engine"] = _vs_engine(result.hit_tokens[i][mask], trace.engine_cached_tokens[mask], input_tokens)
     return {
         "model": result.engine,
-        "pool_unit": "num_gpu_blocks (vLLM; block 0 is its null block)" if result.engine == "vllm" else "pages of the KV pool (SGLang)",
+        "follows": engine_model(result.engine).follows,
+        "pool_unit": engine_model(result.engine).pool_unit,
         "engine_block_size_tokens": options.engine_block_size,
         "decode": options.decode,
         "schedule": {"kind": schedule, "prefill_tokens_per_s": options.prefill_tokens_per_s,

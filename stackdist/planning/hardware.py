@@ -73,6 +73,7 @@ from typing import Any
 import numpy as np
 
 from stackdist.errors import UsageError
+from stackdist.serving.vllm import VLLM
 
 from .geometry import ModelGeometry, ModelSpec
 
@@ -199,7 +200,7 @@ def replica_pool(spec: ModelSpec, options: HardwareOptions) -> dict[str, Any]:
     reserve = 0
     if geometry.is_hybrid and geometry.sliding_window:
         reserve = sliding_groups * (math.ceil((geometry.sliding_window - 1) / options.block_size) + 1)
-    usable = max(0, blocks - 1 - reserve)
+    usable = max(0, VLLM.pages_in_pool(blocks) - reserve)  # less the null block (the vllm model's pool unit)
     tokens = usable // full_groups * options.block_size
     return {
         "gpu": gpu.name, "gpus_per_replica": tp, "replicas": options.replicas,
@@ -207,7 +208,7 @@ def replica_pool(spec: ModelSpec, options: HardwareOptions) -> dict[str, Any]:
         "requested_gib_per_gpu": requested / GIB, "weights_gib_per_gpu": weights_per_gpu / GIB,
         "weights_source": source, "activation_gib_per_gpu": options.activation_gib,
         "non_torch_gib_per_gpu": options.non_torch_gib, "cudagraph_gib_per_gpu": options.cudagraph_gib,
-        "available_kv_gib_per_gpu": available / GIB, "fits": available >= bytes_per_block * (2 + reserve),
+        "available_kv_gib_per_gpu": available / GIB, "fits": available >= bytes_per_block * (VLLM.min_pool + reserve),
         "layers_per_group": size, "full_attention_groups": full_groups, "sliding_window_groups": sliding_groups,
         "bytes_per_block_per_gpu": bytes_per_block, "block_size_tokens": options.block_size,
         "num_gpu_blocks": int(blocks), "sliding_reserve_blocks": reserve,

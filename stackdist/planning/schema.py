@@ -169,6 +169,7 @@ class PoolRow(TypedDict, total=False):
 
 class EngineModelPlan(TypedDict):
     model: str
+    follows: str  # the engine and version whose code the model follows (serving/engine_model.py)
     pool_unit: str
     engine_block_size_tokens: int
     decode: bool
@@ -214,6 +215,8 @@ class BudgetRow(TypedDict):
     gib: float
     sliding_reserve_bytes: int
     conservative_blocks: int
+    # then the budget's pool for every registered engine model, under its ``budget_key``
+    # (serving/engine_model.py): the two bundled models' keys are
     vllm_gpu_blocks: int
     sglang_pages: int
     semantics: dict[str, BudgetSemanticsRow]

@@ -126,7 +126,7 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
     sched = section["schedule"]
     how = sched["kind"] if sched["kind"] != "model" else (
         f"service model ({sched['prefill_tokens_per_s']:g} prefill, {sched['decode_tokens_per_s']:g} decode tokens/s)")
-    lines = [f"== {section['model']} (the engine's own cache rules) ==",
+    lines = [f"== {section['model']} (the engine's own cache rules: {section['follows']}) ==",
              (f"pool unit: {section['pool_unit']}; {section['engine_block_size_tokens']}-token blocks; schedule {how}; "
               f"decode {'on' if section['decode'] else 'off'}; {section['requests']:,} requests counted"),
              f"  {'pool':>12} {'GiB':>9} {'hit tokens':>14} {'prefix token hit rate':>22} {'requests hit':>13}"]

@@ -70,7 +70,7 @@ reference engines (tests/serving/serving_reference.py) in tests/test_routing_mod
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -81,10 +81,12 @@ from stackdist.traces import RequestTrace
 
 from .cluster import KV_AWARE, ClusterResult, lru_touch
 from .pages import EnginePages, engine_pages
+from .engine_model import ENGINE_MODELS, EngineModel
 from .results import check_pools
 from .schedule import Schedule
-from .sglang import tree_event, tree_init, tree_inputs, tree_match_length, tree_rows
+from .sglang import SglangModel, tree_event, tree_init, tree_inputs, tree_match_length, tree_rows
 from .vllm import (
+    VllmModel,
     pool_arrive,
     pool_decode,
     pool_finish,
@@ -93,11 +95,10 @@ from .vllm import (
     resolve_schedule,
 )
 
-__all__ = ["DEFAULT_OVERLAP_WEIGHT", "ROUTED_MODELS", "shared_tier_hits", "simulate_routed"]
+__all__ = ["DEFAULT_OVERLAP_WEIGHT", "JOINT_RUNS", "routed_models", "shared_tier_hits", "simulate_routed"]
 
 DEFAULT_OVERLAP_WEIGHT = 1.0
 """Dynamo's default ``overlap_score_weight`` (``KvRouterConfig``; ``--kv-overlap-score-weight``)."""
-ROUTED_MODELS = ("vllm", "sglang")
 _START, _STOP = np.int64(1), np.int64(-1)  # typed, not literals: numba compiles _track once, not per sign
 
 
@@ -336,30 +337,54 @@ def shared_tier_hits(pages: EnginePages, schedule: Schedule, gpu_hits: np.ndarra
     return out
 
 
-def _one_size(pages: EnginePages, model: str, schedule: Schedule, decode: bool, pool: int | None, k: int,
+def _vllm_size(pages: EnginePages, schedule: Schedule, decode: bool, pool: int | None, k: int, assign: np.ndarray,
+               W: float, longest: bool, ntr: np.ndarray, hits: np.ndarray, out_w: np.ndarray) -> int:
+    """vLLM's K block pools at one size, jointly (the bitmap replay at an infinite pool)."""
+    B, n = pages.page_tokens, pages.n_requests
+    tbl_off, n_final, kind, ev = pool_inputs(pages, schedule, decode, B)
+    N = int(tbl_off[-1]) + 1 if pool is None else int(pool)
+    if N >= 2**31 - 2 or pages.n_keys >= 2**31:
+        raise ValueError(f"num_gpu_blocks and page ids must fit in int32; got {N} blocks, {pages.n_keys} page ids")
+    cont = pages.continued_by if pages.continued_by is not None else np.full(n, -1, np.int64)
+    if pool is None:
+        return int(_vllm_routed_inf(pages.key, pages.offsets, ntr, pages.input_tokens, n_final, kind, ev.request,
+                                    max(pages.n_keys, 1), B, k, assign, W, longest, cont, hits, out_w))
+    return int(_vllm_routed(pages.key, pages.offsets, ntr, pages.input_tokens, tbl_off, n_final, kind, ev.request, ev.k,
+                            max(pages.n_keys, 1), N, B, k, assign, W, longest, cont, hits, out_w))
+
+
+def _sglang_size(pages: EnginePages, schedule: Schedule, decode: bool, pool: int | None, k: int, assign: np.ndarray,
+                 W: float, longest: bool, ntr: np.ndarray, hits: np.ndarray, out_w: np.ndarray) -> int:
+    """SGLang's K radix trees at one size, jointly."""
+    B, n = pages.page_tokens, pages.n_requests
+    written, kind, ev = tree_inputs(pages, schedule, decode, B)
+    N = int(((written + B - 1) // B).sum()) + 1 if pool is None else int(pool)
+    return int(_sglang_routed(pages.key, pages.offsets, ntr, pages.input_tokens, kind, ev.request, max(pages.n_keys, 1),
+                              N, B, k, assign, W, longest, 2 * (8 * n + 8) + 16, hits, out_w))
+
+
+JOINT_RUNS: dict[type[EngineModel], Callable[..., int]] = {VllmModel: _vllm_size, SglangModel: _sglang_size}
+"""The joint K-pool simulation of each engine model that routes, by the model's type (as vLLM's
+``spec_manager_map`` keys a manager by its spec's type); a model with ``supports_routing`` has one."""
+
+
+def routed_models() -> tuple[str, ...]:
+    """The registered engine models that route (have a joint run), in registration order.
+
+    >>> routed_models()
+    ('vllm', 'sglang')
+    """
+    return tuple(name for name, m in ENGINE_MODELS.items() if type(m) in JOINT_RUNS)
+
+
+def _one_size(pages: EnginePages, model: EngineModel, schedule: Schedule, decode: bool, pool: int | None, k: int,
               assign: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray, int]:
     """(hit tokens, worker, failed request) of one joint simulation at one pool size."""
     B, n = pages.page_tokens, pages.n_requests
     hits, out_w = np.zeros(n, np.int64), np.full(n, -1, np.int64)
     longest, W = math.isinf(weight), 0.0 if math.isinf(weight) else float(weight)
     ntr = np.minimum(np.diff(pages.offsets), (pages.input_tokens + B - 1) // B)  # prompt pages (not answer blocks)
-    if model == "vllm":
-        tbl_off, n_final, kind, ev = pool_inputs(pages, schedule, decode, B)
-        N = int(tbl_off[-1]) + 1 if pool is None else int(pool)
-        if N >= 2**31 - 2 or pages.n_keys >= 2**31:
-            raise ValueError(f"num_gpu_blocks and page ids must fit in int32; got {N} blocks, {pages.n_keys} page ids")
-        cont = pages.continued_by if pages.continued_by is not None else np.full(n, -1, np.int64)
-        if pool is None:
-            failed = _vllm_routed_inf(pages.key, pages.offsets, ntr, pages.input_tokens, n_final, kind, ev.request,
-                                      max(pages.n_keys, 1), B, k, assign, W, longest, cont, hits, out_w)
-        else:
-            failed = _vllm_routed(pages.key, pages.offsets, ntr, pages.input_tokens, tbl_off, n_final, kind, ev.request, ev.k,
-                                  max(pages.n_keys, 1), N, B, k, assign, W, longest, cont, hits, out_w)
-    else:
-        written, kind, ev = tree_inputs(pages, schedule, decode, B)
-        N = int(((written + B - 1) // B).sum()) + 1 if pool is None else int(pool)
-        failed = _sglang_routed(pages.key, pages.offsets, ntr, pages.input_tokens, kind, ev.request, max(pages.n_keys, 1),
-                                N, B, k, assign, W, longest, 2 * (8 * n + 8) + 16, hits, out_w)
+    failed = JOINT_RUNS[type(model)](pages, schedule, decode, pool, k, assign, W, longest, ntr, hits, out_w)
     if failed >= 0:
         hits[:], out_w[:] = -1, -1
     return hits, out_w, int(failed)
@@ -375,7 +400,7 @@ def _shared_sizes(sizes: Sequence[int | None]) -> tuple[int | None, ...]:
 
 
 def simulate_routed(
-    trace: RequestTrace | EnginePages, model: str, workers: int, router: np.ndarray | str,
+    trace: RequestTrace | EnginePages, model: str | EngineModel, workers: int, router: np.ndarray | str,
     gpu_blocks: Sequence[int | None], shared_blocks: Sequence[int | None] = (0,), schedule: Schedule | str = "serial",
     decode: bool = False, overlap_weight: float = DEFAULT_OVERLAP_WEIGHT, block_size: int = 16, threads: int = 2,
 ) -> ClusterResult:
@@ -386,8 +411,9 @@ def simulate_routed(
     (0 = none). An infeasible GPU size (some worker cannot allocate) has -1 everywhere and its
     first failing request in ``failed_request``. Complexity: module docstring.
     """
-    if model not in ROUTED_MODELS:
-        raise ValueError(f"model must be one of {', '.join(ROUTED_MODELS)}; got {model!r}")
+    spec = model if isinstance(model, EngineModel) else ENGINE_MODELS.get(model)
+    if spec is None or type(spec) not in JOINT_RUNS:
+        raise ValueError(f"model must be one of {', '.join(routed_models())}; got {model!r}")
     k = int(workers)
     if k < 1:
         raise ValueError(f"workers must be a positive integer; got {workers!r}")
@@ -407,7 +433,7 @@ def simulate_routed(
             raise ValueError(f"router must give every request a worker in 0..{k - 1}")
 
     def run(pool: int | None) -> tuple[np.ndarray, np.ndarray, int]:
-        return _one_size(pages, model, sched, decode, pool, k, assign, float(overlap_weight))
+        return _one_size(pages, spec, sched, decode, pool, k, assign, float(overlap_weight))
 
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(pools)))) as ex:
         runs = list(ex.map(run, pools))
@@ -420,4 +446,4 @@ def simulate_routed(
             out[0, row], out[1, row], failed[row] = where, hits, f
             out[2, row] = -1 if f >= 0 else (shared_tier_hits(pages, sched, hits, s) if s != 0 else 0)
     name = router if isinstance(router, str) else "static"
-    return ClusterResult(k, name, pairs, out[0], out[1], out[2], failed_request=failed, model=model)
+    return ClusterResult(k, name, pairs, out[0], out[1], out[2], failed_request=failed, model=spec.name)

@@ -73,12 +73,14 @@ import numpy as np
 from stackdist.engine.kernels import njit
 from stackdist.traces import RequestTrace
 
+from .engine_model import EngineModel, register_engine_model
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
 from .vllm import resolve_schedule
 
-__all__ = ["sglang_pool_run", "simulate_sglang", "tree_event", "tree_init", "tree_inputs", "tree_match_length", "tree_rows"]
+__all__ = ["SGLANG", "SglangModel", "sglang_pool_run", "simulate_sglang", "tree_event", "tree_init", "tree_inputs",
+           "tree_match_length", "tree_rows"]
 
 _B = 16
 _ROOT = 0
@@ -502,3 +504,34 @@ def simulate_sglang(
 # worker; per-request arrays shared). Same code as the one-tree kernel above.
 tree_init, tree_match_length, tree_event = _init_tree, _match_length, _event
 tree_inputs = _prepare
+
+
+class SglangModel(EngineModel):
+    """SGLang's radix cache as an engine model (:mod:`.engine_model`): :func:`simulate_sglang`;
+    a pool of N pages holds N pages (the padding page 0 is not counted).
+
+    >>> SGLANG.pool_for_pages(455), SGLANG.min_pool, SGLANG.supports_decode_reuse
+    (455, 1, False)
+    """
+
+    name = "sglang"
+    follows = "SGLang 0.5.23 RadixCache and paged allocator, LRU eviction"
+    pool_unit = "pages of the KV pool (SGLang)"
+    budget_key = "sglang_pages"
+    min_pool = 1
+    supports_tiers = True
+    supports_routing = True
+
+    def pool_for_pages(self, pages: int) -> int:
+        return pages
+
+    def pages_in_pool(self, pool: int) -> int:
+        return pool
+
+    def simulate(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str = "serial",
+                 decode: bool = False, page_tokens: int = _B, threads: int = 2) -> ServingResult:
+        return simulate_sglang(trace, pools, schedule, decode, page_tokens, threads)
+
+
+SGLANG = register_engine_model(SglangModel())
+"""The registered SGLang model."""

@@ -85,11 +85,13 @@ import numpy as np
 from stackdist.engine.kernels import njit
 from stackdist.traces import RequestTrace
 
+from .engine_model import EngineModel, register_engine_model
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
 
-__all__ = ["pool_arrive", "pool_decode", "pool_finish", "pool_init", "pool_inputs", "simulate_vllm", "vllm_one_replay", "vllm_pool_run"]
+__all__ = ["VLLM", "VllmModel", "pool_arrive", "pool_decode", "pool_finish", "pool_init", "pool_inputs", "simulate_vllm",
+           "vllm_one_replay", "vllm_pool_run"]
 
 _B = 16
 
@@ -518,3 +520,35 @@ def resolve_schedule(schedule: Schedule | str, trace: object, pages: EnginePages
 # pair per worker; block-table arrays per request). Same code as the one-pool kernel above.
 pool_init, pool_arrive, pool_decode, pool_finish = _init_pool, _arrive, _decode, _finish
 pool_inputs = _prepare
+
+
+class VllmModel(EngineModel):
+    """vLLM's prefix cache as an engine model (:mod:`.engine_model`): :func:`simulate_vllm`;
+    a pool of N ``num_gpu_blocks`` holds N - 1 pages (block 0 is the null block).
+
+    >>> VLLM.pool_for_pages(0), VLLM.pages_in_pool(2), VLLM.supports_decode_reuse
+    (1, 1, True)
+    """
+
+    name = "vllm"
+    follows = "vLLM 0.33.0 v1 KVCacheManager / BlockPool, one full-attention group"
+    pool_unit = "num_gpu_blocks (vLLM; block 0 is its null block)"
+    budget_key = "vllm_gpu_blocks"
+    min_pool = 2
+    supports_decode_reuse = True
+    supports_tiers = True
+    supports_routing = True
+
+    def pool_for_pages(self, pages: int) -> int:
+        return pages + 1
+
+    def pages_in_pool(self, pool: int) -> int:
+        return pool - 1
+
+    def simulate(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str = "serial",
+                 decode: bool = False, page_tokens: int = _B, threads: int = 2) -> ServingResult:
+        return simulate_vllm(trace, pools, schedule, decode, page_tokens, threads)
+
+
+VLLM = register_engine_model(VllmModel())
+"""The registered vLLM model."""
