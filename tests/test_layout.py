@@ -6,7 +6,10 @@
 - layers import downwards only (``LAYERS``); ``stackdist`` never imports ``kvlab``;
 - the three standalone lab files import only the standard library and each other;
 - no module over 600 lines, no function over 70 (a compiled kernel 150), no folder over 12 modules;
-- every package ``__init__`` only re-exports (imports, ``__all__``, a docstring, metadata).
+- every package ``__init__`` only re-exports (imports, ``__all__``, a docstring, metadata);
+- engine models are reached through their registry (``stackdist/serving/engine_model.py``): outside
+  ``stackdist/serving/`` no string literal equal to an engine model's name is compared (``==``,
+  ``!=``, ``in`` literals, ``match`` cases).
 """
 
 from __future__ import annotations
@@ -230,6 +233,43 @@ def test_package_inits_only_re_export():
             assert names and all(n.startswith("__") for n in names), f"{module}:{node.lineno} is not a re-export"
 
 
+def engine_model_names(trees: dict[str, ast.Module]) -> set[str]:
+    """The ``name`` of every class in ``stackdist.serving`` that subclasses ``EngineModel`` (from the source)."""
+    names = set()
+    for module, tree in trees.items():
+        if not module.startswith("stackdist.serving"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("EngineModel") for b in node.bases):
+                names |= {n.value.value for n in node.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                          and any(isinstance(t, ast.Name) and t.id == "name" for t in n.targets)}
+    return names
+
+
+def engine_name_comparisons(module: str, tree: ast.Module, names: set[str]) -> list[str]:
+    """Every comparison in ``module`` of a string literal that names an engine model."""
+    bad = []
+    for node in ast.walk(tree):
+        literals: list[ast.expr] = []
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                literals += side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+        elif isinstance(node, ast.MatchValue):
+            literals.append(node.value)
+        for lit in literals:
+            if isinstance(lit, ast.Constant) and lit.value in names:
+                bad.append(f"{module}:{lit.lineno} compares the engine model name {lit.value!r} (use the registry)")
+    return bad
+
+
+def test_engine_models_only_through_the_registry():
+    names = engine_model_names(_trees())
+    assert {"vllm", "sglang"} <= names
+    bad = [use for module, tree in _trees().items() if not module.startswith("stackdist.serving")
+           for use in engine_name_comparisons(module, tree, names)]
+    assert not bad, "\n".join(bad)
+
+
 def test_the_rules_catch_what_they_forbid():
     """The checks can fail: made-up code with each forbidden thing is caught."""
     code = "from .curve import _Histogram\nfrom . import kernels as k\nk._prefix_sum(1)\nimport stackdist._io\n"
@@ -242,3 +282,9 @@ def test_the_rules_catch_what_they_forbid():
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a"}}) is None
     assert find_cycle(_without_self_reexports({"p": {"p.x"}, "p.x": {"p"}})) is None
     assert _layer("stackdist.cli.plan") > _layer("stackdist.engine.curve") > _layer("stackdist.output.files")
+    models = ast.parse("class M(engine_model.EngineModel):\n    name = 'm1'\nclass N(Other):\n    name = 'n1'\n")
+    assert engine_model_names({"stackdist.serving.m": models, "stackdist.cli.x": models}) == {"m1"}
+    code = ("run = a if model == 'vllm' else b\nx = m in ('engine', 'sglang')\nmatch m:\n    case 'vllm':\n        pass\n"
+            "ok = m == 'engine' or m in ENGINE_MODELS\n")
+    found = engine_name_comparisons("stackdist.planning.x", ast.parse(code), {"vllm", "sglang"})
+    assert sorted(int(f.split(":")[1].split()[0]) for f in found) == [1, 2, 4]

@@ -12,6 +12,7 @@ from stackdist.output import Progress, check_outputs, write_json, write_stdout
 from stackdist.planning.engine_plan import (
     ROUTERS,
     EngineOptions,
+    check_models,
     parse_pools,
     per_request_columns,
     per_request_workers,
@@ -392,10 +393,15 @@ def _engine_options(args: argparse.Namespace, trace: Any) -> EngineOptions:
             raise UsageError(f"--workers must be recorded or a number of workers from 1 to 4096; got {workers!r}.")
         workers = int(workers)
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
-    return EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
-                         args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
-                         router=args.router, decode_reuse=args.decode_reuse, overlap_weight=args.router_overlap_weight,
-                         shared_blocks=shared)
+    options = EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
+                            args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
+                            router=args.router, decode_reuse=args.decode_reuse, overlap_weight=args.router_overlap_weight,
+                            shared_blocks=shared)
+    try:
+        check_models(options)  # what each model can model (its capabilities in the registry)
+    except ValueError as exc:
+        raise UsageError(f"{exc}.") from None
+    return options
 
 
 def _routing_options(args: argparse.Namespace, options: PlanOptions) -> RoutingOptions | None:

@@ -46,6 +46,7 @@ __all__ = [
     "EngineOptions",
     "ModelCluster",
     "assign_workers",
+    "check_models",
     "cluster_pool_row",
     "default_pools",
     "engine_section",
@@ -189,8 +190,8 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
     kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
     workers = np.zeros(0, np.int64) if kv_aware else assign_workers(trace, options, schedule)
     out: dict[str, ServingResult] = {}
+    check_models(options)
     for model in options.models:
-        _check_supported(engine_model(model), options, kv_aware)
         if progress is not None:
             k = options.workers if kv_aware else len(np.unique(workers))
             routed = f", router {options.router}" if isinstance(options.workers, int) and options.workers > 1 else ""
@@ -209,15 +210,22 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
     return out
 
 
-def _check_supported(spec: Any, options: EngineOptions, kv_aware: bool) -> None:
-    """ValueError when ``options`` ask the model for what it does not model (decode reuse, a
-    shared tier, the kv-aware joint run)."""
+def check_models(options: EngineOptions) -> None:
+    """ValueError when a model of ``options`` is not registered, or is asked for what it does not
+    model (decode reuse, a shared tier, the kv-aware joint run: its ``supports_*``). O(models).
+
+    >>> check_models(EngineOptions(models=("sglang",), decode_reuse=True))
+    Traceback (most recent call last):
+    ValueError: --decode-reuse is modelled for the vllm model only
+    """
+    kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
     asks = (("decode_reuse", options.decode_reuse, "--decode-reuse"), ("tiers", _shared(options) != (0,), "--shared-blocks"),
             ("routing", kv_aware, "--router kv-aware"))
-    for capability, asked, flag in asks:
-        if asked and not getattr(spec, f"supports_{capability}"):
-            able = [name for name, m in ENGINE_MODELS.items() if getattr(m, f"supports_{capability}")]
-            raise ValueError(f"{flag} is modelled for the {' and '.join(able)} model{'s' if len(able) > 1 else ''} only")
+    for spec in map(engine_model, options.models):
+        for capability, asked, flag in asks:
+            if asked and not getattr(spec, f"supports_{capability}"):
+                able = [name for name, m in ENGINE_MODELS.items() if getattr(m, f"supports_{capability}")]
+                raise ValueError(f"{flag} is modelled for the {' and '.join(able)} model{'s' if len(able) > 1 else ''} only")
 
 
 def _per_worker_run(model: str, trace: RequestTrace, options: EngineOptions, schedule: Schedule,
