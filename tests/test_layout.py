@@ -33,6 +33,7 @@ LAYERS = [
     {"stackdist.traces"},
     {"stackdist.serving"},
     {"stackdist.planning"},
+    {"stackdist.methods"},
     {"stackdist.render"},
     {"stackdist.cli", "stackdist", "stackdist.__main__"},
 ]
