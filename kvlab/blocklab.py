@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from stackdist.cli.common import tool_header
+from stackdist.output import tool_header
 from stackdist.errors import UsageError
 from stackdist.output import check_outputs, write_atomic
 from stackdist.serving import replay_requests, request_hits

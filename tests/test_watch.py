@@ -167,7 +167,7 @@ def test_tiers_sampled_at_rate_one_equals_the_exact_grid(tmp_path):
 
 
 def test_sampling_on_workers_equals_one_process(tmp_path):
-    from stackdist.cli.scale import sampled_from_files
+    from stackdist.methods.curve import sampled_from_files
     from stackdist.engine.scale.distributed import sequential_map
     from stackdist.engine.scale.sampling import ShardsSampler, sampled_curve
 

@@ -168,7 +168,7 @@ def _simulate(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(f"simulating {workload.name}: {workload.n_requests} requests, {workload.n_accesses} block accesses",
           file=sys.stderr)
-    from stackdist.cli.common import tool_header
+    from stackdist.output import tool_header
 
     summary = {**tool_header("placement-simulate"), **simulate(workload, config).to_dict()}
     summary["workload_summary"] = workload.summary()
@@ -206,7 +206,7 @@ def _calibration(args: argparse.Namespace) -> int:
     for name, value in derived.items():
         default = getattr(hf if name in ("host_floor_ms", "launch_overhead_ms", "cached_prefix_penalty_ms") else hardware, name)
         rows.append({"field": name, "default": default, "derived": value})
-    from stackdist.cli.common import tool_header
+    from stackdist.output import tool_header
 
     json.dump({**tool_header("placement-calibration"), "fields": rows}, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -40,7 +40,7 @@ from .budget_args import (
     resolve_spec,
     with_budget_pools,
 )
-from .common import add_version, record_line
+from .common import add_version
 from .scale import is_sampled, read_request_trace, sampled_plan
 
 MAX_WINDOWS = 10_000
@@ -240,6 +240,7 @@ def _load(args: argparse.Namespace) -> Any:
         read_access_trace,
         reblock,
     )
+    from stackdist.traces.lines import record_line
     from stackdist.traces.stream_input import is_streamed, read_keys
 
     if args.block_size is not None and args.block_size < 1:

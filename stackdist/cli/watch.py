@@ -27,7 +27,7 @@ from typing import IO, Any
 import numpy as np
 
 from stackdist.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError, require_data
-from stackdist.output import write_atomic
+from stackdist.output import tool_header, write_atomic
 
 from .args import (
     InputPath,
@@ -37,7 +37,6 @@ from .args import (
     fraction_list,
     int_list,
 )
-from .common import tool_header
 
 __all__ = ["add_watch_parser", "follow_lines", "prometheus_text", "run_watch"]
 

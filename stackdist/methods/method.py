@@ -17,9 +17,9 @@ These are plain values (no argparse): the CLI builds one from its flags with :fu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
-__all__ = ["Distributed", "Exact", "Method", "Sampled", "method_of"]
+__all__ = ["EXACT", "Distributed", "Exact", "Method", "Sampled", "method_of"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,9 @@ class Sampled:
     """SHARDS sampling: keep the keys whose seeded hash falls under ``rate`` (fixed rate), or the
     ``size`` keys with the smallest hashes (fixed size: bounded memory; the rate falls as keys
     arrive). ``seeds`` hash seeds from ``seed`` give the error bar; the first one the answer.
+    ``cluster`` (a Dask client or address, as :class:`Distributed` takes): the input files are
+    read and filtered on its workers, the samples replayed here (fixed rate only; the same
+    estimates).
 
     >>> Sampled(rate=0.01).seed_list(), Sampled(size=100, seeds=2, seed=7).seed_list()
     ([0, 1, 2], [7, 8])
@@ -51,6 +54,7 @@ class Sampled:
     size: int | None = None
     seeds: int = 3
     seed: int = 0
+    cluster: Any = None
     name = "sampled"
 
     def __post_init__(self) -> None:
@@ -80,25 +84,23 @@ class Distributed:
     name = "distributed"
 
 
-Method = Union[Exact, Sampled, Distributed]
+Method = Exact | Sampled | Distributed
+"""Any of the three method values."""
+
+EXACT = Exact()
+"""The default method."""
 
 
 def method_of(rate: float | None = None, size: int | None = None, seeds: int = 3, seed: int = 0,
               dask: Any = None) -> Method:
-    """The method named by the usual options: a cluster (``dask``) is exact and takes no sampling;
-    a rate or size samples; nothing is exact. O(1).
+    """The method named by the usual options: a rate or size samples (on the cluster ``dask``'s
+    workers when given); a cluster alone is the exact distributed replay; nothing is exact. O(1).
 
-    >>> method_of(), method_of(rate=0.5).name, method_of(dask="local").name
-    (Exact(), 'sampled', 'distributed')
-    >>> method_of(rate=0.5, dask="local")
-    Traceback (most recent call last):
-    ...
-    ValueError: a distributed replay is exact: it takes no sample rate or size
+    >>> method_of(), method_of(rate=0.5).name, method_of(dask="local").name, method_of(rate=0.5, dask="local").cluster
+    (Exact(), 'sampled', 'distributed', 'local')
     """
-    if dask is not None:
-        if rate is not None or size is not None:
-            raise ValueError("a distributed replay is exact: it takes no sample rate or size")
-        return Distributed(dask)
     if rate is not None or size is not None:
-        return Sampled(rate, size, seeds, seed)
-    return Exact()
+        return Sampled(rate, size, seeds, seed, cluster=dask)
+    if dask is not None:
+        return Distributed(dask)
+    return EXACT
