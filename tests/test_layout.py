@@ -3,7 +3,13 @@
 - no import cycles between modules (function-local imports count too);
 - a name starting with ``_`` is private to its file: never imported from another module, never
   read as ``module._name``;
-- layers import downwards only (``LAYERS``); ``stackdist`` never imports ``kvlab``;
+- layers import downwards only (``LAYERS``); ``stackdist`` never imports ``kvlab``, and ``kvlab``
+  never imports ``stackdist.cli`` (the command runner it shares is ``stackdist.guard``);
+- nothing below ``stackdist/cli/`` knows the command line: no ``argparse``, no ``Namespace``, and
+  no flag names in its strings (a ratchet: the error hints written before this rule are counted
+  per module in ``FLAG_NAMES_BELOW_CLI`` and may only go down);
+- no file is parsed outside ``stackdist/traces/`` (no ``open`` for reading, ``json.load``,
+  ``csv.reader``, ``np.load``/``loadtxt`` elsewhere; package data via ``importlib.resources``);
 - the three standalone lab files import only the standard library and each other;
 - every package ``__init__`` only re-exports (imports, ``__all__``, a docstring, metadata).
 """
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import sys
 from pathlib import Path
 
@@ -23,7 +30,7 @@ STANDALONE = {"kvlab.kvsim", "kvlab.scenario", "kvlab.summarize"}
 
 # Lowest first: a module may import its own layer and the layers listed before it.
 LAYERS = [
-    {"stackdist.errors", "stackdist.version", "stackdist.lazy", "stackdist.input_names", "stackdist.output"},
+    {"stackdist.errors", "stackdist.version", "stackdist.lazy", "stackdist.input_names", "stackdist.output", "stackdist.guard"},
     {"stackdist.engine"},
     {"stackdist.traces"},
     {"stackdist.serving"},
@@ -221,3 +228,95 @@ def test_the_rules_catch_what_they_forbid():
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a"}}) is None
     assert find_cycle(_without_self_reexports({"p": {"p.x"}, "p.x": {"p"}})) is None
     assert _layer("stackdist.cli.plan") > _layer("stackdist.engine.curve") > _layer("stackdist.output.files")
+
+
+CLI = ("stackdist.cli", "stackdist.__main__")
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+# Error hints below cli/ written before the rule; each module may keep at most this many strings
+# naming a flag, and the counts only go down (move the hint to the CLI when you touch the module).
+FLAG_NAMES_BELOW_CLI = {
+    "stackdist.guard": 2, "stackdist.input_names": 1, "stackdist.engine.scale.distributed": 2,
+    "stackdist.traces.access": 1, "stackdist.traces.counting": 4, "stackdist.traces.formats": 1,
+    "stackdist.traces.hashed": 1, "stackdist.traces.logs.lmcache": 1, "stackdist.serving.routed": 1,
+    "stackdist.planning.budgets": 1, "stackdist.planning.engine_plan": 4, "stackdist.planning.geometry": 5,
+    "stackdist.planning.hardware": 4, "stackdist.planning.prices": 1, "stackdist.planning.routing": 4,
+    "stackdist.render.plot": 3, "stackdist.render.table": 1,
+}
+
+
+def _below_cli(module: str) -> bool:
+    return module.startswith("stackdist.") and not module.startswith(CLI)
+
+
+def command_line_uses(module: str, tree: ast.Module) -> tuple[list[str], int]:
+    """(uses of argparse or Namespace, count of string constants naming a flag) in ``module``."""
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "argparse" for a in node.names):
+            bad.append(f"{module}:{node.lineno} imports argparse")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "argparse":
+            bad.append(f"{module}:{node.lineno} imports from argparse")
+        elif isinstance(node, ast.Name) and node.id == "Namespace" or isinstance(node, ast.Attribute) and node.attr == "Namespace":
+            bad.append(f"{module}:{node.lineno} uses Namespace")
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    flags = sum(1 for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                and id(n) not in docstrings and FLAG.search(n.value))
+    return bad, flags
+
+
+def test_nothing_below_the_cli_knows_the_command_line():
+    bad = []
+    for module in MODULES:
+        if not _below_cli(module):
+            continue
+        uses, flags = command_line_uses(module, _trees()[module])
+        bad += uses
+        if flags > FLAG_NAMES_BELOW_CLI.get(module, 0):
+            bad.append(f"{module}: {flags} strings name a flag (at most {FLAG_NAMES_BELOW_CLI.get(module, 0)}); "
+                       "say it in the CLI, or pass the name in")
+    assert not bad, "\n".join(bad)
+
+
+READERS = {("json", "load"), ("csv", "reader"), ("csv", "DictReader"), ("np", "load"), ("np", "loadtxt"),
+           ("np", "genfromtxt"), ("np", "fromfile"), ("pickle", "load")}
+
+
+def file_reads(module: str, tree: ast.Module) -> list[str]:
+    """Every place ``module`` opens a file for reading or calls a file parser."""
+    bad = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "open":
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            modes = [n.value for n in ast.walk(mode) if isinstance(n, ast.Constant) and isinstance(n.value, str)] if mode else []
+            if not modes or any(not set(m) & set("wax") for m in modes):
+                bad.append(f"{module}:{node.lineno} opens a file for reading")
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in READERS:
+            bad.append(f"{module}:{node.lineno} calls {f.value.id}.{f.attr}")
+    return bad
+
+
+def test_files_are_parsed_only_in_traces():
+    bad = [use for module in MODULES if module.startswith("stackdist.") and not module.startswith("stackdist.traces")
+           for use in file_reads(module, _trees()[module])]
+    assert not bad, "\n".join(bad)
+
+
+def test_kvlab_never_imports_the_stackdist_cli():
+    bad = [f"{module}:{line} imports {target}" for module in MODULES if module.startswith("kvlab")
+           for target, _name, line in _imports(module) if target.startswith(CLI)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_command_line_and_file_rules_catch_what_they_forbid():
+    code = ("import argparse\ndef f(args: argparse.Namespace):\n    raise ValueError('use --kv-dtype')\n"
+            "def g(p):\n    return open(p).read(), json.load(open(p, 'rb')), open(p, 'w'), np.load(p)\n")
+    tree = ast.parse(code)
+    uses, flags = command_line_uses("stackdist.planning.x", tree)
+    assert len(uses) == 2 and flags == 1
+    assert len(file_reads("stackdist.planning.x", tree)) == 4  # open, json.load and its open, np.load; not the write
+

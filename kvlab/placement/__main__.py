@@ -233,8 +233,8 @@ _COMMANDS = {"experiments": _experiments, "simulate": _simulate, "generate": _ge
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (:mod:`stackdist.errors`: 0, 1 data, 2 usage, 130
-    Ctrl-C, 141 broken pipe), through the one wrapper :func:`stackdist.cli.common.run_guarded`."""
-    from stackdist.cli.common import run_guarded
+    Ctrl-C, 141 broken pipe), through the one wrapper :func:`stackdist.guard.run_guarded`."""
+    from stackdist.guard import run_guarded
 
     restore = None
     try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below

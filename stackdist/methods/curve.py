@@ -330,13 +330,13 @@ def sampled_curves(source: TraceInput, method: Sampled) -> list[Any]:
 def sample_file(path: str, fmt: str | None, rate: float, seeds: list[int]) -> tuple[list[Any], int, int]:
     """A worker's job for one input file: read it, keep each seed's sampled accesses. Returns
     ([(keys, sizes) per seed], accesses, total size). O(n x seeds)."""
-    from stackdist.engine.scale.sampling import sample_mask
+    from stackdist.engine.scale.sampling import HashFilter
     from stackdist.traces.stream_input import read_keys
 
     keys, sizes = read_keys(path, fmt)
     out = []
     for seed in seeds:
-        mask = sample_mask(keys, rate, seed)
+        mask = HashFilter.at_rate(rate, seed).mask(keys)
         out.append((keys[mask], None if sizes is None else sizes[mask]))
     return out, int(keys.shape[0]), int(keys.shape[0] if sizes is None else sizes.sum())
 
