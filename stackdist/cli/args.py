@@ -12,7 +12,7 @@ from typing import Any
 
 from stackdist.errors import INT64_MAX, UsageError
 
-__all__ = ["WARMUP_HELP", "WINDOW_HELP", "InputPath", "InputPaths", "OutputPath", "access_window", "bounded_int", "declared_paths", "finite_float", "fraction_list", "int_list", "one_trace", "parse_int", "resolve_window", "warmup_accesses", "warmup_count", "window_spec"]
+__all__ = ["WARMUP_HELP", "WINDOW_HELP", "InputPath", "InputPaths", "OutputPath", "access_window", "add_format_argument", "bounded_int", "declared_paths", "finite_float", "fraction_list", "int_list", "one_trace", "parse_int", "resolve_window", "warmup_accesses", "warmup_count", "window_spec"]
 
 
 class InputPath(str):
@@ -54,6 +54,37 @@ def one_trace(paths: Sequence[InputPath]) -> InputPath:
     ('t.csv', ('a.csv', 'b.csv'))
     """
     return paths[0] if len(paths) == 1 else InputPaths.of(paths)
+
+
+def _request_formats() -> str:
+    """The request-trace formats, for messages (``mooncake, qwen, ... or lmcache``)."""
+    from stackdist.traces.formats import REQUESTS, format_names
+
+    names = format_names(REQUESTS)
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def add_format_argument(p: argparse.ArgumentParser, help: str, kind: str | None = None, line_records: bool | None = None,
+                        default: str | None = None) -> None:
+    """A command's ``--format``: the registered formats (:mod:`stackdist.traces.formats`) of
+    ``kind`` / ``line_records`` as its choices and help; another name is a usage error (exit 2)
+    naming the flag, the allowed names and the closest one. O(formats).
+
+    >>> p = argparse.ArgumentParser(); add_format_argument(p, "the format", kind="requests")
+    >>> p.parse_args(["--format", "qwen"]).format
+    'qwen'
+    """
+    from stackdist.traces.formats import format_help, format_names, get
+
+    def trace_format(text: str) -> str:
+        try:
+            return get(text, kind, line_records).name
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    p.add_argument("--format", type=trace_format, choices=format_names(kind, line_records), default=default,
+                   metavar="{" + ",".join(format_names(kind, line_records)) + "}",
+                   help=f"{help}: {format_help(kind, line_records)}".replace("%", "%%"))
 
 
 class OutputPath(str):
@@ -236,7 +267,7 @@ def _position(end: WindowEnd, n: int, timestamps: Any, default: int, name: str) 
         return min(n, n - k if value < 0 else k)
     if timestamps is None:
         raise UsageError(f"{name}: a duration ({value:g} s) needs a request trace with timestamps "
-                         "(--format mooncake, qwen or tokens); give indices or percentages here.")
+                         f"(--format {_request_formats()}); give indices or percentages here.")
     import numpy as np
 
     if n == 0:
@@ -280,8 +311,8 @@ def warmup_count(text: str | None, start: int, stop: int, timestamps: Any = None
     if not math.isfinite(seconds) or seconds < 0:
         raise UsageError(f"{name} must be N records, P% or a duration like 90s, 10m or 1.5h; got {text!r}.")
     if timestamps is None:
-        raise UsageError(f"{name} {text}: a duration needs a request trace with timestamps (--format mooncake, qwen or "
-                         "tokens); give a count or a percentage here.")
+        raise UsageError(f"{name} {text}: a duration needs a request trace with timestamps (--format "
+                         f"{_request_formats()}); give a count or a percentage here.")
     if n <= 0:
         return 0
     import numpy as np
@@ -328,4 +359,4 @@ def warmup_accesses(text: str | None, n: int, name: str = "--warmup") -> int:
         return min(n, parse_int(raw, name))
     except UsageError:
         raise UsageError(f"{name} must be a count of accesses or a percentage like 10% (a duration like 10m needs a "
-                         f"request trace: --format mooncake, qwen or tokens); got {text!r}.") from None
+                         f"request trace: --format {_request_formats()}); got {text!r}.") from None

@@ -23,6 +23,7 @@ from stackdist.version import SCHEMA_VERSION, __version__
 
 from .args import (
     WARMUP_HELP,
+    add_format_argument,
     WINDOW_HELP,
     InputPath,
     OutputPath,
@@ -31,7 +32,7 @@ from .args import (
     window_spec,
 )
 
-__all__ = ["Parser", "add_trace_arguments", "add_version", "counted_range", "load_curve", "record_line", "run_command", "tool_header"]
+__all__ = ["Parser", "add_trace_arguments", "add_version", "counted_range", "load_curve", "run_command", "tool_header"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -58,40 +59,12 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", type=InputPath, nargs="+", metavar="TRACE",
                    help="key[,size] trace (.csv/.tsv/.txt, .jsonl, .npy; .gz/.zst; - for standard input) or a request "
                    "trace (see --format); several files or a glob are one trace, in order")
-    p.add_argument("--format", choices=["csv", "tsv", "jsonl", "npy", "mooncake", "qwen", "tokens"],
-                   help="override the format guessed from the extension; mooncake/qwen/tokens replay the request "
-                   "trace's block stream (head first, one unit per block)")
+    add_format_argument(p, help="override the format guessed from the extension; a request trace replays its block "
+                        "stream (head first, one unit per block)")
     p.add_argument("--window", metavar="START:STOP", help=WINDOW_HELP)
     p.add_argument("--warmup", metavar="N|DURATION|P%", help=WARMUP_HELP)
     p.add_argument("--output", "-o", type=OutputPath, metavar="FILE", default="-", help="write the JSON here (atomically) instead of stdout")
     p.add_argument("--plot", type=OutputPath, metavar="PNG", help="also draw the curve(s) to this PNG (needs matplotlib)")
-
-
-def record_line(path: str, fmt: str | None, position: int) -> str:
-    """``file:line`` of the record at 0-based ``position`` of an access trace (text formats),
-    ``file: row N`` for ``.npy``, or ``file: access N`` when the file cannot be re-read."""
-    from stackdist.traces.lines import data_lines
-
-    where = f"{path}: access {position + 1:,}"
-    kind = fmt or os.path.splitext(path)[1].lower().lstrip(".")
-    if kind == "npy":
-        return f"{path}: row {position:,}"
-    text_kind, first, index = kind not in ("jsonl", "json", "ndjson"), True, -1
-    try:
-        for lineno, raw in data_lines(path):
-            text = raw.decode("utf-8", "replace").strip()
-            if text_kind and text.startswith("#"):
-                continue
-            if first and text_kind:
-                first = False
-                if text.replace("\t", ",").split(",")[0].strip().lower() == "key":
-                    continue
-            index += 1
-            if index == position:
-                return f"{path}:{lineno}"
-    except Exception:  # noqa: BLE001 - only the message is at stake
-        return where
-    return where
 
 
 def _plain(value: Any) -> Any:
@@ -125,7 +98,7 @@ def _stream_curve(args: argparse.Namespace, command: str) -> tuple[Any, Any]:
 
     from stackdist.engine.stream import KeyValueStream
     from stackdist.output import stage
-    from stackdist.traces import REQUEST_FORMATS
+    from stackdist.traces.formats import is_request_format
     from stackdist.traces.stream_input import (
         iter_access_chunks,
         iter_block_id_chunks,
@@ -134,7 +107,7 @@ def _stream_curve(args: argparse.Namespace, command: str) -> tuple[Any, Any]:
     )
 
     chunks: Any = (((key_values(ids), None) for ids in iter_block_id_chunks(args.trace, args.format))
-                   if args.format in REQUEST_FORMATS else iter_access_chunks(args.trace, args.format))
+                   if is_request_format(args.format) else iter_access_chunks(args.trace, args.format))
     first = next((c for c in chunks if c[0].shape[0]), None)
     if first is None:
         return None, (np.zeros(0, np.uint64), None)
@@ -181,7 +154,9 @@ def load_curve(args: argparse.Namespace, bounded: bool = False) -> Any:
     from stackdist.engine import HitCurve
     from stackdist.engine.keys import first_size_change
     from stackdist.output import Progress, stage
-    from stackdist.traces import REQUEST_FORMATS, read_access_trace
+    from stackdist.traces import read_access_trace
+    from stackdist.traces.access import record_line
+    from stackdist.traces.formats import is_request_format
     from stackdist.traces.stream_input import is_streamed, read_keys, read_request_input
 
     window_spec(args.window, "--window")  # a bad --window is a usage error before any reading
@@ -194,7 +169,7 @@ def load_curve(args: argparse.Namespace, bounded: bool = False) -> Any:
         if curve is not None:
             return curve
         keys, sizes = read
-    elif args.format in REQUEST_FORMATS:  # one plain file, or streamed: several files, a glob, -, .gz/.zst
+    elif is_request_format(args.format):  # one plain file, or streamed: several files, a glob, -, .gz/.zst
         requests = read_request_input(args.trace, args.format)
         keys, sizes = requests.block_ids, None
     elif streamed:

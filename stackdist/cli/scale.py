@@ -101,10 +101,10 @@ def scaled_runner(args: argparse.Namespace) -> Callable[[argparse.Namespace], in
 
 
 def _iter_keys(trace: str, fmt: str | None) -> Any:
-    from stackdist.traces.formats import REQUEST_FORMATS
+    from stackdist.traces.formats import is_request_format
     from stackdist.traces.stream_input import iter_access_chunks, iter_block_id_chunks
 
-    if fmt in REQUEST_FORMATS:
+    if is_request_format(fmt):
         return ((ids, None) for ids in iter_block_id_chunks(trace, fmt))
     return iter_access_chunks(trace, fmt)
 
