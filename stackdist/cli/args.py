@@ -19,7 +19,7 @@ from stackdist.traces.counting import (
     window_spec,
 )
 
-__all__ = ["WARMUP_HELP", "WINDOW_HELP", "InputPath", "InputPaths", "OutputPath", "access_window", "bounded_int", "declared_paths", "finite_float", "fraction_list", "int_list", "one_trace", "parse_int", "resolve_window", "warmup_accesses", "warmup_count", "window_spec"]
+__all__ = ["WARMUP_HELP", "WINDOW_HELP", "InputPath", "InputPaths", "OutputPath", "access_window", "add_format_argument", "bounded_int", "declared_paths", "finite_float", "fraction_list", "int_list", "one_trace", "parse_int", "resolve_window", "warmup_accesses", "warmup_count", "window_spec"]
 
 
 class InputPath(str):
@@ -61,6 +61,29 @@ def one_trace(paths: Sequence[InputPath]) -> InputPath:
     ('t.csv', ('a.csv', 'b.csv'))
     """
     return paths[0] if len(paths) == 1 else InputPaths.of(paths)
+
+
+def add_format_argument(p: argparse.ArgumentParser, help: str, kind: str | None = None, line_records: bool | None = None,
+                        default: str | None = None) -> None:
+    """A command's ``--format``: the registered formats (:mod:`stackdist.traces.formats`) of
+    ``kind`` / ``line_records`` as its choices and help; another name is a usage error (exit 2)
+    naming the flag, the allowed names and the closest one. O(formats).
+
+    >>> p = argparse.ArgumentParser(); add_format_argument(p, "the format", kind="requests")
+    >>> p.parse_args(["--format", "qwen"]).format
+    'qwen'
+    """
+    from stackdist.traces.formats import format_help, format_names, get
+
+    def trace_format(text: str) -> str:
+        try:
+            return get(text, kind, line_records).name
+        except UsageError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    p.add_argument("--format", type=trace_format, choices=format_names(kind, line_records), default=default,
+                   metavar="{" + ",".join(format_names(kind, line_records)) + "}",
+                   help=f"{help}: {format_help(kind, line_records)}".replace("%", "%%"))
 
 
 class OutputPath(str):

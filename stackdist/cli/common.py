@@ -12,7 +12,7 @@ from stackdist.errors import EXIT_USAGE
 from stackdist.guard import run_guarded
 from stackdist.version import __version__
 
-from .args import WARMUP_HELP, WINDOW_HELP, InputPath, OutputPath
+from .args import WARMUP_HELP, WINDOW_HELP, InputPath, OutputPath, add_format_argument
 
 __all__ = ["Parser", "add_trace_arguments", "add_version", "run_command"]
 
@@ -36,9 +36,8 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", type=InputPath, nargs="+", metavar="TRACE",
                    help="key[,size] trace (.csv/.tsv/.txt, .jsonl, .npy; .gz/.zst; - for standard input) or a request "
                    "trace (see --format); several files or a glob are one trace, in order")
-    p.add_argument("--format", choices=["csv", "tsv", "jsonl", "npy", "mooncake", "qwen", "tokens"],
-                   help="override the format guessed from the extension; mooncake/qwen/tokens replay the request "
-                   "trace's block stream (head first, one unit per block)")
+    add_format_argument(p, help="override the format guessed from the extension; a request trace replays its block "
+                        "stream (head first, one unit per block)")
     p.add_argument("--window", metavar="START:STOP", help=WINDOW_HELP)
     p.add_argument("--warmup", metavar="N|DURATION|P%", help=WARMUP_HELP)
     p.add_argument("--output", "-o", type=OutputPath, metavar="FILE", default="-", help="write the JSON here (atomically) instead of stdout")

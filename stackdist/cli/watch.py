@@ -28,10 +28,12 @@ import numpy as np
 
 from stackdist.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError, require_data
 from stackdist.output import tool_header, write_atomic
+from stackdist.traces.formats import is_request_format
 
 from .args import (
     InputPath,
     OutputPath,
+    add_format_argument,
     bounded_int,
     finite_float,
     fraction_list,
@@ -45,7 +47,6 @@ EXAMPLES = """examples:
   tail -F access.csv | stackdist watch - --format csv --sample-size 100000 --targets 0.9,0.95
   stackdist watch trace.csv --no-follow --output answers.jsonl
 """
-_REQUEST_FORMATS = ("mooncake", "qwen", "tokens")
 _EOF = None
 
 
@@ -55,8 +56,8 @@ def add_watch_parser(sub: Any) -> None:
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Online planning: working sets, hit rates and coverage per interval and cumulative.")
     w.add_argument("trace", type=InputPath, help="a trace file that grows (followed from its start), or - for standard input")
-    w.add_argument("--format", choices=["csv", "tsv", "jsonl", "mooncake", "qwen", "tokens"],
-                   help="the trace format (default: from the extension; csv for standard input)")
+    add_format_argument(w, line_records=True, help="the trace format, one whose lines are records on their own (default: "
+                        "from the extension; csv for standard input)")
     w.add_argument("--block-size", type=bounded_int("--block-size", 1), help="tokens per block (request formats)")
     w.add_argument("--semantics", choices=["per-access", "engine"], default="per-access",
                    help="request traces: per-access LRU block by block (default), or engine: each request reads the "
@@ -116,7 +117,7 @@ class _Watcher:
         from stackdist.traces.stream_input import AccessLineParser
 
         self.args = args
-        self.requests = args.format in _REQUEST_FORMATS
+        self.requests = is_request_format(args.format)
         rate = args.sample_rate if args.sample_rate is not None or args.sample_size is not None else 1.0
         self.sampler = ShardsSampler(rate, args.sample_size, args.seed)
         self.sampled = args.sample_rate is not None or args.sample_size is not None
@@ -248,12 +249,23 @@ def _reader(args: argparse.Namespace, lines: queue.Queue, stop: threading.Event)
 
 def run_watch(args: argparse.Namespace) -> int:
     """Follow the trace; write one JSON line per interval (and the Prometheus file)."""
-    if args.trace != "-" and args.format is None and not args.trace.lower().endswith((".csv", ".tsv", ".txt", ".jsonl")):
-        raise UsageError("watch: give --format (csv, tsv, jsonl, mooncake, qwen or tokens) for this file name.")
+    from stackdist.traces.formats import (
+        ACCESSES,
+        REQUESTS,
+        SNIFFED_SUFFIX,
+        format_names,
+        formats,
+    )
+
+    ext = os.path.splitext(args.trace)[1].lower()
+    if args.trace != "-" and args.format is None and ext != SNIFFED_SUFFIX and not any(
+            ext in f.suffixes for f in formats(ACCESSES, line_records=True)):
+        raise UsageError(f"watch: give --format ({', '.join(format_names(line_records=True))}) for this file name.")
     if args.trace == "-" and args.format is None:
         args.format = "csv"
-    if getattr(args, "semantics", "per-access") == "engine" and args.format not in _REQUEST_FORMATS:
-        raise UsageError("watch: --semantics engine needs a request trace (--format mooncake, qwen or tokens).")
+    if getattr(args, "semantics", "per-access") == "engine" and not is_request_format(args.format):
+        raise UsageError(f"watch: --semantics engine needs a request trace (--format "
+                         f"{', '.join(format_names(REQUESTS, line_records=True))}).")
     watcher = _Watcher(args)
     out = sys.stdout if args.output == "-" else open(args.output, "a", encoding="utf-8")  # noqa: SIM115
     stop = threading.Event()

@@ -27,8 +27,9 @@ import numpy as np
 from stackdist.engine import HitCurve, dense_keys
 from stackdist.engine.keys import first_size_change
 from stackdist.errors import TraceFormatError, UsageError, require_data
-from stackdist.input_names import REQUEST_FORMATS, expand_inputs
+from stackdist.input_names import expand_inputs
 from stackdist.output import Progress, stage
+from stackdist.traces.access import record_line
 from stackdist.traces.counting import (
     access_window,
     resolve_window,
@@ -36,7 +37,7 @@ from stackdist.traces.counting import (
     warmup_count,
     window_spec,
 )
-from stackdist.traces.lines import record_line
+from stackdist.traces.formats import is_request_format
 
 from .method import EXACT, Distributed, Method, Sampled
 
@@ -92,7 +93,7 @@ class TraceInput:
     @property
     def is_request_trace(self) -> bool:
         """True when the format is a request trace (its block stream is replayed). O(1)."""
-        return self.format in REQUEST_FORMATS
+        return is_request_format(self.format)
 
     @property
     def counts_by_position(self) -> bool:

@@ -16,6 +16,14 @@ from stackdist.errors import INT64_MAX, UsageError
 __all__ = ["WindowEnd", "access_window", "parse_int", "resolve_window", "warmup_accesses", "warmup_count", "window_spec"]
 
 
+def _request_formats() -> str:
+    """The request-trace formats, for messages (``mooncake, qwen, ... or lmcache``)."""
+    from .formats import REQUESTS, format_names
+
+    names = format_names(REQUESTS)
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
 def parse_int(text: str, name: str, lo: int = 0, hi: int = INT64_MAX) -> int:
     """One integer in [lo, hi] (decimal, ``_`` separators and an exact ``1e6`` allowed); a
     :class:`UsageError` naming ``name`` otherwise.
@@ -99,7 +107,7 @@ def _position(end: WindowEnd, n: int, timestamps: Any, default: int, name: str) 
         return min(n, n - k if value < 0 else k)
     if timestamps is None:
         raise UsageError(f"{name}: a duration ({value:g} s) needs a request trace with timestamps "
-                         "(--format mooncake, qwen or tokens); give indices or percentages here.")
+                         f"(--format {_request_formats()}); give indices or percentages here.")
     import numpy as np
 
     if n == 0:
@@ -143,8 +151,8 @@ def warmup_count(text: str | None, start: int, stop: int, timestamps: Any = None
     if not math.isfinite(seconds) or seconds < 0:
         raise UsageError(f"{name} must be N records, P% or a duration like 90s, 10m or 1.5h; got {text!r}.")
     if timestamps is None:
-        raise UsageError(f"{name} {text}: a duration needs a request trace with timestamps (--format mooncake, qwen or "
-                         "tokens); give a count or a percentage here.")
+        raise UsageError(f"{name} {text}: a duration needs a request trace with timestamps (--format "
+                         f"{_request_formats()}); give a count or a percentage here.")
     if n <= 0:
         return 0
     import numpy as np
@@ -191,4 +199,4 @@ def warmup_accesses(text: str | None, n: int, name: str = "warmup") -> int:
         return min(n, parse_int(raw, name))
     except UsageError:
         raise UsageError(f"{name} must be a count of accesses or a percentage like 10% (a duration like 10m needs a "
-                         f"request trace: --format mooncake, qwen or tokens); got {text!r}.") from None
+                         f"request trace: --format {_request_formats()}); got {text!r}.") from None

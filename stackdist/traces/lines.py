@@ -43,7 +43,6 @@ __all__ = [
     "json_line",
     "json_object",
     "read_bytes",
-    "record_line",
     "scan_in_halves",
     "shown",
     "shown_text",
@@ -232,28 +231,3 @@ def fit_int_keys(values: list[int]) -> np.ndarray | None:
     if lo >= 0 and hi <= UINT64_MAX:
         return np.array(values, dtype=np.uint64)
     return None
-
-
-def record_line(path: str, fmt: str | None, position: int) -> str:
-    """``file:line`` of the record at 0-based ``position`` of an access trace (text formats),
-    ``file: row N`` for ``.npy``, or ``file: access N`` when the file cannot be re-read."""
-    where = f"{path}: access {position + 1:,}"
-    kind = fmt or os.path.splitext(path)[1].lower().lstrip(".")
-    if kind == "npy":
-        return f"{path}: row {position:,}"
-    text_kind, first, index = kind not in ("jsonl", "json", "ndjson"), True, -1
-    try:
-        for lineno, raw in data_lines(path):
-            text = raw.decode("utf-8", "replace").strip()
-            if text_kind and text.startswith("#"):
-                continue
-            if first and text_kind:
-                first = False
-                if text.replace("\t", ",").split(",")[0].strip().lower() == "key":
-                    continue
-            index += 1
-            if index == position:
-                return f"{path}:{lineno}"
-    except Exception:  # noqa: BLE001 - only the message is at stake
-        return where
-    return where
