@@ -11,7 +11,9 @@
 - no file is parsed outside ``stackdist/traces/`` (no ``open`` for reading, ``json.load``,
   ``csv.reader``, ``np.load``/``loadtxt`` elsewhere; package data via ``importlib.resources``);
 - the three standalone lab files import only the standard library and each other;
-- every package ``__init__`` only re-exports (imports, ``__all__``, a docstring, metadata).
+- every package ``__init__`` only re-exports (imports, ``__all__``, a docstring, metadata);
+- trace formats are told apart only in ``stackdist/traces/`` (the registry, ``traces/formats.py``):
+  no other module compares a value with a registered format's name.
 """
 
 from __future__ import annotations
@@ -216,6 +218,44 @@ def test_package_inits_only_re_export():
             assert names and all(n.startswith("__") for n in names), f"{module}:{node.lineno} is not a re-export"
 
 
+FORMATS_MODULE = "stackdist.traces.formats"
+# Retired by issue 21 (the C sampler's driver); drop this line with the file.
+FORMAT_RULE_EXEMPT = {"stackdist.cli.native_sample"}
+
+
+def _format_names() -> set[str]:
+    """The registered formats' names, from the registry's source: the first argument of every
+    ``TraceFormat(...)`` in it."""
+    return {node.args[0].value for node in ast.walk(_trees()[FORMATS_MODULE])
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "TraceFormat" and node.args
+            and isinstance(node.args[0], ast.Constant)}
+
+
+def format_comparisons(module: str, tree: ast.Module, names: set[str]) -> list[str]:
+    """Every comparison in ``module`` of a value with a format's name (``==``, ``in`` a literal
+    tuple, list or set...). ``tokens`` is also a unit: a comparison of a unit or a basis with it
+    is not a format test."""
+    bad = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        literals = {e.value for o in operands for e in (o.elts if isinstance(o, (ast.Tuple, ast.List, ast.Set)) else [o])
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        others = " ".join(ast.unparse(o) for o in operands if not isinstance(o, (ast.Constant, ast.Tuple, ast.List, ast.Set)))
+        if literals & names and not ("unit" in others or "basis" in others):
+            bad.append(f"{module}:{node.lineno} compares with format {sorted(literals & names)[0]!r}: {ast.unparse(node)}")
+    return bad
+
+
+def test_formats_are_told_apart_only_in_traces():
+    names = _format_names()
+    assert {"csv", "mooncake", "dynamo"} <= names
+    bad = [use for module in MODULES if not module.startswith("stackdist.traces.") and module not in FORMAT_RULE_EXEMPT
+           for use in format_comparisons(module, _trees()[module], names)]
+    assert not bad, "\n".join(bad) + "\n(look the format up in the registry, stackdist/traces/formats.py)"
+
+
 def test_the_rules_catch_what_they_forbid():
     """The checks can fail: made-up code with each forbidden thing is caught."""
     code = "from .curve import _Histogram\nfrom . import kernels as k\nk._prefix_sum(1)\nimport stackdist._io\n"
@@ -228,6 +268,11 @@ def test_the_rules_catch_what_they_forbid():
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a"}}) is None
     assert find_cycle(_without_self_reexports({"p": {"p.x"}, "p.x": {"p"}})) is None
     assert _layer("stackdist.cli.plan") > _layer("stackdist.engine.curve") > _layer("stackdist.output.files")
+    names = {"csv", "tokens", "mooncake"}
+    code = ("if args.format == 'csv': pass\nok = fmt in ('mooncake', 'qwen')\nunit = budget.unit == 'tokens'\n"
+            "x = 'csv' != kind\nfine = mode == 'fast'\n")
+    found = format_comparisons("stackdist.cli.x", ast.parse(code), names)
+    assert [f.split(" compares")[0] for f in found] == ["stackdist.cli.x:1", "stackdist.cli.x:2", "stackdist.cli.x:4"]
 
 
 CLI = ("stackdist.cli", "stackdist.__main__")
@@ -319,4 +364,3 @@ def test_the_command_line_and_file_rules_catch_what_they_forbid():
     uses, flags = command_line_uses("stackdist.planning.x", tree)
     assert len(uses) == 2 and flags == 1
     assert len(file_reads("stackdist.planning.x", tree)) == 4  # open, json.load and its open, np.load; not the write
-

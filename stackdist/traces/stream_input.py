@@ -511,7 +511,11 @@ def read_request_input(spec: str | Sequence[str], format: str = "mooncake", bloc
     """
     if not is_streamed(spec):
         return read_requests(input_specs(spec)[0], format, block_size, skip_bad, partial_last_block)
-    return concat_requests(list(iter_request_chunks(spec, format, block_size, skip_bad, partial_last_block)), str(spec))
+    chunks = list(iter_request_chunks(spec, format, block_size, skip_bad, partial_last_block))
+    if len(chunks) == 1:  # one chunk keeps what a reader records beyond the blocks (workers, labels, schedule)
+        chunks[0].source = str(spec)
+        return chunks[0]
+    return concat_requests(chunks, str(spec))
 
 
 _BLOCK_BYTES = 1 << 25
