@@ -39,12 +39,12 @@ class TiersResult:
 
     ``inclusive`` (and ``exclusive`` when asked) map ``gpu_capacity``, ``cpu_capacity``,
     ``gpu_hits``, ``cpu_hits``, ``misses`` (and, sampled, ``hit_rate_min`` / ``hit_rate_max``
-    over the seeds) to lists; ``summary`` is the curve's (exact) or None (sampled: ``accesses``
+    over the seeds) to arrays or lists; ``summary`` is the curve's (exact) or None (sampled: ``accesses``
     counts the counted accesses); ``rate`` the final sampling rate (1.0 when exact)."""
 
     method: Method
-    inclusive: dict[str, list]
-    exclusive: dict[str, list] | None
+    inclusive: dict[str, Any]
+    exclusive: dict[str, Any] | None
     summary: dict[str, Any] | None
     accesses: int
     rate: float = 1.0
@@ -124,7 +124,7 @@ def _sampled_tiers(source: TraceInput, method: Sampled, gpus: list[int], cpu_cap
                              "cpu_hits": g["cpu_hits"] / rate} for kind, g in grid.items()})
     assert cpu_caps is not None
     n = stop - start
-    out: dict[str, dict[str, list]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for kind in grids[0]:
         gpu = np.array([g[kind]["gpu_hits"] for g in grids])
         cpu = np.array([g[kind]["cpu_hits"] for g in grids])
