@@ -52,7 +52,6 @@ from .access import read_access_trace
 from .fast_delimited import parse_int_lines
 from .formats import (
     ACCESSES,
-    FORMATS,
     REQUESTS,
     SNIFFED_SUFFIX,
     TraceFormat,
