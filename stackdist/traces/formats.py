@@ -28,10 +28,13 @@ import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stackdist.errors import UsageError
 from stackdist.input_names import strip_compression
+
+if TYPE_CHECKING:  # the readers' types; importing them would import numpy
+    from .requests import RequestTrace
 
 __all__ = [
     "ACCESSES",
@@ -250,7 +253,7 @@ def call_reader(fmt: TraceFormat, path: str | os.PathLike[str], **options: Any) 
 
 
 def read_requests(path: str | os.PathLike[str], format: str = "mooncake", block_size: int | None = None,
-                  skip_bad: bool = False, partial_last_block: bool = False) -> Any:
+                  skip_bad: bool = False, partial_last_block: bool = False) -> RequestTrace:
     """Read a request trace (:class:`~.requests.RequestTrace`) in ``format``, a registered
     request format: its reader with the options it takes.
 
@@ -270,7 +273,8 @@ def read_requests(path: str | os.PathLike[str], format: str = "mooncake", block_
     options: dict[str, Any] = {"skip_bad": skip_bad, "partial_last_block": partial_last_block}
     if size is not None:
         options["block_size"] = size
-    return call_reader(fmt, path, **options)
+    trace: RequestTrace = call_reader(fmt, path, **options)
+    return trace
 
 
 _STREAM = "stackdist.traces.stream_input"
