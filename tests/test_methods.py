@@ -124,3 +124,26 @@ def test_the_online_planner_equals_the_exact_curves_of_its_intervals():
         assert record["window"]["working_set"]["0.8"] == exact.min_capacity_for(hit_rate=0.8)
         assert record["window"]["hit_rate"]["40"] == pytest.approx(exact.hit_rate_at(40))
     assert second["cumulative"]["accesses"] == keys.size and not second["sampled"]
+
+
+def test_formats_whose_files_cannot_be_read_apart_are_not_split_across_workers(tmp_path, client):
+    # LMCache numbers its chunk hashes across the whole input: two files read apart would reuse each
+    # other's block ids. The cluster methods read such inputs whole and answer as one process does.
+    import json
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(80):
+        n = int(rng.integers(1, 6))
+        chain = [f"0x{int(rng.integers(0, 3)):x}" + "".join(str(int(rng.integers(0, 2))) for _ in range(j)) for j in range(1, n + 1)]
+        rows.append(json.dumps({"timestamp": float(i), "request_id": f"r{i}", "model_name": "m", "chunk_size": 4,
+                                "seq_len": 4 * n, "chunk_hashes": chain}) + "\n")
+    parts = [tmp_path / "a" / "lookup_hashes_1.jsonl", tmp_path / "b" / "lookup_hashes_1.jsonl"]
+    for part, lines in zip(parts, (rows[:40], rows[40:])):
+        part.parent.mkdir()
+        part.write_text("".join(lines))
+    source = TraceInput([str(p) for p in parts], "lmcache")
+    exact = curve_of(source, Exact()).curve
+    caps = exact.default_capacities(10)
+    for method in (Distributed(client), Sampled(rate=1.0, seeds=1, cluster=client)):
+        assert np.allclose(curve_of(source, method).curve.hit_rate_at(caps), exact.hit_rate_at(caps)), method

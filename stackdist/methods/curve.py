@@ -96,6 +96,14 @@ class TraceInput:
         return is_request_format(self.format)
 
     @property
+    def splits_by_file(self) -> bool:
+        """Each input file can be read alone (every line is a record on its own, ids global):
+        not so for formats whose readers order and number records across the whole input. O(1)."""
+        from stackdist.traces.formats import get
+
+        return self.format is None or get(self.format).line_records
+
+    @property
     def counts_by_position(self) -> bool:
         """A window or warm-up counts records by position. O(1)."""
         return bool(self.window or self.warmup)
@@ -362,6 +370,8 @@ def sampled_on_cluster(source: TraceInput, method: Sampled) -> list[Any]:
     from stackdist.engine.scale.sampling import ShardsSampler
 
     labels = source.labels
+    if not source.splits_by_file:  # its files cannot be read apart: the same sample, read here
+        return sampled_curves(source, method)
     if method.size is not None or source.counts_by_position:
         raise UsageError(f"{labels[4]} with sampling takes {labels[2]} only (no {labels[3]}, {labels[0]} or {labels[1]}).")
     samplers = [ShardsSampler(method.rate, None, s) for s in method.seed_list()]
@@ -411,11 +421,12 @@ def distributed_curve(source: TraceInput, client: Any, scheduler: Any = None) ->
     workers = max(1, len(client.nthreads()))
     files = expand_inputs(source.spec)
     label = scheduler if isinstance(scheduler, str) else "client"
-    if len(files) > 1 and not source.counts_by_position:  # unit-size files: histograms only, O(distinct) here
+    split = len(files) > 1 and source.splits_by_file
+    if split and not source.counts_by_position:  # unit-size files: histograms only, O(distinct) here
         parts = dask_map(client)(functools.partial(_read_and_histogram, fmt=source.format), files)
         if all(part[0] is not None for part in parts):
             return _histogram_curve(shown, parts, workers, label)
-    if len(files) > 1:  # one chunk per file: the workers parse them too
+    if split:  # one chunk per file: the workers parse them too
         results = dask_map(client)(functools.partial(_read_and_summarize, fmt=source.format), files)
         summaries = [r[0] for r in results]
         keys = np.concatenate([r[1] for r in results])
