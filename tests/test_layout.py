@@ -219,8 +219,6 @@ def test_package_inits_only_re_export():
 
 
 FORMATS_MODULE = "stackdist.traces.formats"
-# Retired by issue 21 (the C sampler's driver); drop this line with the file.
-FORMAT_RULE_EXEMPT = {"stackdist.cli.native_sample"}
 
 
 def _format_names() -> set[str]:
@@ -251,7 +249,7 @@ def format_comparisons(module: str, tree: ast.Module, names: set[str]) -> list[s
 def test_formats_are_told_apart_only_in_traces():
     names = _format_names()
     assert {"csv", "mooncake", "dynamo"} <= names
-    bad = [use for module in MODULES if not module.startswith("stackdist.traces.") and module not in FORMAT_RULE_EXEMPT
+    bad = [use for module in MODULES if not module.startswith("stackdist.traces.")
            for use in format_comparisons(module, _trees()[module], names)]
     assert not bad, "\n".join(bad) + "\n(look the format up in the registry, stackdist/traces/formats.py)"
 
