@@ -149,6 +149,47 @@ def request_chunks(n_accesses: int, seed: int = 0, prompts: int = 300, window: i
             base += shift
 
 
+def zipf_scan_trace(n_accesses: int, path: Path, seed: int = 7, alpha: float = 0.9, keys_per_access: float = 0.05,
+                    scan_share: float = 0.2) -> dict[str, Any]:
+    """Write a Zipf key trace with scans of ``n_accesses`` int64 keys to the ``.npy`` file ``path``
+    (through a memory map, in segments: memory O(segment)), deterministic in its arguments.
+
+    The stream is a run of segments drawn from ``np.random.default_rng(seed)``. A *Zipf segment*
+    has a geometric length (mean 50,000 accesses) of keys ``floor(x)`` where ``x`` is the inverse
+    CDF of a power law of exponent ``alpha`` on ``[1, U]``, ``U = keys_per_access * n_accesses``
+    (``x = ((U**(1 - alpha) - 1) u + 1) ** (1 / (1 - alpha))``, ``u`` uniform; key 1 the hottest).
+    A *scan segment* (a segment is one with probability chosen so that about ``scan_share`` of the
+    accesses are in scans) reads ``L`` consecutive keys once each, ``L`` uniform in 10^4..10^5,
+    starting at a uniform offset of a scan region of ``2 * U`` keys above ``2**40`` (disjoint from
+    the Zipf keys; scans re-read the region now and then, a loop larger than most caches). Returns
+    the generator's parameters and the seconds it took. O(n)."""
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    universe = max(2, int(keys_per_access * n_accesses))
+    zipf_mean, scan_mean = 50_000, 55_000
+    scan_p = (scan_share / scan_mean) / ((1 - scan_share) / zipf_mean + scan_share / scan_mean)  # segments that are scans
+    top = float(universe) ** (1 - alpha) - 1
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(n_accesses,))
+    pos = 0
+    while pos < n_accesses:
+        if rng.random() < scan_p:
+            length = int(rng.integers(10_000, 100_001))
+            start = (1 << 40) + int(rng.integers(0, 2 * universe))
+            seg = np.arange(start, start + length, dtype=np.int64)
+        else:
+            length = int(rng.geometric(1 / zipf_mean))
+            u = rng.random(length)
+            seg = np.floor((top * u + 1) ** (1 / (1 - alpha))).astype(np.int64)
+            np.minimum(seg, universe, out=seg)
+        take = min(length, n_accesses - pos)
+        out[pos : pos + take] = seg[:take]
+        pos += take
+    out.flush()
+    del out
+    return {"seed": seed, "alpha": alpha, "keys": universe, "scan_share": scan_share, "zipf_segment_mean": zipf_mean,
+            "scan_length": [10_000, 100_000], "generate_s": time.perf_counter() - t0}
+
+
 def _tree_rss(proc: Any) -> int:
     """Resident bytes of a process and its children (Dask workers included), 0 when gone."""
     try:
@@ -233,15 +274,12 @@ def write_formats(n: int, folder: Path) -> dict[str, list[str]]:
 def process_floor(folder: Path, rounds: int = 5) -> dict[str, Any]:
     """What any ``stackdist curve`` process costs before its trace: the median wall and CPU
     seconds of exact and ``--sample-rate 0.5`` runs on a 3-access trace (Python, numpy, numba and
-    its first cache load, the report; the sampled run on the native path imports no numba, and
-    ``sampled_compiled`` is it with ``STACKDIST_NATIVE=0``). A sampled run can be at most
-    (exact run) / (its floor) faster."""
+    its first cache load, the report). A sampled run can be at most (exact run) / (its floor) faster."""
     tiny = folder / "tiny.csv"
     tiny.write_text("1\n2\n1\n")
     out: dict[str, Any] = {}
-    for name, extra, env in (("exact", [], None), ("sampled", ["--sample-rate", "0.5"], None),
-                             ("sampled_compiled", ["--sample-rate", "0.5"], {"STACKDIST_NATIVE": "0"})):
-        runs = [run_cli([str(tiny), *extra], extra_env=env) for _ in range(rounds)]
+    for name, extra in (("exact", []), ("sampled", ["--sample-rate", "0.5"])):
+        runs = [run_cli([str(tiny), *extra]) for _ in range(rounds)]
         out[f"{name}_wall_s"] = float(np.median([r["wall_s"] for r in runs]))
         out[f"{name}_cpu_s"] = float(np.median([r["cpu_s"] for r in runs]))
     return out
@@ -256,8 +294,7 @@ def median_run(argv: list[str], extra_env: dict[str, str] | None = None, rounds:
 def acceptance(n: int, dask: bool = True) -> dict[str, Any]:
     """The held-out check on every input form: exact vs ``--sample-rate 0.01`` (3 seeds, the
     default; whole processes, run side by side, median of 3; mean absolute hit-rate error over
-    40 capacities), the sampled run again on the compiled path (``STACKDIST_NATIVE=0``: same
-    curve?) and ``--dask local:2`` (equal hits at all 40)."""
+    40 capacities) and ``--dask local:2`` (equal hits at all 40)."""
     rows: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -270,15 +307,12 @@ def acceptance(n: int, dask: bool = True) -> dict[str, Any]:
             exact = median_run([*argv, "--points", "40"])
             caps = ",".join(map(str, exact["report"]["curve"]["capacity"]))
             sampled = median_run([*argv, "--capacities", caps, "--sample-rate", "0.01"])
-            compiled = median_run([*argv, "--capacities", caps, "--sample-rate", "0.01"], {"STACKDIST_NATIVE": "0"})
             truth = np.array(exact["report"]["curve"]["hit_rate"])
             est = np.array(sampled["report"]["curve"]["hit_rate"])
             row = {"bytes": os.path.getsize(argv[0]), "exact_wall_s": exact["wall_s"], "exact_cpu_s": exact["cpu_s"],
                    "speedup_bound": exact["wall_s"] / rows["floor"]["sampled_wall_s"],
                    "sampled_wall_s": sampled["wall_s"], "sampled_cpu_s": sampled["cpu_s"],
                    "speedup": exact["wall_s"] / sampled["wall_s"], "cpu_speedup": exact["cpu_s"] / sampled["cpu_s"],
-                   "compiled_sampled_wall_s": compiled["wall_s"], "compiled_sampled_cpu_s": compiled["cpu_s"],
-                   "native_equals_compiled": sampled["report"]["curve"] == compiled["report"]["curve"],
                    "mae": float(np.abs(est - truth).mean()), "max_abs_error": float(np.abs(est - truth).max())}
             if dask:
                 got = run_cli([*argv, "--capacities", caps, "--dask", "local:2"])
@@ -286,11 +320,69 @@ def acceptance(n: int, dask: bool = True) -> dict[str, Any]:
                            dask_equal_hits=got["report"]["curve"]["hits"] == exact["report"]["curve"]["hits"])
             rows[name] = row
             print(f"  {name:15s} exact {row['exact_wall_s']:6.2f} s ({row['exact_cpu_s']:5.2f} cpu)  sampled "
-                  f"{row['sampled_wall_s']:5.2f} s ({row['sampled_cpu_s']:4.2f} cpu; compiled path "
-                  f"{row['compiled_sampled_wall_s']:.2f} s, same curve {row['native_equals_compiled']})  {row['speedup']:5.1f}x wall "
+                  f"{row['sampled_wall_s']:5.2f} s ({row['sampled_cpu_s']:4.2f} cpu)  {row['speedup']:5.1f}x wall "
                   f"{row['cpu_speedup']:5.1f}x cpu (at most {row['speedup_bound']:.1f}x)  MAE {row['mae']:.4f}"
                   + (f"  dask {row['dask_wall_s']:.1f} s equal {row['dask_equal_hits']}" if dask else ""), flush=True)
     return rows
+
+
+SAMPLED_PATHS: dict[str, dict[str, str] | None] = {"sampled": None}
+"""The sampled runs of :func:`sampled_vs_exact`, by name, and their extra environment. (Until issue
+21 the C sampler was the default path and ``{"STACKDIST_NATIVE": "0"}`` named the compiled one as
+``sampled_compiled``: the "before" entry of the results holds both.)"""
+
+
+def sampled_vs_exact(n: int, forms: tuple[str, ...] = ("npy",), rounds: int = 3, rate: str = "0.01") -> dict[str, Any]:
+    """Whole ``stackdist curve`` processes on a :func:`zipf_scan_trace` of ``n`` accesses (``.npy``,
+    and ``.csv`` when asked, one key a line): the exact curve (40 capacities) and each of
+    :data:`SAMPLED_PATHS` at ``--sample-rate rate`` (3 seeds, the default) at those capacities,
+    interleaved (exact, sampled, ..., exact, sampled, ...) ``rounds`` times. Per run: wall and
+    CPU seconds, peak memory, the load average; per path: the median wall, its ratio to the exact
+    median, the mean absolute hit-rate error against the exact curve over the 40 capacities, and
+    whether every run gave the same curve."""
+    out: dict[str, Any] = {"accesses": n, "rate": float(rate), "rounds": rounds, "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_SCALE_TMP")) as tmp:
+        paths = {"npy": Path(tmp) / "zipf.npy", "csv": Path(tmp) / "zipf.csv"}
+        out["generator"] = zipf_scan_trace(n, paths["npy"])
+        if "csv" in forms:
+            keys = np.load(paths["npy"], mmap_mode="r")
+            with open(paths["csv"], "w") as f:
+                for lo in range(0, n, 1 << 22):
+                    f.write("\n".join(map(str, keys[lo : lo + (1 << 22)].tolist())) + "\n")
+            del keys
+        print(f"  {n:,} accesses generated in {out['generator']['generate_s']:.0f} s; load {open('/proc/loadavg').read().strip()}",
+              flush=True)
+        for form in forms:
+            argv = [str(paths[form])]
+            runs: dict[str, list[dict[str, Any]]] = {"exact": [], **{name: [] for name in SAMPLED_PATHS}}
+            caps = ""
+            for _ in range(rounds):
+                runs["exact"].append(run_cli([*argv, "--points", "40"]))
+                caps = caps or ",".join(map(str, runs["exact"][0]["report"]["curve"]["capacity"]))
+                for name, env in SAMPLED_PATHS.items():
+                    runs[name].append(run_cli([*argv, "--capacities", caps, "--sample-rate", rate], extra_env=env))
+            truth = np.array(runs["exact"][0]["report"]["curve"]["hit_rate"])
+            row: dict[str, Any] = {"bytes": os.path.getsize(argv[0]),
+                                   "ceiling_hit_rate": runs["exact"][0]["report"]["summary"]["ceiling_hit_rate"]}
+            for name, got in runs.items():
+                walls = [r["wall_s"] for r in got]
+                est = np.array(got[0]["report"]["curve"]["hit_rate"])
+                row[name] = {"wall_s": walls, "median_wall_s": float(np.median(walls)),
+                             "median_cpu_s": float(np.median([r["cpu_s"] for r in got])),
+                             "peak_rss_mib": max(r["peak_rss_mib"] for r in got),
+                             "load_average": [min(r["load_average"][0] for r in got), max(r["load_average"][1] for r in got)],
+                             "same_curve_every_run": all(r["report"]["curve"] == got[0]["report"]["curve"] for r in got)}
+                if name != "exact":
+                    row[name].update(speedup=row["exact"]["median_wall_s"] / row[name]["median_wall_s"],
+                                     mae=float(np.abs(est - truth).mean()), max_abs_error=float(np.abs(est - truth).max()),
+                                     same_curve_as_sampled=got[0]["report"]["curve"] == runs["sampled"][0]["report"]["curve"])
+            out[form] = row
+            print(f"  {form}: exact {row['exact']['median_wall_s']:.2f} s"
+                  + "".join(f"; {name} {row[name]['median_wall_s']:.2f} s ({row[name]['speedup']:.1f}x, MAE {row[name]['mae']:.5f})"
+                            for name in SAMPLED_PATHS)
+                  + f"  (median of {rounds}; load {row['exact']['load_average'][0]:.1f}-{row['exact']['load_average'][1]:.1f})",
+                  flush=True)
+    return out
 
 
 def dask_histogram_run(files: list[str], capacities: list[int], workers: int = 2) -> dict[str, Any]:
@@ -393,10 +485,8 @@ def huge(n: int, folder: Path, stream_exact: bool = True, plain_exact: bool = Tr
         known_caps = ",".join(map(str, known["capacities"]))
         if only == "dask":  # the product's own --dask path
             keep("dask local:2 (stackdist curve)", run_cli([glob_arg, "--capacities", known_caps, "--dask", "local:2"]), truth)
-        for rate in ("0.01", "0.001") if only == "sampled" else ():  # the native and the compiled sampled paths, side by side
-            keep(f"rate {rate} (3 seeds, native)", run_cli([glob_arg, "--capacities", known_caps, "--sample-rate", rate]), truth)
-            keep(f"rate {rate} (3 seeds, compiled)", run_cli([glob_arg, "--capacities", known_caps, "--sample-rate", rate],
-                                                              extra_env={"STACKDIST_NATIVE": "0"}), truth)
+        for rate in ("0.01", "0.001") if only == "sampled" else ():
+            keep(f"rate {rate} (3 seeds)", run_cli([glob_arg, "--capacities", known_caps, "--sample-rate", rate]), truth)
         return rows
     if plain_exact:
         exact = run_cli([glob_arg, "--points", "40"])
@@ -532,11 +622,17 @@ def main() -> int:
                         "--dask local:2` on it, checked against that entry's exact hits")
     parser.add_argument("--sampled-only", action="store_true",
                         help="--huge: regenerate the stream of the existing \"huge\" entry and run only the sampled curves "
-                        "(native and STACKDIST_NATIVE=0, side by side), checked against that entry's exact hits")
+                        ", checked against that entry's exact hits")
     parser.add_argument("--dask-files", nargs=2, metavar=("FILES_JSON", "CAPS"), help=argparse.SUPPRESS)
     parser.add_argument("--acceptance", type=lambda t: int(float(t)), metavar="N",
                         help="only the held-out check (exact vs --sample-rate 0.01 vs --dask local:2) on every input form "
                         "of an N-access trace, added to --output")
+    parser.add_argument("--versus", metavar="N[,N...]",
+                        help="only sampled (--sample-rate 0.01) vs exact on a Zipf key trace with scans of N accesses "
+                        "(whole processes, median of --rounds, interleaved), kept under --label in \"sampled_vs_exact\"")
+    parser.add_argument("--forms", default="npy", help="--versus: input forms, npy and/or csv (default npy)")
+    parser.add_argument("--rounds", type=int, default=3, help="--versus: runs of each (default 3)")
+    parser.add_argument("--label", default="now", help="--versus: the name of this measurement in the results")
     parser.add_argument("--shared-prefix-only", action="store_true",
                         help="only the plan-level (prefix token hit rate) errors on the shared traces, added to --output")
     args = parser.parse_args()
@@ -566,6 +662,16 @@ def main() -> int:
         print(f"held-out check on {args.acceptance:,} accesses, every input form:")
         old = json.loads(Path(args.output).read_text()) if Path(args.output).exists() else {}
         write_json(args.output, {**old, "acceptance": {"accesses": args.acceptance, **acceptance(args.acceptance, not args.quick)}})
+        return 0
+    if args.versus:
+        print("sampled vs exact, Zipf keys with scans:")
+        got = {}
+        for size in args.versus.split(","):
+            n = int(float(size))
+            got[str(n)] = sampled_vs_exact(n, tuple(args.forms.split(",")), args.rounds)
+            old = json.loads(Path(args.output).read_text()) if Path(args.output).exists() else {}
+            table = old.get("sampled_vs_exact", {})
+            write_json(args.output, {**old, "sampled_vs_exact": {**table, args.label: {**table.get(args.label, {}), **got}}})
         return 0
     if args.shared_prefix_only:
         rows = shared_prefix_errors()

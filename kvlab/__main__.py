@@ -94,7 +94,7 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to a subcommand; return its exit code (0 ok, 1 data, 2 usage, 130 Ctrl-C, 141
     broken pipe: the convention of :mod:`stackdist.errors`, through one wrapper,
-    :func:`stackdist.cli.common.run_guarded`)."""
+    :func:`stackdist.guard.run_guarded`)."""
     restore = None
     try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
         restore = install_interrupt_handler("kvlab")
@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from stackdist.cli.common import run_guarded
+    from stackdist.guard import run_guarded
 
     try:
         arguments = list(sys.argv[1:] if argv is None else argv)

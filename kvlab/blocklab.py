@@ -39,9 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from stackdist.cli.common import tool_header
 from stackdist.errors import UsageError
-from stackdist.output import check_outputs, write_atomic
+from stackdist.output import check_outputs, tool_header, write_atomic
 from stackdist.serving import replay_requests, request_hits
 from stackdist.serving.lab_bridge import cached_blocks, resident_at_arrival
 from stackdist.traces import RequestTrace, chain_hashes

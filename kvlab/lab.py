@@ -243,7 +243,7 @@ def manifest(files: dict[str, bytes]) -> bytes:
     SHA-256 (the result files themselves keep the lab's fixed formats). O(total bytes)."""
     import hashlib
 
-    from stackdist.cli.common import tool_header  # on use, as write_lab's writer
+    from stackdist.output import tool_header  # on use, as write_lab's writer
 
     return _json_bytes({
         **tool_header("kvlab-lab-manifest"),

@@ -24,10 +24,20 @@ Two tiers (GPU + an inclusive CPU tier), every CPU capacity at once per GPU capa
 The package is laid out by concept (``docs/architecture.md``): :mod:`stackdist.traces`
 (readers) -> :mod:`stackdist.serving` (what an engine does with requests) -> :mod:`stackdist.engine`
 (replays, histograms, curves) -> :mod:`stackdist.planning` (answers in GiB and US$) ->
-:mod:`stackdist.render` / :mod:`stackdist.cli`. This ``__init__`` only re-exports, lazily
+:mod:`stackdist.methods` (curve, tiers, plan of an input by a method: exact, sampled,
+distributed) -> :mod:`stackdist.render` / :mod:`stackdist.cli`. This ``__init__`` only re-exports, lazily
 (PEP 562): ``import stackdist`` loads no numpy or numba; each name imports its subpackage
 on first use, so ``stackdist --help`` starts fast while ``from stackdist import hit_curve``,
 ``stackdist.hit_curve`` and ``dir(stackdist)`` work as before.
+
+The same question by another method: a file read through SHARDS' seeded hash filter (every
+answer an estimate, with the seeds' spread), or replayed exactly on a Dask cluster the caller owns;
+the result type is the same (``Distributed(client)`` takes a ``distributed.Client``):
+
+>>> path = "data/traces/mooncake_conversation_trace.jsonl"
+>>> exact = stackdist.curve_of(stackdist.TraceInput(path, "mooncake"))                              # doctest: +SKIP
+>>> sampled = stackdist.curve_of(stackdist.TraceInput(path, "mooncake"), stackdist.Sampled(rate=0.1))  # doctest: +SKIP
+>>> exact.curve.min_capacity_for(hit_rate=0.3), sampled.curve.min_capacity_for(hit_rate=0.3)        # doctest: +SKIP
 
 Request traces with prefix-cache semantics (``engine`` or ``per-access``):
 
@@ -58,6 +68,7 @@ if TYPE_CHECKING:  # the eager form, for type checkers
         parse_window,
         stack_distances,
     )
+    from .methods import Distributed, Exact, Sampled, TraceInput, curve_of, tiers_of
     from .planning import (
         DEFAULT_MODEL,
         ModelGeometry,
@@ -89,13 +100,14 @@ def __getattr__(name: str) -> Any:
                    "inclusive_tiers", "parse_window", "stack_distances"),
         "planning": ("DEFAULT_MODEL", "ModelGeometry", "PrefixCurve", "coverage_needs", "from_hf_config",
                      "geometry_for", "tier_plan"),
+        "methods": ("Distributed", "Exact", "Sampled", "TraceInput", "curve_of", "tiers_of"),
         "serving": ("PrefixReplay", "replay_requests", "request_hits"),
         "traces": ("AccessTrace", "RequestTrace", "chain_hashes", "read_access_trace", "read_mooncake", "read_qwen",
                    "read_requests", "read_token_ids", "reblock"),
     }
     import importlib
 
-    if name in ("cli", "engine", "output", "planning", "render", "serving", "traces"):
+    if name in ("cli", "engine", "methods", "output", "planning", "render", "serving", "traces"):
         return importlib.import_module(f"{__name__}.{name}")
     for package, names in homes.items():
         if name in names:
@@ -115,18 +127,23 @@ __all__ = [
     "DEFAULT_MODEL",
     "AccessTrace",
     "CurveSteps",
+    "Distributed",
+    "Exact",
     "HitCurve",
     "ModelGeometry",
     "PrefixCurve",
     "PrefixReplay",
     "RequestTrace",
+    "Sampled",
     "StackDistanceStream",
+    "TraceInput",
     "TraceFormatError",
     "UsageError",
     "__version__",
     "chain_hashes",
     "compare_organisations",
     "coverage_needs",
+    "curve_of",
     "dense_keys",
     "engine_depths",
     "exclusive_grid",
@@ -147,4 +164,5 @@ __all__ = [
     "request_hits",
     "stack_distances",
     "tier_plan",
+    "tiers_of",
 ]

@@ -1,5 +1,6 @@
-"""What an input argument names: its files (several, a glob), compression, and the access
-format its name implies. Plain Python: the readers and the numba-free native path share it.
+"""What an input argument names: its files (several, a glob), standard input, compression.
+Plain Python (no numpy): the command line and the readers share it. The format a name implies
+is the format registry's (:func:`stackdist.traces.formats.format_of_path`).
 """
 
 from __future__ import annotations
@@ -10,14 +11,7 @@ from collections.abc import Sequence
 
 from stackdist.errors import TraceFormatError
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "REQUEST_FORMATS", "access_suffix", "compression_of", "expand_inputs", "input_specs", "is_streamed", "strip_compression"]
-
-
-REQUEST_FORMATS = ("mooncake", "qwen", "tokens", "dynamo", "lmcache")
-"""The request-trace formats (:mod:`.formats` reads them); any other format is an access trace."""
-
-DEFAULT_BLOCK_SIZE = {"mooncake": 512, "qwen": 16, "tokens": 16, "dynamo": 16, "lmcache": 256}
-"""Tokens per block of each request format when ``--block-size`` is not given."""
+__all__ = ["compression_of", "expand_inputs", "input_specs", "is_streamed", "strip_compression"]
 
 
 def input_specs(spec: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -68,12 +62,3 @@ def is_streamed(spec: str | Sequence[str]) -> bool:
 def strip_compression(path: str) -> str:
     kind = compression_of(path)
     return path[: -len(kind) - 1] if kind else path
-
-
-def access_suffix(path: str, format: str | None) -> str:
-    if format is not None:
-        return {"csv": ".csv", "tsv": ".tsv", "jsonl": ".jsonl", "npy": ".npy"}.get(format, ".txt")
-    if path == "-":
-        return ".txt"
-    ext = os.path.splitext(strip_compression(path))[1].lower()
-    return {".json": ".jsonl", ".ndjson": ".jsonl"}.get(ext, ext) if ext else ".txt"

@@ -1,7 +1,7 @@
 """PEP 562 re-exports: a package ``__init__`` that names its public API without importing it.
 
 A package whose modules compile numba kernels costs numba's import (about 0.3 s) to import
-eagerly; the numba-free paths (``--help``, the native sampled curve) must not pay it. Each name
+eagerly; the numba-free paths (``--help``, ``--version``, usage errors) must not pay it. Each name
 imports its home module on first use and is then kept in the package, so ``from package import
 name``, ``package.name``, ``package.submodule`` and ``dir(package)`` behave as if imported eagerly.
 

@@ -3,10 +3,17 @@
 - no import cycles between modules (function-local imports count too);
 - a name starting with ``_`` is private to its file: never imported from another module, never
   read as ``module._name``;
-- layers import downwards only (``LAYERS``); ``stackdist`` never imports ``kvlab``;
+- layers import downwards only (``LAYERS``); ``stackdist`` never imports ``kvlab``, and ``kvlab``
+  never imports ``stackdist.cli`` (the command runner it shares is ``stackdist.guard``);
+- nothing below ``stackdist/cli/`` knows the command line: no ``argparse``, no ``Namespace``, and
+  no flag names in its strings (a ratchet: the error hints written before this rule are counted
+  per module in ``FLAG_NAMES_BELOW_CLI`` and may only go down);
+- no file is parsed outside ``stackdist/traces/`` (no ``open`` for reading, ``json.load``,
+  ``csv.reader``, ``np.load``/``loadtxt`` elsewhere; package data via ``importlib.resources``);
 - the three standalone lab files import only the standard library and each other;
-- no module over 600 lines, no function over 70 (a compiled kernel 150), no folder over 12 modules;
 - every package ``__init__`` only re-exports (imports, ``__all__``, a docstring, metadata);
+- trace formats are told apart only in ``stackdist/traces/`` (the registry, ``traces/formats.py``):
+  no other module compares a value with a registered format's name;
 - engine models are reached through their registry (``stackdist/serving/engine_model.py``): outside
   ``stackdist/serving/`` no string literal equal to an engine model's name is compared (``==``,
   ``!=``, ``in`` literals, ``match`` cases).
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import sys
 from pathlib import Path
 
@@ -24,18 +32,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("stackdist", "kvlab")
 STANDALONE = {"kvlab.kvsim", "kvlab.scenario", "kvlab.summarize"}
-MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_MODULES_PER_FOLDER = 600, 70, 12
-# A compiled (numba) kernel keeps its loop body written out: factored into helpers it ran up to
-# twice as slow (measured, see engine/kernels.py), so kernels get a longer limit.
-MAX_KERNEL_LINES = 150
 
 # Lowest first: a module may import its own layer and the layers listed before it.
 LAYERS = [
-    {"stackdist.errors", "stackdist.version", "stackdist.lazy", "stackdist.input_names", "stackdist.output"},
+    {"stackdist.errors", "stackdist.version", "stackdist.lazy", "stackdist.input_names", "stackdist.output", "stackdist.guard"},
     {"stackdist.engine"},
     {"stackdist.traces"},
     {"stackdist.serving"},
     {"stackdist.planning"},
+    {"stackdist.methods"},
     {"stackdist.render"},
     {"stackdist.cli", "stackdist", "stackdist.__main__"},
 ]
@@ -187,23 +192,6 @@ def test_standalone_lab_files_import_only_the_standard_library_and_each_other():
             assert ok, f"{module}:{line} imports {target}"
 
 
-def test_sizes():
-    too_long = [f"{m}: {len(p.read_text().splitlines())} lines" for m, p in MODULES.items()
-                if len(p.read_text().splitlines()) > MAX_MODULE_LINES]
-    for m, tree in _trees().items():
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = (node.end_lineno or node.lineno) - node.lineno + 1
-                compiled = any("njit" in ast.unparse(d) for d in node.decorator_list)
-                if length > (MAX_KERNEL_LINES if compiled else MAX_FUNCTION_LINES):
-                    too_long.append(f"{m}.{node.name}: {length} lines")
-    per_folder: dict[Path, int] = {}
-    for path in MODULES.values():
-        per_folder[path.parent] = per_folder.get(path.parent, 0) + 1
-    too_long += [f"{folder}: {n} modules" for folder, n in per_folder.items() if n > MAX_MODULES_PER_FOLDER]
-    assert not too_long, "\n".join(too_long)
-
-
 def _is_lazy_reexport(node: ast.stmt) -> bool:
     """PEP 562 re-exporting: a module-level ``__getattr__`` / ``__dir__`` (defined, or made by
     :func:`stackdist.lazy.lazy_exports`), or imports under
@@ -270,6 +258,42 @@ def test_engine_models_only_through_the_registry():
     assert not bad, "\n".join(bad)
 
 
+FORMATS_MODULE = "stackdist.traces.formats"
+
+
+def _format_names() -> set[str]:
+    """The registered formats' names, from the registry's source: the first argument of every
+    ``TraceFormat(...)`` in it."""
+    return {node.args[0].value for node in ast.walk(_trees()[FORMATS_MODULE])
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "TraceFormat" and node.args
+            and isinstance(node.args[0], ast.Constant)}
+
+
+def format_comparisons(module: str, tree: ast.Module, names: set[str]) -> list[str]:
+    """Every comparison in ``module`` of a value with a format's name (``==``, ``in`` a literal
+    tuple, list or set...). ``tokens`` is also a unit: a comparison of a unit or a basis with it
+    is not a format test."""
+    bad = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        literals = {e.value for o in operands for e in (o.elts if isinstance(o, (ast.Tuple, ast.List, ast.Set)) else [o])
+                    if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        others = " ".join(ast.unparse(o) for o in operands if not isinstance(o, (ast.Constant, ast.Tuple, ast.List, ast.Set)))
+        if literals & names and not ("unit" in others or "basis" in others):
+            bad.append(f"{module}:{node.lineno} compares with format {sorted(literals & names)[0]!r}: {ast.unparse(node)}")
+    return bad
+
+
+def test_formats_are_told_apart_only_in_traces():
+    names = _format_names()
+    assert {"csv", "mooncake", "dynamo"} <= names
+    bad = [use for module in MODULES if not module.startswith("stackdist.traces.")
+           for use in format_comparisons(module, _trees()[module], names)]
+    assert not bad, "\n".join(bad) + "\n(look the format up in the registry, stackdist/traces/formats.py)"
+
+
 def test_the_rules_catch_what_they_forbid():
     """The checks can fail: made-up code with each forbidden thing is caught."""
     code = "from .curve import _Histogram\nfrom . import kernels as k\nk._prefix_sum(1)\nimport stackdist._io\n"
@@ -288,3 +312,99 @@ def test_the_rules_catch_what_they_forbid():
             "ok = m == 'engine' or m in ENGINE_MODELS\n")
     found = engine_name_comparisons("stackdist.planning.x", ast.parse(code), {"vllm", "sglang"})
     assert sorted(int(f.split(":")[1].split()[0]) for f in found) == [1, 2, 4]
+    names = {"csv", "tokens", "mooncake"}
+    code = ("if args.format == 'csv': pass\nok = fmt in ('mooncake', 'qwen')\nunit = budget.unit == 'tokens'\n"
+            "x = 'csv' != kind\nfine = mode == 'fast'\n")
+    found = format_comparisons("stackdist.cli.x", ast.parse(code), names)
+    assert [f.split(" compares")[0] for f in found] == ["stackdist.cli.x:1", "stackdist.cli.x:2", "stackdist.cli.x:4"]
+
+
+CLI = ("stackdist.cli", "stackdist.__main__")
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+# Error hints below cli/ written before the rule; each module may keep at most this many strings
+# naming a flag, and the counts only go down (move the hint to the CLI when you touch the module).
+FLAG_NAMES_BELOW_CLI = {
+    "stackdist.guard": 2, "stackdist.input_names": 1, "stackdist.engine.scale.distributed": 2,
+    "stackdist.traces.access": 2, "stackdist.traces.stream_input": 3, "stackdist.traces.counting": 4, "stackdist.traces.formats": 1,
+    "stackdist.traces.hashed": 1, "stackdist.traces.logs.lmcache": 1, "stackdist.serving.routed": 1,
+    "stackdist.planning.budgets": 1, "stackdist.planning.engine_plan": 3, "stackdist.planning.geometry": 5,
+    "stackdist.planning.hardware": 4, "stackdist.planning.prices": 1, "stackdist.planning.routing": 4,
+    "stackdist.render.plot": 3, "stackdist.render.table": 1,
+}
+
+
+def _below_cli(module: str) -> bool:
+    return module.startswith("stackdist.") and not module.startswith(CLI)
+
+
+def command_line_uses(module: str, tree: ast.Module) -> tuple[list[str], int]:
+    """(uses of argparse or Namespace, count of string constants naming a flag) in ``module``."""
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "argparse" for a in node.names):
+            bad.append(f"{module}:{node.lineno} imports argparse")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "argparse":
+            bad.append(f"{module}:{node.lineno} imports from argparse")
+        elif isinstance(node, ast.Name) and node.id == "Namespace" or isinstance(node, ast.Attribute) and node.attr == "Namespace":
+            bad.append(f"{module}:{node.lineno} uses Namespace")
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    flags = sum(1 for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                and id(n) not in docstrings and FLAG.search(n.value))
+    return bad, flags
+
+
+def test_nothing_below_the_cli_knows_the_command_line():
+    bad = []
+    for module in MODULES:
+        if not _below_cli(module):
+            continue
+        uses, flags = command_line_uses(module, _trees()[module])
+        bad += uses
+        if flags > FLAG_NAMES_BELOW_CLI.get(module, 0):
+            bad.append(f"{module}: {flags} strings name a flag (at most {FLAG_NAMES_BELOW_CLI.get(module, 0)}); "
+                       "say it in the CLI, or pass the name in")
+    assert not bad, "\n".join(bad)
+
+
+READERS = {("json", "load"), ("csv", "reader"), ("csv", "DictReader"), ("np", "load"), ("np", "loadtxt"),
+           ("np", "genfromtxt"), ("np", "fromfile"), ("pickle", "load")}
+
+
+def file_reads(module: str, tree: ast.Module) -> list[str]:
+    """Every place ``module`` opens a file for reading or calls a file parser."""
+    bad = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id == "open":
+            mode = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            modes = [n.value for n in ast.walk(mode) if isinstance(n, ast.Constant) and isinstance(n.value, str)] if mode else []
+            if not modes or any(not set(m) & set("wax") for m in modes):
+                bad.append(f"{module}:{node.lineno} opens a file for reading")
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and (f.value.id, f.attr) in READERS:
+            bad.append(f"{module}:{node.lineno} calls {f.value.id}.{f.attr}")
+    return bad
+
+
+def test_files_are_parsed_only_in_traces():
+    bad = [use for module in MODULES if module.startswith("stackdist.") and not module.startswith("stackdist.traces")
+           for use in file_reads(module, _trees()[module])]
+    assert not bad, "\n".join(bad)
+
+
+def test_kvlab_never_imports_the_stackdist_cli():
+    bad = [f"{module}:{line} imports {target}" for module in MODULES if module.startswith("kvlab")
+           for target, _name, line in _imports(module) if target.startswith(CLI)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_command_line_and_file_rules_catch_what_they_forbid():
+    code = ("import argparse\ndef f(args: argparse.Namespace):\n    raise ValueError('use --kv-dtype')\n"
+            "def g(p):\n    return open(p).read(), json.load(open(p, 'rb')), open(p, 'w'), np.load(p)\n")
+    tree = ast.parse(code)
+    uses, flags = command_line_uses("stackdist.planning.x", tree)
+    assert len(uses) == 2 and flags == 1
+    assert len(file_reads("stackdist.planning.x", tree)) == 4  # open, json.load and its open, np.load; not the write

@@ -319,7 +319,7 @@ def test_a_streamed_curve_is_replayed_without_holding_the_trace(tmp_path, monkey
     # curve over several unit-size files (and a request trace's block stream) past the bounded
     # input size (set low here) takes the bounded stream: HitCurve.from_trace, which needs the
     # whole trace, is never called; the same JSON.
-    from stackdist.cli import common
+    from stackdist.methods import curve as common  # the module (the package exports curve_of)
     from stackdist.cli.main import main
     from stackdist.engine import HitCurve
 

@@ -21,6 +21,7 @@ from stackdist.traces import (
     read_token_ids,
 )
 from stackdist.traces.blocks import chain_hashes
+from stackdist.traces.formats import ACCESSES, REQUESTS, format_names
 
 DATA = Path(__file__).parent / "data"
 TRACES = Path(__file__).parent.parent / "data" / "traces"
@@ -161,7 +162,7 @@ def test_missing_file_and_bad_format(tmp_path):
     missing = tmp_path / "nope.csv"
     assert error_of(read_access_trace, missing) == f"{missing}: no such file"
     assert error_of(read_access_trace, tmp_path / "nope.npy") == f"{tmp_path / 'nope.npy'}: no such file"
-    with pytest.raises(UsageError, match=r"format must be one of csv, tsv, jsonl, npy .* got 'parquet'"):
+    with pytest.raises(UsageError, match=rf"unknown format 'parquet'; one of {', '.join(format_names(ACCESSES))}$"):
         read_access_trace(missing, format="parquet")
     with pytest.raises(UsageError, match=r"cannot tell the format .* from its extension '.bin'"):
         read_access_trace(tmp_path / "x.bin")
@@ -472,7 +473,7 @@ def test_read_requests_dispatch_and_default_block_sizes():
 def test_read_requests_rejects_unknown_format_and_block_size():
     with pytest.raises(UsageError) as info:
         read_requests(DATA / "mooncake_small.jsonl", format="sharegpt")
-    assert str(info.value) == "format must be one of mooncake, qwen, tokens, dynamo, lmcache, got 'sharegpt'"
+    assert str(info.value) == f"unknown format 'sharegpt'; one of {', '.join(format_names(REQUESTS))}"
     with pytest.raises(UsageError, match=r"block_size must be a positive integer \(tokens per KV block\), got 0"):
         read_requests(DATA / "mooncake_small.jsonl", block_size=0)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -17,18 +16,19 @@ import numpy as np
 import pytest
 
 from stackdist.cli.main import main
-from stackdist.cli.watch import _Watcher, follow_lines, prometheus_text
 from stackdist.engine import HitCurve, dense_keys
+from stackdist.methods import Exact, Sampled
+from stackdist.methods.watch import OnlinePlan, WatchOptions
+from stackdist.render.prometheus import prometheus_text
+from stackdist.traces.follow import follow_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _args(**kw):
-    base = {"trace": "t.csv", "format": "csv", "block_size": None, "interval": 1.0, "targets": "0.5,0.9", "capacities": "2,5",
-                "bytes_per_unit": None, "output": "-", "prometheus": None, "sample_rate": None, "sample_size": None, "seed": 0,
-                "poll": 0.05, "no_follow": True}
-    base.update(kw)
-    return argparse.Namespace(**base)
+def _plan(format="csv", block_size=None, capacities=(2, 5), bytes_per_unit=None, sample_size=None, semantics="per-access"):
+    """The library's online planner as ``watch`` builds it from its flags (targets 0.5,0.9)."""
+    method = Sampled(size=sample_size, seeds=1) if sample_size is not None else Exact()
+    return OnlinePlan(WatchOptions("t.csv", format, block_size, semantics, method, (0.5, 0.9), capacities, bytes_per_unit))
 
 
 def _lines(keys, start=1):
@@ -38,7 +38,7 @@ def _lines(keys, start=1):
 def test_window_and_cumulative_answers_equal_the_exact_curves():
     rng = np.random.default_rng(0)
     keys = rng.zipf(1.3, 3000) % 200
-    w = _Watcher(_args())
+    w = _plan()
     w.feed(_lines(keys[:1800]))
     first = w.snapshot(final=False)
     w.feed(_lines(keys[1800:], 1801))
@@ -54,7 +54,7 @@ def test_window_and_cumulative_answers_equal_the_exact_curves():
 
 
 def test_request_traces_report_coverage_and_bytes():
-    w = _Watcher(_args(format="mooncake", bytes_per_unit=1024, block_size=16))
+    w = _plan(format="mooncake", bytes_per_unit=1024, block_size=16)
     rows = [json.dumps({"timestamp": i, "input_length": 32, "hash_ids": [i % 3, 100 + i % 3]}).encode() for i in range(9)]
     w.feed(list(enumerate(rows, 1)))
     record = w.snapshot(final=True)["cumulative"]
@@ -63,7 +63,7 @@ def test_request_traces_report_coverage_and_bytes():
 
 
 def test_sampled_watch_keeps_at_most_s_keys():
-    w = _Watcher(_args(sample_size=50))
+    w = _plan(sample_size=50)
     w.feed(_lines(np.arange(20_000) % 2_000))
     record = w.snapshot(final=True)
     assert record["sampled"] and record["sample_rate"] < 0.05 and w.sampler.n_sampled_keys <= 50
@@ -167,9 +167,9 @@ def test_tiers_sampled_at_rate_one_equals_the_exact_grid(tmp_path):
 
 
 def test_sampling_on_workers_equals_one_process(tmp_path):
-    from stackdist.cli.scale import sampled_from_files
     from stackdist.engine.scale.distributed import sequential_map
     from stackdist.engine.scale.sampling import ShardsSampler, sampled_curve
+    from stackdist.methods.curve import sampled_from_files
 
     rng = np.random.default_rng(9)
     keys = rng.zipf(1.2, 6000) % 700
@@ -195,7 +195,7 @@ def test_engine_semantics_count_prefix_hits_of_request_traces():
         rows.append(json.dumps({"timestamp": i, "input_length": 16 * len(blocks), "hash_ids": blocks}).encode())
         ids += blocks
         offsets.append(len(ids))
-    w = _Watcher(_args(format="mooncake", block_size=16, semantics="engine", capacities="2,5,30"))
+    w = _plan(format="mooncake", block_size=16, semantics="engine", capacities=(2, 5, 30))
     w.feed(list(enumerate(rows[:120], 1)))
     w.feed(list(enumerate(rows[120:], 121)))
     record = w.snapshot(final=True)["cumulative"]

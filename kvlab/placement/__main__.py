@@ -168,7 +168,7 @@ def _simulate(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(f"simulating {workload.name}: {workload.n_requests} requests, {workload.n_accesses} block accesses",
           file=sys.stderr)
-    from stackdist.cli.common import tool_header
+    from stackdist.output import tool_header
 
     summary = {**tool_header("placement-simulate"), **simulate(workload, config).to_dict()}
     summary["workload_summary"] = workload.summary()
@@ -206,7 +206,7 @@ def _calibration(args: argparse.Namespace) -> int:
     for name, value in derived.items():
         default = getattr(hf if name in ("host_floor_ms", "launch_overhead_ms", "cached_prefix_penalty_ms") else hardware, name)
         rows.append({"field": name, "default": default, "derived": value})
-    from stackdist.cli.common import tool_header
+    from stackdist.output import tool_header
 
     json.dump({**tool_header("placement-calibration"), "fields": rows}, sys.stdout, indent=2)
     sys.stdout.write("\n")
@@ -233,8 +233,8 @@ _COMMANDS = {"experiments": _experiments, "simulate": _simulate, "generate": _ge
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (:mod:`stackdist.errors`: 0, 1 data, 2 usage, 130
-    Ctrl-C, 141 broken pipe), through the one wrapper :func:`stackdist.cli.common.run_guarded`."""
-    from stackdist.cli.common import run_guarded
+    Ctrl-C, 141 broken pipe), through the one wrapper :func:`stackdist.guard.run_guarded`."""
+    from stackdist.guard import run_guarded
 
     restore = None
     try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below

@@ -334,7 +334,7 @@ def run_experiments(
     progress.end()
     steps = sweep_steps or (3 if quick else 8)
     sweep, slo = _chat_sweeps(chat_w, caps, latency, slo_ms, steps, sweep_fraction, progress)
-    from stackdist.cli.common import tool_header
+    from stackdist.output import tool_header
 
     results = {
         **tool_header("placement-experiments"),

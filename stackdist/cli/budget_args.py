@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 from typing import Any
 
@@ -120,19 +119,9 @@ def resolve_spec(args: argparse.Namespace) -> ModelSpec:
 
 
 def _read_calibration(path: str) -> Any:
-    records = []
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if line.strip():
-                    record = json.loads(line)
-                    if not isinstance(record, dict):
-                        raise ValueError(f"line {number} is not a JSON object")
-                    records.append(record)
-    except OSError as exc:
-        raise UsageError(f"--ttft-calibration {path}: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise UsageError(f"--ttft-calibration {path}: not JSON lines ({exc})") from None
+    from stackdist.traces.side_inputs import read_json_lines
+
+    records = read_json_lines(path, "--ttft-calibration")
     return fit_calibration(calibration_rows(records, f"--ttft-calibration {path}"), f"--ttft-calibration {path}")
 
 

@@ -1,20 +1,18 @@
-"""``stackdist curve``: the exact LRU hit curve of a trace."""
+"""``stackdist curve``: the LRU hit curve of a trace (exact, sampled or on a cluster): parse, call
+:func:`stackdist.methods.curve_of` once, render."""
 
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from typing import Any
-
-import numpy as np
 
 from stackdist.output import write_atomic, write_json
 
 from .args import bounded_int, fraction_list, int_list
-from .common import add_trace_arguments, load_curve, tool_header
+from .common import add_trace_arguments
+from .scale import method_from, trace_input
 
-__all__ = ["MAX_POINTS", "add_curve_parser", "capacities", "run_curve"]
+__all__ = ["MAX_POINTS", "add_curve_parser", "run_curve"]
 
 MAX_POINTS = 100_000
 """The most evenly spread capacities ``--points`` / ``--cpu-points`` may ask for."""
@@ -47,65 +45,30 @@ def add_curve_parser(sub: Any) -> None:
     c.add_argument("--csv", action="store_true", help="print the sampled curve as CSV instead of JSON")
 
 
-def capacities(curve: Any, listed: str | None, points: int, name: str, points_name: str = "--points") -> np.ndarray:
-    """The capacities to report: the listed ones (``name``), or ``points`` (``points_name``) spread over the curve."""
-    from stackdist.errors import UsageError
-
-    if listed is not None:
-        return np.array(int_list(listed, name), dtype=np.int64)
-    if not 2 <= points <= MAX_POINTS:
-        raise UsageError(f"{points_name} must be an integer from 2 to {MAX_POINTS:,}; got {points}.")
-    return curve.default_capacities(points)
-
-
-def unreachable_reason(curve: Any, target: float) -> str:
-    """Why no capacity reaches a hit-rate target: the cold misses cap every cache."""
-    return (f"no capacity reaches {target:g}: {curve.cold_misses:,} of {curve.n_accesses:,} counted accesses are "
-            f"first accesses (cold misses), so even an infinite cache hits {curve.ceiling_hit_rate:.4%}")
-
-
-def curve_report(args: argparse.Namespace, curve: Any, targets: list[float], sample: dict[str, list]) -> dict[str, Any]:
-    """The JSON report of ``curve``: header, summary, target capacities (with reasons), the sample."""
-    from stackdist.engine.histogram import exact_count
-
-    by_rate = {f"{t:g}": curve.min_capacity_for(hit_rate=t) for t in targets}
-    return {
-        **tool_header("curve"),
-        "trace": args.trace,
-        "sampled": False,
-        "window": args.window, "warmup": args.warmup,
-        "summary": curve.summary(),
-        "min_capacity_for_hit_rate": by_rate,
-        "unreachable": {k: {"reason": unreachable_reason(curve, float(k))} for k, v in by_rate.items() if v is None},
-        **({"no_reuse": "no key is accessed twice in the counted accesses: every access is a cold miss, at every "
-            "capacity"} if not curve.ceiling_hits else {}),
-        "min_capacity_for_fraction_of_ceiling": {  # no reuse at all: the ceiling is 0 and no target means anything
-            f"{t:g}": curve.min_capacity_for(hits=exact_count(t, curve.ceiling_hits, "--targets")) if curve.ceiling_hits
-            else None for t in targets
-        },
-        "curve": sample,
-    }
-
-
 def run_curve(args: argparse.Namespace) -> int:
-    """Replay once; write the plot, then the sampled curve and the target capacities (JSON or CSV)."""
-    targets = fraction_list(args.targets, "--targets")
-    caps = np.array(int_list(args.capacities, "--capacities"), np.int64) if args.capacities is not None else None
-    curve = load_curve(args, bounded=True)
-    if caps is None:
-        caps = capacities(curve, None, args.points, "--capacities")
-    sample = curve.sample(caps)
-    if args.plot:
-        from stackdist.render.plot import plot_hit_curve
+    """Parse, compute the curve by the flags' method (:func:`stackdist.methods.curve_of`), draw the
+    plot, then write the report (JSON, or the exact curve as CSV)."""
+    from stackdist.errors import UsageError
+    from stackdist.methods import Exact, curve_of
+    from stackdist.render.reports import curve_csv, curve_report, report_capacities
 
-        plot_hit_curve(args.plot, curve, targets, source=args.trace, window=args.window, warmup=args.warmup,
-                       fmt=args.format)
+    targets = fraction_list(args.targets, "--targets")
+    listed = int_list(args.capacities, "--capacities") if args.capacities is not None else None
+    method = method_from(args)
+    if args.csv and not isinstance(method, Exact):
+        raise UsageError("--csv is not available with --sample-* or --dask; use the JSON output.")
+    result = curve_of(trace_input(args), method)
+    caps = report_capacities(result.curve, listed, args.points)
+    if args.plot:
+        from stackdist.render.plot import plot_hit_curve, plot_sampled_curve
+
+        if result.sampled:
+            plot_sampled_curve(args.plot, result.seeds, targets, source=args.trace, fmt=args.format)
+        else:
+            plot_hit_curve(args.plot, result.curve, targets, source=args.trace, window=args.window, warmup=args.warmup,
+                           fmt=args.format)
     if args.csv:
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(list(sample))
-        writer.writerows(zip(*sample.values()))
-        write_atomic(args.output, buf.getvalue())
+        write_atomic(args.output, curve_csv(result, caps))
     else:
-        write_json(args.output, curve_report(args, curve, targets, sample))
+        write_json(args.output, curve_report(result, args.trace, targets, caps, args.window, args.warmup, "--targets"))
     return 0

@@ -123,15 +123,14 @@ def _main(argv: list[str]) -> int:
 
 def _run(args: Any) -> int:
     from stackdist.errors import UsageError
-    from stackdist.input_names import REQUEST_FORMATS
+    from stackdist.traces.formats import is_request_format
 
-    from .scale import scaled_runner
-
-    scaled = scaled_runner(args)
-    if scaled is not None and getattr(args, "format", None) in REQUEST_FORMATS and (args.window or args.warmup):
+    scaled = args.command in ("curve", "tiers") and (getattr(args, "sample_rate", None) is not None
+                                                    or getattr(args, "sample_size", None) is not None or args.dask)
+    if scaled and is_request_format(getattr(args, "format", None)) and (args.window or args.warmup):
         raise UsageError("--window and --warmup count the requests of a request trace; with --sample-*, --dask or a "
                          "streamed input that is not available: drop them, or the scale flag.")
-    return (scaled or _runner(args.command))(args)
+    return _runner(args.command)(args)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,12 @@ from stackdist.planning.routing import ROUTING_ROUTERS, RoutingOptions, parse_si
 from stackdist.serving.engine_model import ENGINE_MODELS
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.semantics import SEMANTICS
+from stackdist.traces.formats import REQUESTS, formats
 
 from .args import (
     InputPath,
     OutputPath,
+    add_format_argument,
     bounded_int,
     fraction_list,
     parse_int,
@@ -42,7 +44,7 @@ from .budget_args import (
     resolve_spec,
     with_budget_pools,
 )
-from .common import add_version, record_line
+from .common import add_version
 from .scale import is_sampled, read_request_trace, sampled_plan
 
 MAX_WINDOWS = 10_000
@@ -73,10 +75,12 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("trace", type=InputPath, nargs="+", metavar="TRACE",
                    help="request trace (Mooncake JSONL by default; .gz/.zst; - for standard input); several files or a "
                    "glob are one trace, in order")
-    p.add_argument("--format", choices=["mooncake", "tokens", "qwen", "dynamo", "lmcache", "csv"], default="mooncake",
-                   help="mooncake (hash_ids), tokens (token-id JSONL), qwen (Qwen-Bailian), dynamo (NVIDIA Dynamo's "
-                   "dynamo.request.trace.v1 JSONL, with workers and engine-reported hits), lmcache (LMCache's lookup-hash logs: a file or its folder), csv (key[,size]: one block per request)")
-    p.add_argument("--block-size", type=bounded_int("--block-size", 1, 2**31), help="tokens per block (default: 512 mooncake, 16 tokens/qwen)")
+    add_format_argument(p, default="mooncake", help="the trace format (default mooncake); an access stream (key[,size]) "
+                        "is planned as one block per request")
+    sizes = ", ".join(f"{f.block_size} {f.name}" for f in formats(REQUESTS) if f.block_size)
+    own = " and ".join(f.name for f in formats(REQUESTS) if f.block_size is None)
+    p.add_argument("--block-size", type=bounded_int("--block-size", 1, 2**31),
+                   help=f"tokens per block (default: {sizes}; {own} files state their own)")
     p.add_argument("--reblock", type=bounded_int("--reblock", 1, 2**31), metavar="TOKENS", help="split blocks into finer pages first (e.g. 512 -> 16)")
     p.add_argument("--partial-last-block", action="store_true", help="tokens format: also hash a final partial block")
     p.add_argument("--skip-bad", action="store_true", help="skip malformed lines (and count them) instead of stopping")
@@ -243,20 +247,23 @@ def _load(args: argparse.Namespace) -> Any:
         read_access_trace,
         reblock,
     )
+    from stackdist.traces.access import record_line
+    from stackdist.traces.formats import is_request_format
     from stackdist.traces.stream_input import is_streamed, read_keys
 
     if args.block_size is not None and args.block_size < 1:
         raise UsageError(f"--block-size must be a positive integer; got {args.block_size}.")
-    if args.format == "csv":  # a key[,size] stream: every access is a one-block request
+    if not is_request_format(args.format):  # a key[,size] stream: every access is a one-block request
         streamed = is_streamed(args.trace)  # several files, a glob, -, .gz/.zst
-        access = AccessTrace(*read_keys(args.trace, None), args.trace) if streamed else read_access_trace(args.trace)
+        access = (AccessTrace(*read_keys(args.trace, args.format), args.trace) if streamed
+                  else read_access_trace(args.trace, args.format))
         changed = first_size_change(access.keys, access.sizes)
         if changed is not None:
-            where = f"{args.trace}: access {changed + 1:,}" if streamed else record_line(args.trace, None, changed)
+            where = f"{args.trace}: access {changed + 1:,}" if streamed else record_line(args.trace, args.format, changed)
             raise TraceFormatError(where, None, "this key has another size earlier; a key's size must be fixed")
         trace = access_as_requests(access, args.block_size)
     else:
-        if args.format == "tokens" and any(m in ENGINE_MODELS for m in _models(args.semantics)):
+        if any(m in ENGINE_MODELS for m in _models(args.semantics)):  # readers that can drop it (tokens) keep it:
             args.partial_last_block = True  # the engine models count the whole prompt, its last partial block too
         trace = read_request_trace(args)  # streamed inputs (globs, -, .gz/.zst) too
     if args.reblock is not None:
@@ -398,7 +405,7 @@ def _engine_options(args: argparse.Namespace, trace: Any) -> EngineOptions:
                             router=args.router, decode_reuse=args.decode_reuse, overlap_weight=args.router_overlap_weight,
                             shared_blocks=shared)
     try:
-        check_models(options)  # what each model can model (its capabilities in the registry)
+        check_models(options, {"decode_reuse": "--decode-reuse", "tiers": "--shared-blocks", "routing": "--router kv-aware"})
     except ValueError as exc:
         raise UsageError(f"{exc}.") from None
     return options

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from typing import Any
 
 from stackdist.errors import UsageError
-from stackdist.output import stage, write_json
+from stackdist.output import write_json
 
 from .args import bounded_int, int_list
-from .common import add_trace_arguments, load_curve, tool_header
-from .curve import MAX_POINTS, capacities
+from .common import add_trace_arguments
+from .curve import MAX_POINTS
+from .scale import method_from, trace_input
 
 __all__ = ["MAX_GPUS", "add_tiers_parser", "run_tiers"]
 
@@ -42,33 +42,28 @@ def add_tiers_parser(sub: Any) -> None:
     t.add_argument("--exclusive", action="store_true", help="also report exclusive tiers (promote on hit, demote on eviction)")
 
 
-def run_tiers(args: argparse.Namespace, replay: Callable[[argparse.Namespace, list[int]], Any] | None = None) -> int:
-    """Replay once; draw the plot, then write the inclusive (and exclusive) tier grid as JSON.
-    ``replay(args, gpus)``, when given, returns ``(curve, inclusive tiers, extra report keys)``
-    in place of the one-process replay (``--dask``: :func:`stackdist.cli.scale.run_dask_tiers`)."""
-    from stackdist.engine.tiers import exclusive_grid, inclusive_grid, inclusive_tiers
+def run_tiers(args: argparse.Namespace) -> int:
+    """Parse, compute the tier grids by the flags' method (:func:`stackdist.methods.tiers_of`), draw
+    the plot, then write the grids as JSON."""
+    from stackdist.methods import Sampled, tiers_of
+    from stackdist.render.reports import tiers_report
 
     gpus = [v for text in args.gpu for v in int_list(text, "--gpu")]
     if len(gpus) > MAX_GPUS:
         raise UsageError(f"--gpu: at most {MAX_GPUS} GPU capacities (each costs one replay); got {len(gpus):,}.")
-    if args.cpu is not None:
-        int_list(args.cpu, "--cpu")  # a bad --cpu is a usage error before any reading
-    extra: dict[str, Any] = {}
-    if replay is None:
-        curve = load_curve(args)
-        stage("stackdist tiers", f"replaying the GPU-miss stream of {len(gpus)} GPU capacit{'y' if len(gpus) == 1 else 'ies'}")
-        tiers = inclusive_tiers(gpu_capacities=gpus, curve=curve)
-    else:
-        curve, tiers, extra = replay(args, gpus)
-    cpu_caps = capacities(curve, args.cpu, args.cpu_points, "--cpu", "--cpu-points")
-    grid = inclusive_grid(tiers, cpu_caps)
-    result: dict[str, Any] = {**tool_header("tiers"), "trace": args.trace, "sampled": False, "window": args.window,
-                              "warmup": args.warmup, "summary": curve.summary(), "inclusive": grid, **extra}
-    if args.exclusive:
-        result["exclusive"] = exclusive_grid(curve, gpus, cpu_caps)
+    cpu = int_list(args.cpu, "--cpu") if args.cpu is not None else None  # a usage error before any reading
+    method = method_from(args)
+    if isinstance(method, Sampled) and method.cluster is not None:
+        raise UsageError("tiers: --dask is exact; it takes no --sample-rate/--sample-size.")
+    result = tiers_of(trace_input(args), gpus, method, cpu, args.cpu_points, args.exclusive)
+    report = tiers_report(result, args.trace, args.window, args.warmup)
     if args.plot:
         from stackdist.render.plot import plot_tiers
 
-        plot_tiers(args.plot, result, source=args.trace, fmt=args.format)
-    write_json(args.output, result)
+        if result.sampled:  # the first seed's estimate at the reported grid
+            plot_tiers(args.plot, {**report, "summary": {"accesses": result.accesses}}, source=args.trace,
+                       fmt=args.format, note=f"SHARDS-sampled at rate {result.rate:.3g}: estimates")
+        else:
+            plot_tiers(args.plot, report, source=args.trace, fmt=args.format)
+    write_json(args.output, report)
     return 0

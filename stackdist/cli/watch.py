@@ -21,23 +21,23 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import IO, Any
-
-import numpy as np
 
 from stackdist.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError, require_data
 from stackdist.output import write_atomic
+from stackdist.render.prometheus import prometheus_text
+from stackdist.traces.follow import follow_lines
+from stackdist.traces.formats import is_request_format
 
 from .args import (
     InputPath,
     OutputPath,
+    add_format_argument,
     bounded_int,
     finite_float,
     fraction_list,
     int_list,
 )
-from .common import tool_header
 
 __all__ = ["add_watch_parser", "follow_lines", "prometheus_text", "run_watch"]
 
@@ -46,7 +46,6 @@ EXAMPLES = """examples:
   tail -F access.csv | stackdist watch - --format csv --sample-size 100000 --targets 0.9,0.95
   stackdist watch trace.csv --no-follow --output answers.jsonl
 """
-_REQUEST_FORMATS = ("mooncake", "qwen", "tokens")
 _EOF = None
 
 
@@ -56,8 +55,8 @@ def add_watch_parser(sub: Any) -> None:
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
                        description="Online planning: working sets, hit rates and coverage per interval and cumulative.")
     w.add_argument("trace", type=InputPath, help="a trace file that grows (followed from its start), or - for standard input")
-    w.add_argument("--format", choices=["csv", "tsv", "jsonl", "mooncake", "qwen", "tokens"],
-                   help="the trace format (default: from the extension; csv for standard input)")
+    add_format_argument(w, line_records=True, help="the trace format, one whose lines are records on their own (default: "
+                        "from the extension; csv for standard input)")
     w.add_argument("--block-size", type=bounded_int("--block-size", 1), help="tokens per block (request formats)")
     w.add_argument("--semantics", choices=["per-access", "engine"], default="per-access",
                    help="request traces: per-access LRU block by block (default), or engine: each request reads the "
@@ -78,143 +77,6 @@ def add_watch_parser(sub: Any) -> None:
     w.add_argument("--poll", type=finite_float("--poll", 0, 60, lo_open=True), default=0.2, metavar="SECONDS",
                    help="how often to look for new lines at the end of a file (default 0.2)")
     w.add_argument("--no-follow", action="store_true", help="stop at the end of the file instead of waiting for more")
-
-
-def follow_lines(stream: IO[bytes], follow: bool, poll_s: float, stop: threading.Event) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) for every complete non-blank line, waiting at the end for more when
-    ``follow`` (a partial last line waits for its newline). Ends at EOF otherwise, or on ``stop``.
-
-    >>> import io; list(follow_lines(io.BytesIO(b"a\\n\\nb"), False, 0.1, threading.Event()))
-    [(1, b'a'), (3, b'b')]
-    """
-    lineno, pending = 0, b""
-    while not stop.is_set():
-        raw = stream.readline()
-        if not raw:
-            if not follow:
-                break
-            time.sleep(poll_s)
-            continue
-        pending += raw
-        if not pending.endswith(b"\n") and follow:
-            continue
-        lineno += 1
-        line, pending = pending.rstrip(b"\r\n"), b""
-        if lineno == 1 and line.startswith(b"\xef\xbb\xbf"):
-            line = line[3:]
-        if line.strip():
-            yield lineno, line
-    if pending.strip() and not stop.is_set():
-        yield lineno + 1, pending.rstrip(b"\r\n")
-
-
-class _Watcher:
-    """The state of one watch: the sampler, coverage counters and the last snapshot."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        from stackdist.engine.scale.estimate import QuantileCounter
-        from stackdist.engine.scale.sampling import ShardsSampler
-        from stackdist.traces.stream_input import AccessLineParser
-
-        self.args = args
-        self.requests = args.format in _REQUEST_FORMATS
-        rate = args.sample_rate if args.sample_rate is not None or args.sample_size is not None else 1.0
-        self.sampler = ShardsSampler(rate, args.sample_size, args.seed)
-        self.sampled = args.sample_rate is not None or args.sample_size is not None
-        self.parser = None if self.requests else AccessLineParser(args.trace if args.trace != "-" else "-", args.format)
-        self.cover_all, self.cover_window = QuantileCounter(), QuantileCounter()
-        self.n_requests = [0, 0]
-        self.last = self.sampler.curve()
-        self.targets = fraction_list(args.targets, "--targets")
-        self.caps = None if args.capacities is None else int_list(args.capacities, "--capacities")
-        self.intervals = 0
-        self.pending: list[tuple[int, bytes]] = []  # lines taken from the reader, not replayed yet
-
-    def flush(self) -> None:
-        """Replay the pending lines."""
-        batch, self.pending = self.pending, []
-        self.feed(batch)
-
-    def feed(self, lines: list[tuple[int, bytes]]) -> None:
-        from stackdist.traces.stream_input import parse_request_lines
-
-        if not lines:
-            return
-        if self.parser is not None:
-            keys, sizes = self.parser.parse(lines)
-            self.sampler.feed(keys, sizes)
-            return
-        trace = parse_request_lines(self.args.trace, lines, self.args.format, self.args.block_size)
-        if getattr(self.args, "semantics", "per-access") == "engine":  # effective depths, already scaled
-            d = self.sampler.feed_requests(trace.block_ids, trace.offsets)
-            scaled = np.where((d >= 0) & (d != np.iinfo(np.int64).max), d, -1)
-        else:
-            got = self.sampler.feed(trace.block_ids)
-            assert got is not None
-            rate = self.sampler.rate
-            scaled = np.where((got >= 0) & (got != np.iinfo(np.int64).max), np.ceil(got / rate), -1).astype(np.int64)
-        lengths = np.diff(trace.offsets)
-        has = lengths > 0
-        needs = np.full(trace.n_requests, -1, np.int64)
-        if trace.n_blocks:
-            needs[has] = np.maximum.reduceat(scaled, trace.offsets[:-1][has])
-        reused = needs[needs > 0]
-        self.cover_all.add(reused)
-        self.cover_window.add(reused)
-        self.n_requests[0] += trace.n_requests
-        self.n_requests[1] += trace.n_requests
-
-    def _answers(self, curve: Any, cover: Any, n_requests: int) -> dict[str, Any]:
-        unit = self.args.bytes_per_unit
-        ws = {f"{t:g}": curve.min_capacity_for(hit_rate=t) for t in self.targets}
-        out: dict[str, Any] = {"accesses": curve.n_accesses, "ceiling_hit_rate": curve.ceiling_hit_rate, "working_set": ws}
-        if unit:
-            out["working_set_bytes"] = {k: None if v is None else v * unit for k, v in ws.items()}
-        if self.caps is not None:
-            out["hit_rate"] = {str(c): float(curve.hit_rate_at(c)) for c in self.caps}
-        if self.requests:
-            out["coverage"] = {"requests": n_requests, "requests_with_reuse": cover.count,
-                               **{f"p{q * 100:g}": cover.quantile(q) for q in (0.5, 0.9, 0.99)}}
-        return out
-
-    def snapshot(self, final: bool) -> dict[str, Any]:
-        now = self.sampler.curve()
-        record = {**tool_header("watch"), "time_s": round(time.time(), 3), "interval": self.intervals, "final": final,
-                  "sampled": self.sampled, "sample_rate": now.rate, "sample_size": self.args.sample_size,
-                  "state_bytes": self.sampler.state_nbytes,
-                  "window": self._answers(now.since(self.last), self.cover_window, self.n_requests[1]),
-                  "cumulative": self._answers(now, self.cover_all, self.n_requests[0])}
-        self.last, self.intervals = now, self.intervals + 1
-        self.cover_window = type(self.cover_window)()
-        self.n_requests[1] = 0
-        return record
-
-
-def prometheus_text(record: dict[str, Any]) -> str:
-    """A JSON line of ``watch`` as Prometheus text-format metrics (cumulative answers). O(targets).
-
-    >>> print(prometheus_text({"cumulative": {"accesses": 5, "ceiling_hit_rate": 0.5, "working_set": {"0.9": 4},
-    ...                                       "working_set_bytes": {"0.9": 64}}}), end="")
-    # TYPE kv_accesses_total counter
-    kv_accesses_total 5
-    # TYPE kv_ceiling_hit_rate gauge
-    kv_ceiling_hit_rate 0.5
-    # TYPE kv_working_set_units gauge
-    kv_working_set_units{target="0.9"} 4
-    # TYPE kv_working_set_bytes gauge
-    kv_working_set_bytes{target="0.9"} 64
-    """
-    c = record["cumulative"]
-    lines = ["# TYPE kv_accesses_total counter", f"kv_accesses_total {c['accesses']}",
-             "# TYPE kv_ceiling_hit_rate gauge", f"kv_ceiling_hit_rate {c['ceiling_hit_rate']:.6g}"]
-    for name, key in (("kv_working_set_units", "working_set"), ("kv_working_set_bytes", "working_set_bytes")):
-        if key in c:
-            lines.append(f"# TYPE {name} gauge")
-            lines += [f'{name}{{target="{t}"}} {v}' for t, v in c[key].items() if v is not None]
-    if "hit_rate" in c:
-        lines.append("# TYPE kv_hit_rate gauge")
-        lines += [f'kv_hit_rate{{capacity="{k}"}} {v:.6g}' for k, v in c["hit_rate"].items()]
-    return "\n".join(lines) + "\n"
 
 
 def _emit(out: IO[str], record: dict[str, Any], prometheus: str | None) -> None:
@@ -249,13 +111,24 @@ def _reader(args: argparse.Namespace, lines: queue.Queue, stop: threading.Event)
 
 def run_watch(args: argparse.Namespace) -> int:
     """Follow the trace; write one JSON line per interval (and the Prometheus file)."""
-    if args.trace != "-" and args.format is None and not args.trace.lower().endswith((".csv", ".tsv", ".txt", ".jsonl")):
-        raise UsageError("watch: give --format (csv, tsv, jsonl, mooncake, qwen or tokens) for this file name.")
+    from stackdist.traces.formats import (
+        ACCESSES,
+        REQUESTS,
+        SNIFFED_SUFFIX,
+        format_names,
+        formats,
+    )
+
+    ext = os.path.splitext(args.trace)[1].lower()
+    if args.trace != "-" and args.format is None and ext != SNIFFED_SUFFIX and not any(
+            ext in f.suffixes for f in formats(ACCESSES, line_records=True)):
+        raise UsageError(f"watch: give --format ({', '.join(format_names(line_records=True))}) for this file name.")
     if args.trace == "-" and args.format is None:
         args.format = "csv"
-    if getattr(args, "semantics", "per-access") == "engine" and args.format not in _REQUEST_FORMATS:
-        raise UsageError("watch: --semantics engine needs a request trace (--format mooncake, qwen or tokens).")
-    watcher = _Watcher(args)
+    if getattr(args, "semantics", "per-access") == "engine" and not is_request_format(args.format):
+        raise UsageError(f"watch: --semantics engine needs a request trace (--format "
+                         f"{', '.join(format_names(REQUESTS, line_records=True))}).")
+    watcher = _online_plan(args)
     out = sys.stdout if args.output == "-" else open(args.output, "a", encoding="utf-8")  # noqa: SIM115
     stop = threading.Event()
     lines: queue.Queue = queue.Queue(maxsize=1 << 20)
@@ -277,7 +150,19 @@ def run_watch(args: argparse.Namespace) -> int:
     return status
 
 
-def _drain(watcher: _Watcher, lines: queue.Queue) -> None:
+def _online_plan(args: argparse.Namespace) -> Any:
+    """The library's online planner (:class:`stackdist.methods.watch.OnlinePlan`) from the flags."""
+    from stackdist.methods.method import method_of
+    from stackdist.methods.watch import OnlinePlan, WatchOptions
+
+    method = method_of(args.sample_rate, args.sample_size, 1, args.seed)
+    return OnlinePlan(WatchOptions(args.trace, args.format, args.block_size, args.semantics, method,
+                                   fraction_list(args.targets, "--targets"),
+                                   None if args.capacities is None else int_list(args.capacities, "--capacities"),
+                                   args.bytes_per_unit))
+
+
+def _drain(watcher: Any, lines: queue.Queue) -> None:
     while True:
         try:
             item = lines.get_nowait()
@@ -288,7 +173,7 @@ def _drain(watcher: _Watcher, lines: queue.Queue) -> None:
     watcher.flush()
 
 
-def _loop(watcher: _Watcher, lines: queue.Queue, out: IO[str], args: argparse.Namespace) -> int:
+def _loop(watcher: Any, lines: queue.Queue, out: IO[str], args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.interval
     while True:
         try:

@@ -13,8 +13,8 @@ from .files import (
     write_json,
     write_stdout,
 )
-from .jsonfmt import dumps_json, json_default
+from .jsonfmt import dumps_json, json_default, tool_header
 from .progress import Progress, stage
 
 __all__ = ["Progress", "check_outputs", "check_writable", "dumps_json", "is_stream", "json_default", "same_file", "stage",
-           "write_atomic", "write_files_atomic", "write_json", "write_stdout"]
+           "tool_header", "write_atomic", "write_files_atomic", "write_json", "write_stdout"]

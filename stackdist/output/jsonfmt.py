@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["dumps_json", "json_default"]
+from stackdist.version import SCHEMA_VERSION, __version__
+
+__all__ = ["dumps_json", "json_default", "tool_header"]
 
 
 def json_default(value: Any) -> Any:
@@ -54,3 +56,12 @@ def _format(value: Any, level: int) -> str:
         items = [f"{inner}{_format(v, level + 1)}" for v in value]
         return "[\n" + ",\n".join(items) + f"\n{pad}]"
     return json.dumps(value)
+
+
+def tool_header(kind: str) -> dict[str, Any]:
+    """The first keys of every JSON the commands write: what it is, its schema, the tool.
+
+    >>> list(tool_header("curve"))
+    ['schema_version', 'kind', 'tool']
+    """
+    return {"schema_version": SCHEMA_VERSION, "kind": kind, "tool": {"name": "stackdist", "version": __version__}}

@@ -210,22 +210,27 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
     return out
 
 
-def check_models(options: EngineOptions) -> None:
+CAPABILITIES = {"decode_reuse": "decode reuse", "tiers": "a shared tier", "routing": "the kv-aware router"}
+"""What :func:`check_models` checks: an engine model's ``supports_<key>``, and its words."""
+
+
+def check_models(options: EngineOptions, words: dict[str, str] = CAPABILITIES) -> None:
     """ValueError when a model of ``options`` is not registered, or is asked for what it does not
-    model (decode reuse, a shared tier, the kv-aware joint run: its ``supports_*``). O(models).
+    model (decode reuse, a shared tier, the kv-aware joint run: its ``supports_*``), naming the
+    capability in ``words`` (the caller's names for them). O(models).
 
     >>> check_models(EngineOptions(models=("sglang",), decode_reuse=True))
     Traceback (most recent call last):
-    ValueError: --decode-reuse is modelled for the vllm model only
+    ValueError: decode reuse is modelled for the vllm model only
     """
     kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
-    asks = (("decode_reuse", options.decode_reuse, "--decode-reuse"), ("tiers", _shared(options) != (0,), "--shared-blocks"),
-            ("routing", kv_aware, "--router kv-aware"))
+    asked = {"decode_reuse": options.decode_reuse, "tiers": _shared(options) != (0,), "routing": kv_aware}
     for spec in map(engine_model, options.models):
-        for capability, asked, flag in asks:
-            if asked and not getattr(spec, f"supports_{capability}"):
+        for capability in CAPABILITIES:
+            if asked[capability] and not getattr(spec, f"supports_{capability}"):
                 able = [name for name, m in ENGINE_MODELS.items() if getattr(m, f"supports_{capability}")]
-                raise ValueError(f"{flag} is modelled for the {' and '.join(able)} model{'s' if len(able) > 1 else ''} only")
+                raise ValueError(f"{words[capability]} is modelled for the {' and '.join(able)} "
+                                 f"model{'s' if len(able) > 1 else ''} only")
 
 
 def _per_worker_run(model: str, trace: RequestTrace, options: EngineOptions, schedule: Schedule,

@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from stackdist.errors import UsageError
+from stackdist.traces.side_inputs import read_config_json
 
 _DTYPE_BYTES = {
     "bfloat16": 2,
@@ -223,15 +224,7 @@ def _load_config(path_or_dict: str | os.PathLike[str] | Mapping[str, Any]) -> tu
     path = os.fspath(path_or_dict)
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            config = json.load(handle)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such config file") from None
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{path}: not a readable JSON config: {exc}") from None
-    if not isinstance(config, dict):
-        raise UsageError(f"{path}: a config.json must hold a JSON object")
+    config = read_config_json(path)
     stem = os.path.splitext(os.path.basename(path))[0]
     if stem == "config":  # name a model folder's config.json after the folder
         stem = os.path.basename(os.path.dirname(os.path.abspath(path)))
@@ -446,8 +439,7 @@ def spec_from_config(
     if not isinstance(config, Mapping):
         path = os.path.join(config, "config.json") if os.path.isdir(config) else os.fspath(config)
         geometry = from_hf_config(path, dtype=_kv_bytes(kv_dtype))
-        with open(path, encoding="utf-8") as handle:  # from_hf_config has checked it is a JSON object
-            fields = json.load(handle)
+        fields = read_config_json(path)  # from_hf_config has checked it is a JSON object
     else:
         fields = dict(config)
         geometry = from_hf_config(dict(fields, _name_or_path=name or fields.get("_name_or_path")), dtype=_kv_bytes(kv_dtype))

@@ -182,7 +182,9 @@ def plot_curves(
 
 
 def _unit(fmt: str | None) -> str:
-    return "blocks" if fmt in ("mooncake", "qwen", "tokens") else "size units of the trace's size column (1 per access if none)"
+    from stackdist.traces.formats import unit_of
+
+    return unit_of(fmt)
 
 
 def plot_hit_curve(path: str | os.PathLike[str], curve: Any, targets: Sequence[float], *, source: str,

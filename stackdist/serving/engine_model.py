@@ -56,7 +56,7 @@ class EngineModel(ABC):
     :meth:`pages_in_pool` and :meth:`simulate`; the byte and token forms are derived."""
 
     name: str
-    """What ``--semantics`` and the plan call it (unique in the registry)."""
+    """What the semantics list and the plan call it (unique in the registry)."""
     follows: str
     """The engine and version whose code the model follows (e.g. ``vLLM 0.33.0 v1 KVCacheManager``)."""
     pool_unit: str

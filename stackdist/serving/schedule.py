@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stackdist.errors import TraceFormatError
 from stackdist.traces import RequestTrace
+from stackdist.traces.side_inputs import SCHEDULE_HEADER, read_schedule_rows
 
 __all__ = [
     "ARRIVAL",
@@ -49,7 +49,6 @@ DECODE = 1
 PREFILL_END = 2
 ARRIVAL = 3
 
-_HEADER = ["request", "arrival_s", "prefill_end_s", "finish_s"]
 
 
 @dataclass(frozen=True)
@@ -155,17 +154,7 @@ class Schedule:
         >>> Schedule.read_csv(path).finish_s.tolist()
         [2.0]
         """
-        rows: list[tuple[float, float, float]] = []
-        with open(path, newline="") as fh:
-            reader = csv.reader(fh)
-            header = next(reader, None)
-            if header is None or [h.strip() for h in header] != _HEADER:
-                raise TraceFormatError(path, 1, f"header must be {','.join(_HEADER)}; got {header}")
-            for line_no, row in enumerate(reader, start=2):
-                rows.append(_parse_row(path, line_no, row, len(rows)))
-        if n_requests is not None and len(rows) != n_requests:
-            raise TraceFormatError(path, None, f"schedule must have {n_requests} rows; got {len(rows)}")
-        arr = np.array(rows, dtype=np.float64).reshape(-1, 3)
+        arr = read_schedule_rows(path, n_requests)
         return cls(arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy())
 
     def write_csv(self, path: str | os.PathLike[str]) -> None:
@@ -186,28 +175,10 @@ class Schedule:
 
         buf = io.StringIO(newline="")
         w = csv.writer(buf)
-        w.writerow(_HEADER)
+        w.writerow(SCHEDULE_HEADER)
         for i in range(self.n_requests):
             w.writerow([i, repr(float(self.arrival_s[i])), repr(float(self.prefill_end_s[i])), repr(float(self.finish_s[i]))])
         write_atomic(path, buf.getvalue())
-
-
-def _parse_row(path: str | os.PathLike[str], line_no: int, row: list[str], expected: int) -> tuple[float, float, float]:
-    """One CSV row as three floats; raises TraceFormatError stating the constraint."""
-    if len(row) != 4:
-        raise TraceFormatError(path, line_no, f"a row must have 4 fields; got {len(row)}")
-    try:
-        request = int(row[0])
-        a, p, f = (float(x) for x in row[1:])
-    except ValueError:
-        raise TraceFormatError(path, line_no, f"fields must be an integer and three numbers; got {row}") from None
-    if request != expected:
-        raise TraceFormatError(path, line_no, f"request must be {expected} (rows in order); got {request}")
-    if not all(np.isfinite(x) for x in (a, p, f)):
-        raise TraceFormatError(path, line_no, f"times must be finite; got {row[1:]}")
-    if not a <= p <= f:
-        raise TraceFormatError(path, line_no, f"times must satisfy arrival_s <= prefill_end_s <= finish_s; got {row[1:]}")
-    return a, p, f
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@
 - :mod:`.hashed` (Mooncake, Qwen-Bailian), :mod:`.tokens` (token ids), :mod:`.logs.dynamo` (Dynamo's
   request trace, with workers, sessions, schedule and engine-reported hits), :mod:`.logs.lmcache`
   (LMCache's lookup-hash logs): request readers;
-  :mod:`.formats` dispatches by format name.
+  :mod:`.formats` is the one registry of formats (a row each: reader, kind, streamed reader, compiled
+  scan, suffixes, default block size, unit); ``read_requests`` reads any request format.
 - :mod:`.blocks`: prefix-chained block hashing, re-blocking into finer pages, dense ids.
 - :mod:`.lines`: the line-level parsing the readers share.
 
@@ -18,23 +19,18 @@ from typing import TYPE_CHECKING
 from stackdist.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the eager form, for type checkers
-    from .access import ACCESS_FORMATS, AccessTrace, read_access_trace
+    from .access import AccessTrace, access_as_requests, read_access_trace
     from .blocks import ROOT_HASH, chain_hashes, dense_ids, reblock
-    from .formats import (
-        DEFAULT_BLOCK_SIZE,
-        REQUEST_FORMATS,
-        access_as_requests,
-        read_requests,
-    )
+    from .formats import FORMATS, TraceFormat, read_requests, register
     from .hashed import read_mooncake, read_qwen
     from .logs import read_dynamo, read_lmcache
     from .requests import RequestTrace
     from .tokens import read_token_ids
 
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "access": ("ACCESS_FORMATS", "AccessTrace", "read_access_trace",),
+    "access": ("AccessTrace", "access_as_requests", "read_access_trace",),
     "blocks": ("ROOT_HASH", "chain_hashes", "dense_ids", "reblock",),
-    "formats": ("DEFAULT_BLOCK_SIZE", "REQUEST_FORMATS", "access_as_requests", "read_requests",),
+    "formats": ("FORMATS", "TraceFormat", "read_requests", "register",),
     "hashed": ("read_mooncake", "read_qwen",),
     "logs": ("read_dynamo", "read_lmcache",),
     "requests": ("RequestTrace",),
@@ -42,12 +38,11 @@ __getattr__, __dir__ = lazy_exports(__name__, {
 })
 
 __all__ = [
-    "ACCESS_FORMATS",
-    "DEFAULT_BLOCK_SIZE",
-    "REQUEST_FORMATS",
+    "FORMATS",
     "ROOT_HASH",
     "AccessTrace",
     "RequestTrace",
+    "TraceFormat",
     "access_as_requests",
     "chain_hashes",
     "dense_ids",
@@ -59,4 +54,5 @@ __all__ = [
     "read_requests",
     "read_token_ids",
     "reblock",
+    "register",
 ]

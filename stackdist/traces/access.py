@@ -18,6 +18,7 @@ import numpy as np
 
 from stackdist.errors import TraceFormatError, UsageError
 
+from .formats import ACCESSES, FORMATS, SNIFFED_SUFFIX, format_names, formats, get
 from .lines import (
     INT64_MAX,
     LineError,
@@ -29,22 +30,11 @@ from .lines import (
     shown,
     shown_text,
 )
+from .requests import RequestTrace, check_block_size
 
-__all__ = ["ACCESS_FORMATS", "AccessTrace", "read_access_trace"]
+__all__ = ["AccessTrace", "access_as_requests", "read_access_trace", "record_line"]
 
-ACCESS_FORMATS = ("csv", "tsv", "jsonl", "npy")
-
-_EXTENSION_FORMATS = {
-    ".csv": "csv",
-    ".tsv": "tsv",
-    ".txt": "delimited",
-    ".jsonl": "jsonl",
-    ".json": "jsonl",
-    ".ndjson": "jsonl",
-    ".npy": "npy",
-}
-
-
+_READER = "stackdist.traces.access:read_access_trace"  # the registry's name of the reader below
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,24 +75,23 @@ class AccessTrace:
 
 
 def _access_format(path: str | os.PathLike[str], format: str | None) -> str:
-    """Resolve the access-trace format from ``format`` or the file extension."""
+    """The access stream's format name from ``format`` or the file's suffix (``.txt``: delimited,
+    the delimiter sniffed), through the registry (:mod:`.formats`)."""
     if format is not None:
-        if format not in ACCESS_FORMATS:
-            raise UsageError(
-                f"format must be one of {', '.join(ACCESS_FORMATS)} (or None to use the file "
-                f"extension), got {format!r}"
-            )
-        return format
-    ext = os.path.splitext(os.fspath(path))[1].lower()
-    try:
-        return _EXTENSION_FORMATS[ext]
-    except KeyError:
-        raise UsageError(
-            f"cannot tell the format of {os.fspath(path)!r} from its extension {ext!r}: use "
-            f".csv, .tsv, .txt, .jsonl, .json, .ndjson or .npy, or give the format (--format on the command "
-            f"line, format= in Python): one of "
-            f"{', '.join(ACCESS_FORMATS)}"
-        ) from None
+        return get(format, ACCESSES).name
+    name = os.fspath(path)
+    ext = os.path.splitext(name)[1].lower()
+    if ext == SNIFFED_SUFFIX:
+        return "delimited"
+    fmt = next((f for f in formats(ACCESSES) if ext in f.suffixes), None)
+    if fmt is not None:
+        return fmt.name
+    suffixes = [s for f in formats(ACCESSES) for s in f.suffixes] + [SNIFFED_SUFFIX]
+    raise UsageError(
+        f"cannot tell the format of {name!r} from its extension {ext!r}: use {', '.join(suffixes[:-1])} or "
+        f"{suffixes[-1]}, or give the format (--format on the command line, format= in Python): one of "
+        f"{', '.join(format_names(ACCESSES))}"
+    ) from None
 
 
 def read_access_trace(path: str | os.PathLike[str], format: str | None = None) -> AccessTrace:
@@ -130,6 +119,10 @@ def read_access_trace(path: str | os.PathLike[str], format: str | None = None) -
     [7, 8]
     """
     fmt = _access_format(path, format)
+    row = FORMATS.get(fmt)
+    if row is not None and row.reader != _READER:  # an access format with a reader of its own
+        trace: AccessTrace = row.load("reader")(path)
+        return trace
     if fmt == "npy":
         return _read_access_npy(path)
     if fmt == "jsonl":
@@ -351,3 +344,56 @@ def _npy_sizes(path: str | os.PathLike[str], column: np.ndarray) -> np.ndarray:
                 path, None, f"sizes must be positive integers; row {row} (0-based) has {column[row]}"
             )
     return column.astype(np.int64)
+
+
+def record_line(path: str, fmt: str | None, position: int) -> str:
+    """``file:line`` of the record at 0-based ``position`` of an access trace (text formats),
+    ``file: row N`` for ``.npy``, or ``file: access N`` when the file cannot be re-read.
+    O(position) lines.
+
+    >>> import tempfile; p = os.path.join(tempfile.mkdtemp(), "t.csv"); _ = open(p, "w").write("key\\n# c\\n7\\n8\\n")
+    >>> record_line(p, None, 1).endswith("t.csv:4")
+    True
+    """
+    where = f"{path}: access {position + 1:,}"
+    kind = fmt or os.path.splitext(path)[1].lower()
+    if kind in ("npy", ".npy"):
+        return f"{path}: row {position:,}"
+    text_kind, first, index = kind not in ("jsonl", *get("jsonl").suffixes), True, -1
+    try:
+        for lineno, raw in data_lines(path):
+            text = raw.decode("utf-8", "replace").strip()
+            if text_kind and text.startswith("#"):
+                continue
+            if first and text_kind:
+                first = False
+                if text.replace("\t", ",").split(",")[0].strip().lower() == "key":
+                    continue
+            index += 1
+            if index == position:
+                return f"{path}:{lineno}"
+    except Exception:  # noqa: BLE001 - only the message is at stake
+        return where
+    return where
+
+
+def access_as_requests(access: AccessTrace, block_size: int | None = None) -> RequestTrace:
+    """A ``key[,size]`` access stream as a request trace: every access is a one-block request
+    whose block holds ``size`` tokens (1 when unsized), so it can be planned like any trace.
+
+    ``block_size`` defaults to the largest size and must be at least it. O(n).
+
+    >>> from stackdist.traces import AccessTrace
+    >>> t = access_as_requests(AccessTrace(np.array([3, 4, 3]), np.array([2, 5, 2]), "x.csv"))
+    >>> t.n_requests, t.block_size, t.block_tokens.tolist()
+    (3, 5, [2, 5, 2])
+    """
+    from stackdist.engine.keys import dense_keys
+
+    n = access.n_accesses
+    tokens = np.ones(n, np.int64) if access.sizes is None else access.sizes
+    size = int(tokens.max(initial=1)) if block_size is None else check_block_size(block_size)
+    if n and int(tokens.max()) > size:
+        raise UsageError(f"--block-size ({size}) must be at least the largest size in {access.source} ({int(tokens.max())}).")
+    return RequestTrace(dense_keys(access.keys).ids, np.arange(n + 1), tokens, np.zeros(n), tokens,
+                        np.zeros(n, np.int64), block_size=size, source=os.fspath(access.source))

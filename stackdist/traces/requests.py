@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from stackdist.errors import UsageError
+from stackdist.errors import TraceFormatError, UsageError
 
 from .lines import fit_int_keys
 
-__all__ = ["RequestTrace", "assemble", "check_block_size"]
+__all__ = ["RequestTrace", "assemble", "check_block_size", "concat_requests"]
 
 
 
@@ -327,3 +327,33 @@ def check_block_size(block_size: Any) -> int:
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
         raise UsageError(f"block_size must be a positive integer (tokens per KV block), got {block_size!r}")
     return int(block_size)
+
+
+def concat_requests(traces: Sequence[RequestTrace], source: str = "") -> RequestTrace:
+    """One request trace from chunks in order (all of one block size). O(total size).
+
+    >>> a = RequestTrace.from_blocks([[1, 2]], block_size=4); b = RequestTrace.from_blocks([[1]], block_size=4)
+    >>> t = concat_requests([a, b], "x"); t.offsets.tolist(), t.block_ids.tolist(), t.source
+    ([0, 2, 3], [1, 2, 1], 'x')
+    """
+    if not traces:
+        raise TraceFormatError(source or "-", None, "no requests in the input")
+    sizes = {t.block_size for t in traces}
+    if len(sizes) != 1:
+        raise UsageError(f"the input files have different block sizes: {sorted(sizes)}")
+    big = any(t.block_ids.dtype == np.uint64 for t in traces)
+    starts = np.cumsum([0] + [t.n_blocks for t in traces[:-1]])
+    offsets = np.concatenate([np.zeros(1, np.int64)] + [t.offsets[1:] + b for t, b in zip(traces, starts)])
+
+    def joined(name: str) -> np.ndarray | None:
+        parts = [getattr(t, name) for t in traces]
+        return None if any(p is None for p in parts) else np.concatenate(parts)
+
+    def required(name: str) -> np.ndarray:
+        return np.concatenate([getattr(t, name) for t in traces])
+
+    ids = np.concatenate([t.block_ids.astype(np.uint64) if big else t.block_ids for t in traces])
+    return RequestTrace(ids, offsets, required("block_tokens"), required("timestamps_s"), required("input_length"),
+                        required("output_length"), block_size=traces[0].block_size, source=source or traces[0].source,
+                        session_ids=joined("session_ids"), skipped=sum(t.skipped for t in traces),
+                        request_ids=joined("request_ids"))

@@ -52,27 +52,12 @@ import copy
 import numpy as np
 
 from stackdist.engine.kernels import njit
-from stackdist.engine.keys import dense_keys, unique_sorted
-from stackdist.engine.scale.sampling import (
-    key_hashes,
-    rate_of_threshold,
-    threshold_for_rate,
-)
+from stackdist.engine.keys import dense_keys
+from stackdist.engine.scale.sampling import HashFilter, key_hashes, rate_of_threshold
 
 from .requests import RequestTrace
 
 __all__ = ["is_chained", "sample_request_trace"]
-
-
-def _threshold(trace: RequestTrace, rate: float | None, max_keys: int | None, seed: int) -> tuple[np.ndarray, int]:
-    hashes = key_hashes(trace.block_ids, seed)
-    if max_keys is None:
-        return hashes, threshold_for_rate(1.0 if rate is None else rate)
-    distinct = unique_sorted(hashes)
-    limit = threshold_for_rate(1.0 if rate is None else rate)
-    if distinct.size > max_keys:
-        limit = min(limit, int(distinct[max_keys]) - 1)
-    return hashes, limit
 
 
 def sample_request_trace(trace: RequestTrace, rate: float | None = None, max_keys: int | None = None,
@@ -87,7 +72,8 @@ def sample_request_trace(trace: RequestTrace, rate: float | None = None, max_key
     >>> len(set(sub.block_ids.tolist())) <= 2, 0 < rate < 1
     (True, True)
     """
-    hashes, limit = _threshold(trace, rate, max_keys, seed)
+    hashes = key_hashes(trace.block_ids, seed)
+    limit = HashFilter.of(trace.block_ids, rate, max_keys, seed, hashes).limit
     keep, offsets, sampled_tokens, covered, last_kept = _kept_per_request(hashes, np.uint64(limit), trace.offsets,
                                                                           trace.block_tokens)
     has = np.diff(trace.offsets) > 0

@@ -42,7 +42,6 @@ import numpy as np
 
 from stackdist.errors import TraceFormatError, UsageError
 from stackdist.input_names import (
-    access_suffix,
     compression_of,
     expand_inputs,
     input_specs,
@@ -51,15 +50,29 @@ from stackdist.input_names import (
 
 from .access import read_access_trace
 from .fast_delimited import parse_int_lines
-from .formats import DEFAULT_BLOCK_SIZE, REQUEST_FORMATS, read_requests
+from .formats import (
+    ACCESSES,
+    REQUESTS,
+    SNIFFED_SUFFIX,
+    TraceFormat,
+    access_suffix,
+    format_of_path,
+    get,
+    is_request_format,
+    read_requests,
+)
 from .lines import scan_in_halves, whole_line_blocks
-from .requests import RequestTrace, check_block_size
+from .requests import RequestTrace, check_block_size, concat_requests
 
 __all__ = [
     "CHUNK_LINES",
     "AccessLineParser",
+    "access_line_chunks",
     "expand_inputs",
     "fast_delimited_chunks",
+    "fast_jsonl_chunks",
+    "fast_mooncake_block_ids",
+    "fast_mooncake_chunks",
     "is_streamed",
     "iter_access_chunks",
     "iter_block_id_chunks",
@@ -68,14 +81,20 @@ __all__ = [
     "iter_request_chunks",
     "joined_sizes",
     "key_values",
+    "npy_chunks",
     "open_input",
     "parse_int_lines",
     "parse_request_lines",
     "read_keys",
     "read_request_input",
+    "request_line_chunks",
+    "whole_request_chunks",
 ]
 
 CHUNK_LINES = 1 << 18
+
+_DELIMITERS = {".csv": ",", ".tsv": "\t"}  # the delimiter each delimited suffix fixes
+_DELIMITED = (*_DELIMITERS, SNIFFED_SUFFIX)
 
 
 def open_input(path: str) -> IO[bytes]:
@@ -206,8 +225,13 @@ def _parse_chunk(path: str, lines: list[tuple[int, bytes]], suffix: str, header:
         os.unlink(tmp.name)
 
 
-def _npy_chunks(path: str, lines: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-    """A .npy access trace in slices of a memory map (plain integer arrays), else whole."""
+def npy_chunks(path: str, suffix: str, lines: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """A .npy access trace in slices of a memory map (plain integer arrays), else whole; from
+    standard input or compressed, by lines (the streamed reader of the ``npy`` row). O(lines)."""
+    if path == "-" or compression_of(path):
+        yield from access_line_chunks(path, suffix, lines)
+        return
+    lines = max(lines, 1 << 21)
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError):
@@ -228,7 +252,9 @@ def _npy_chunks(path: str, lines: int) -> Iterator[tuple[np.ndarray, np.ndarray 
 def iter_access_chunks(spec: str | Sequence[str], format: str | None = None, lines: int = CHUNK_LINES
                        ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
     """``(key values, sizes or None)`` chunk by chunk over the files of ``spec`` (one trace in
-    order), parsed by :func:`~.access.read_access_trace`. O(lines) memory.
+    order), parsed by each file's format's streamed reader (the registry, :mod:`.formats`; its
+    compiled scan from :data:`CHUNK_LINES` lines), exactly as :func:`~.access.read_access_trace`
+    would. O(lines) memory.
 
     >>> import os, tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "t.csv"); _ = open(p, "w").write("key,size\\n1,2\\n1,3\\n")
@@ -236,21 +262,49 @@ def iter_access_chunks(spec: str | Sequence[str], format: str | None = None, lin
     [2, 3]
     """
     for path in expand_inputs(spec):
+        fmt = get(format, ACCESSES, what="--format") if format is not None else format_of_path(path)
         suffix = access_suffix(path, format)
-        if suffix == ".npy" and path != "-" and not compression_of(path):
-            yield from _npy_chunks(path, max(lines, 1 << 21))
-            continue
-        if suffix in (".csv", ".tsv", ".txt") and lines >= CHUNK_LINES:
-            yield from fast_delimited_chunks(path, suffix)
-            continue
-        if suffix == ".jsonl" and lines >= CHUNK_LINES:
-            from .fast_json import jsonl_access_chunks
+        yield from _access_chunker(fmt, suffix, lines)(path, suffix, lines)
 
-            yield from jsonl_access_chunks(line_blocks(path), AccessLineParser(path, "jsonl").parse)
-            continue
-        parser = AccessLineParser(path, format)
-        for chunk in iter_line_chunks(path, lines):
-            yield parser.parse(chunk)
+
+def _access_chunker(fmt: TraceFormat | None, suffix: str, lines: int) -> Any:
+    """The streamed reader of an access format (its compiled scan from :data:`CHUNK_LINES`
+    lines); text no format names (``.txt``, ``-``) is delimited text, its delimiter sniffed
+    (a suffix no format owns is left to the exact reader, which names it)."""
+    fast = lines >= CHUNK_LINES
+    if fmt is None or fmt.kind != ACCESSES:
+        return fast_delimited_chunks if fast and suffix == SNIFFED_SUFFIX else access_line_chunks
+    return fmt.load("fast_scan" if fast and fmt.fast_scan else "streamed")
+
+
+def access_line_chunks(path: str, suffix: str, lines: int = CHUNK_LINES) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """An access trace's lines in batches of ``lines``, each parsed by :class:`AccessLineParser`
+    (the streamed reader of the text access formats). O(lines) memory.
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.csv"); _ = open(p, "w").write("1\\n2\\n")
+    >>> [k.tolist() for k, _ in access_line_chunks(p, ".csv", 1)]
+    [[1], [2]]
+    """
+    parser = AccessLineParser(path, None)
+    parser.suffix = suffix
+    for chunk in iter_line_chunks(path, lines):
+        yield parser.parse(chunk)
+
+
+def fast_jsonl_chunks(path: str, suffix: str = ".jsonl", lines: int = CHUNK_LINES
+                      ) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """A JSONL access trace in 32 MiB blocks, each by the compiled scan
+    (:func:`~.fast_json.jsonl_access_chunks`) or, when a block is not plain, the exact reader. O(block).
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.jsonl"); _ = open(p, "w").write('{"key": 4}\\n')
+    >>> [k.tolist() for k, _ in fast_jsonl_chunks(p)]
+    [[4]]
+    """
+    from .fast_json import jsonl_access_chunks
+
+    yield from jsonl_access_chunks(line_blocks(path), AccessLineParser(path, None, suffix).parse)
 
 
 class AccessLineParser:
@@ -262,9 +316,9 @@ class AccessLineParser:
     ([2], [3])
     """
 
-    def __init__(self, path: str, format: str | None) -> None:
+    def __init__(self, path: str, format: str | None, suffix: str | None = None) -> None:
         self.path = path
-        self.suffix = access_suffix(path, format)
+        self.suffix = access_suffix(path, format) if suffix is None else suffix
         self.header: bytes | None = None
         self.first_line = 1
         self.batches = 0
@@ -275,7 +329,7 @@ class AccessLineParser:
             return np.zeros(0, np.uint64), None
         trace = _parse_chunk(self.path, lines, self.suffix, self.header if self.batches else None, read_access_trace,
                              self.first_line)
-        if self.batches == 0 and self.suffix in (".csv", ".tsv", ".txt"):
+        if self.batches == 0 and self.suffix in _DELIMITED:
             self.first_line = next((n for n, raw in lines if not raw.lstrip().startswith(b"#")), 1)
             self.header, self.suffix = _later_header(lines, self.suffix, trace.sizes is not None)
         self.batches += 1
@@ -292,9 +346,7 @@ def parse_request_lines(path: str, lines: list[tuple[int, bytes]], format: str =
     >>> t.block_ids.tolist(), t.source
     ([9], 'm.jsonl')
     """
-    if format not in REQUEST_FORMATS:
-        raise UsageError(f"format must be one of {', '.join(REQUEST_FORMATS)}, got {format!r}")
-    size = DEFAULT_BLOCK_SIZE[format] if block_size is None else block_size
+    size = get(format, REQUESTS).block_size if block_size is None else block_size
     trace = _parse_chunk(path, lines, ".jsonl", None, lambda tmp: read_requests(tmp, format, size, skip_bad, partial_last_block))
     trace.source = path
     return trace
@@ -313,8 +365,10 @@ def _later_header(first: list[tuple[int, bytes]], suffix: str, sized: bool) -> t
 def iter_request_chunks(spec: str | Sequence[str], format: str = "mooncake", block_size: int | None = None,
                         skip_bad: bool = False, partial_last_block: bool = False, lines: int = CHUNK_LINES
                         ) -> Iterator[RequestTrace]:
-    """Request traces chunk by chunk (whole requests) over the files of ``spec``, parsed by
-    :func:`~.formats.read_requests`. O(lines) memory.
+    """Request traces chunk by chunk (whole requests) over the files of ``spec``, by the format's
+    streamed reader (the registry, :mod:`.formats`; its compiled scan from :data:`CHUNK_LINES`
+    lines), exactly as :func:`~.read.read_requests` would. O(lines) memory (the whole input for
+    a format whose records are not lines on their own).
 
     >>> import os, tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "m.jsonl")
@@ -322,22 +376,78 @@ def iter_request_chunks(spec: str | Sequence[str], format: str = "mooncake", blo
     >>> [t.n_requests for t in iter_request_chunks(p, block_size=16, lines=2)]
     [2, 1]
     """
-    from .fast_json import mooncake_chunks
+    fmt = get(format, REQUESTS, what="--format")
+    chunks = fmt.load("fast_scan" if fmt.fast_scan and lines >= CHUNK_LINES else "streamed")
+    yield from chunks(expand_inputs(spec), fmt.name, block_size, skip_bad, partial_last_block, lines)
 
-    for path in expand_inputs(spec):
-        if format == "mooncake" and lines >= CHUNK_LINES:
-            size = check_block_size(DEFAULT_BLOCK_SIZE[format] if block_size is None else block_size)
-            yield from mooncake_chunks(line_blocks(path), path, size, functools.partial(
-                parse_request_lines, path, format="mooncake", block_size=size, skip_bad=skip_bad))
-            continue
+
+def request_line_chunks(paths: list[str], format: str, block_size: int | None = None, skip_bad: bool = False,
+                        partial_last_block: bool = False, lines: int = CHUNK_LINES) -> Iterator[RequestTrace]:
+    """A request trace whose every line is a request on its own, ``lines`` lines at a time,
+    each batch by :func:`parse_request_lines` (the streamed reader of such formats). O(lines)."""
+    for path in paths:
         for chunk in iter_line_chunks(path, lines):
             yield parse_request_lines(path, chunk, format, block_size, skip_bad, partial_last_block)
 
 
+def whole_request_chunks(paths: list[str], format: str, block_size: int | None = None, skip_bad: bool = False,
+                         partial_last_block: bool = False, lines: int = CHUNK_LINES) -> Iterator[RequestTrace]:
+    """A request trace whose reader needs the whole input at once (it orders requests, or
+    numbers blocks, across lines: Dynamo, LMCache) as one chunk: one plain file or folder by the
+    reader, several files, ``-`` or ``.gz``/``.zst`` gathered (in order) and read once; an error
+    names the real file and line. O(input) memory.
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp(); line = '{"chunk_size": 4, "seq_len": 4, "chunk_hashes": ["%s"]}\\n'
+    >>> for name, h in (("a", "0xa"), ("b", "0xb")): _ = open(os.path.join(d, name), "w").write(line % h)
+    >>> [t.block_ids.tolist() for t in whole_request_chunks([os.path.join(d, "a"), os.path.join(d, "b")], "lmcache")]
+    [[0, 1]]
+    """
+    if len(paths) == 1 and paths[0] != "-" and not compression_of(paths[0]):
+        yield read_requests(paths[0], format, block_size, skip_bad, partial_last_block)
+        return
+    where = [(path, n, raw) for path in paths for n, raw in iter_lines(path)]
+    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as tmp:
+        tmp.write(b"".join(raw + b"\n" for _, _, raw in where))
+    try:
+        trace = read_requests(tmp.name, format, block_size, skip_bad, partial_last_block)
+    except TraceFormatError as exc:
+        if exc.line is None or not 1 <= exc.line <= len(where):
+            raise TraceFormatError(", ".join(paths), None, exc.message) from None
+        path, n, _ = where[exc.line - 1]
+        raise TraceFormatError(path, n, exc.message) from None
+    finally:
+        os.unlink(tmp.name)
+    trace.source = ", ".join(paths) if len(paths) > 1 else paths[0]
+    yield trace
+
+
+def fast_mooncake_chunks(paths: list[str], format: str = "mooncake", block_size: int | None = None,
+                         skip_bad: bool = False, partial_last_block: bool = False, lines: int = CHUNK_LINES
+                         ) -> Iterator[RequestTrace]:
+    """A Mooncake trace in 32 MiB blocks, each by the compiled scan (:func:`~.fast_json.mooncake_chunks`)
+    or, when a block is not plain, the exact reader (same trace, same errors). O(block)."""
+    from .fast_json import mooncake_chunks
+
+    size = check_block_size(get(format, REQUESTS).block_size if block_size is None else block_size)
+    for path in paths:
+        yield from mooncake_chunks(line_blocks(path), path, size, functools.partial(
+            parse_request_lines, path, format=format, block_size=size, skip_bad=skip_bad))
+
+
+def fast_mooncake_block_ids(path: str, block_size: int) -> Iterator[np.ndarray]:
+    """The block ids of a Mooncake trace straight from the compiled scan
+    (:func:`~.fast_json.mooncake_block_ids`; the exact reader for a block it does not take). O(block)."""
+    from .fast_json import mooncake_block_ids
+
+    yield from mooncake_block_ids(line_blocks(path), block_size, functools.partial(
+        parse_request_lines, path, format="mooncake", block_size=block_size))
+
+
 def iter_block_id_chunks(spec: str | Sequence[str], format: str = "mooncake") -> Iterator[np.ndarray]:
-    """The block ids of a request trace chunk by chunk (the block stream ``curve`` replays):
-    Mooncake blocks the compiled scan accepts give their ids directly (no per-request arrays
-    are built), any other block or format goes through :func:`iter_request_chunks`. O(block).
+    """The block ids of a request trace chunk by chunk (the block stream ``curve`` replays), at
+    the format's default block size: by the format's compiled block-id scan when it has one (no
+    per-request arrays are built), else from :func:`iter_request_chunks`. O(block).
 
     >>> import os, tempfile
     >>> p = os.path.join(tempfile.mkdtemp(), "m.jsonl")
@@ -345,15 +455,12 @@ def iter_block_id_chunks(spec: str | Sequence[str], format: str = "mooncake") ->
     >>> [c.tolist() for c in iter_block_id_chunks(p)]
     [[1, 2]]
     """
-    from .fast_json import mooncake_block_ids
-
+    fmt = get(format, REQUESTS, what="--format")
+    if fmt.fast_block_ids is None:
+        yield from (t.block_ids for t in iter_request_chunks(spec, fmt.name))
+        return
     for path in expand_inputs(spec):
-        if format == "mooncake":
-            size = DEFAULT_BLOCK_SIZE[format]
-            yield from mooncake_block_ids(line_blocks(path), size, functools.partial(
-                parse_request_lines, path, format="mooncake", block_size=size))
-        else:
-            yield from (t.block_ids for t in iter_request_chunks(path, format))
+        yield from fmt.load("fast_block_ids")(path, fmt.block_size)
 
 
 def read_keys(spec: str | Sequence[str], fmt: str | None) -> tuple[np.ndarray, np.ndarray | None]:
@@ -366,7 +473,7 @@ def read_keys(spec: str | Sequence[str], fmt: str | None) -> tuple[np.ndarray, n
     >>> read_keys(os.path.join(d, "*.csv"), None)[0].tolist()
     [1, 2, 1]
     """
-    if fmt in REQUEST_FORMATS:
+    if is_request_format(fmt):
         ids = [t.block_ids for t in iter_request_chunks(spec, fmt)]
         return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), None
     parts = list(iter_access_chunks(spec, fmt))
@@ -404,43 +511,17 @@ def read_request_input(spec: str | Sequence[str], format: str = "mooncake", bloc
     """
     if not is_streamed(spec):
         return read_requests(input_specs(spec)[0], format, block_size, skip_bad, partial_last_block)
-    return concat_requests(list(iter_request_chunks(spec, format, block_size, skip_bad, partial_last_block)), str(spec))
-
-
-def concat_requests(traces: Sequence[RequestTrace], source: str = "") -> RequestTrace:
-    """One request trace from chunks in order (all of one block size). O(total size).
-
-    >>> a = RequestTrace.from_blocks([[1, 2]], block_size=4); b = RequestTrace.from_blocks([[1]], block_size=4)
-    >>> t = concat_requests([a, b], "x"); t.offsets.tolist(), t.block_ids.tolist(), t.source
-    ([0, 2, 3], [1, 2, 1], 'x')
-    """
-    if not traces:
-        raise TraceFormatError(source or "-", None, "no requests in the input")
-    sizes = {t.block_size for t in traces}
-    if len(sizes) != 1:
-        raise UsageError(f"the input files have different block sizes: {sorted(sizes)}")
-    big = any(t.block_ids.dtype == np.uint64 for t in traces)
-    starts = np.cumsum([0] + [t.n_blocks for t in traces[:-1]])
-    offsets = np.concatenate([np.zeros(1, np.int64)] + [t.offsets[1:] + b for t, b in zip(traces, starts)])
-
-    def joined(name: str) -> np.ndarray | None:
-        parts = [getattr(t, name) for t in traces]
-        return None if any(p is None for p in parts) else np.concatenate(parts)
-
-    def required(name: str) -> np.ndarray:
-        return np.concatenate([getattr(t, name) for t in traces])
-
-    ids = np.concatenate([t.block_ids.astype(np.uint64) if big else t.block_ids for t in traces])
-    return RequestTrace(ids, offsets, required("block_tokens"), required("timestamps_s"), required("input_length"),
-                        required("output_length"), block_size=traces[0].block_size, source=source or traces[0].source,
-                        session_ids=joined("session_ids"), skipped=sum(t.skipped for t in traces),
-                        request_ids=joined("request_ids"))
+    chunks = list(iter_request_chunks(spec, format, block_size, skip_bad, partial_last_block))
+    if len(chunks) == 1:  # one chunk keeps what a reader records beyond the blocks (workers, labels, schedule)
+        chunks[0].source = str(spec)
+        return chunks[0]
+    return concat_requests(chunks, str(spec))
 
 
 _BLOCK_BYTES = 1 << 25
 
 
-def fast_delimited_chunks(path: str, suffix: str) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+def fast_delimited_chunks(path: str, suffix: str, lines: int = CHUNK_LINES) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
     """A delimited access trace in blocks of about 32 MB, each parsed by :func:`parse_int_lines`
     when it has the common form, else by the exact reader (same keys, sizes and errors). O(block).
 
@@ -449,8 +530,7 @@ def fast_delimited_chunks(path: str, suffix: str) -> Iterator[tuple[np.ndarray, 
     >>> [(k.view(np.int64).tolist(), s.tolist()) for k, s in fast_delimited_chunks(p, ".csv")]
     [([5, -1], [2, 3])]
     """
-    parser = AccessLineParser(path, suffix.lstrip(".") if suffix in (".csv", ".tsv") else None)
-    parser.suffix = suffix
+    parser = AccessLineParser(path, None, suffix)
     state = {"lines": 0, "cols": 0}
     for block in line_blocks(path):
         if state["lines"] == 0:
@@ -489,8 +569,8 @@ def _block_chunks(block: bytes, parser: AccessLineParser, state: dict[str, int],
     """One block of whole lines: the fast parse when it applies, else the exact reader's."""
     if not block:
         return
-    if not exact and parser.batches > 0 and parser.suffix in (".csv", ".tsv"):
-        keys, sizes, m, cols, ok = scan_in_halves(parse_int_lines, block, ord("\t") if parser.suffix == ".tsv" else ord(","))
+    if not exact and parser.batches > 0 and parser.suffix in _DELIMITERS:
+        keys, sizes, m, cols, ok = scan_in_halves(parse_int_lines, block, ord(_DELIMITERS[parser.suffix]))
         if ok and m and cols == state["cols"]:
             state["lines"] += block.count(b"\n")
             yield keys.view(np.uint64), (sizes if cols == 2 else None)

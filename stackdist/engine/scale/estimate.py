@@ -66,7 +66,7 @@ class SampledCurve:
         >>> w.n_accesses, w.hits_at(1), w.hits_at(2)
         (2, 1.0, 2.0)
         """
-        # imported here: the module itself imports no numba (see .native)
+        # imported here: the module itself imports no numba
         from ..keys import unique_sorted
 
         values = unique_sorted(np.concatenate([self.values, earlier.values]))
@@ -241,8 +241,7 @@ def fixed_rate_curve(counts: np.ndarray, n_cold: int, n_keys: int, *, rate: floa
 
 EXACT_SIZE = 1 << 40
 """Fixed-rate samples' sizes up to this are summed as integers (a curve then does not depend on
-the chunking, and the native sampler's equals the compiled one's); a larger size is weighted
-in floats by the compiled path."""
+the chunking); a larger size is weighted in floats."""
 
 
 def collapse_sized(distances: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,7 @@ from .thresholds import rate_of_threshold, seed_mix, threshold_for_rate
 
 __all__ = [
     "SKIP",
+    "HashFilter",
     "SampledCurve",
     "ShardsSampler",
     "feed_all",
@@ -112,33 +114,91 @@ def key_hashes(keys: Any, seed: int = 0) -> np.ndarray:
     return hash_values(_key_values(keys), np.uint64(seed_mix(seed)))
 
 
+@dataclass(frozen=True)
+class HashFilter:
+    """SHARDS' spatial filter, the one every sampled answer reads its input through (libCacheSim's
+    sampler on the reader): a key is kept iff its seeded 64-bit hash is at or under ``limit``, so
+    a key is kept everywhere it appears (every access; every request holding a block) or nowhere.
+    :meth:`at_rate` is the fixed-rate filter; :meth:`of_size` the filter at which at most
+    ``max_keys`` distinct keys of a whole trace are kept (where fixed-size SHARDS ends). The
+    streaming sampler (:class:`ShardsSampler`) starts from the same filter and, in fixed-size mode,
+    only lowers its limit as keys arrive.
+
+    >>> f = HashFilter.at_rate(0.25, seed=2); f.rate, f.mask(np.arange(8)).dtype
+    (0.25, dtype('bool'))
+    >>> int(HashFilter.of_size(np.arange(1000) % 100, 10, seed=1).mask(np.arange(100)).sum()) <= 10
+    True
+    """
+
+    seed: int
+    limit: int
+
+    @classmethod
+    def at_rate(cls, rate: float, seed: int = 0) -> HashFilter:
+        """Keep a fraction ``rate`` of the keys (in expectation). O(1)."""
+        return cls(int(seed), threshold_for_rate(rate))
+
+    @classmethod
+    def of_size(cls, keys: Any, max_keys: int, seed: int = 0, rate: float | None = None,
+                hashes: np.ndarray | None = None) -> HashFilter:
+        """Keep at most ``max_keys`` of the distinct ``keys`` (those with the smallest hashes),
+        and at most a fraction ``rate`` when given. O(n log n)."""
+        limit = threshold_for_rate(1.0 if rate is None else rate)
+        h = key_hashes(keys, seed) if hashes is None else hashes
+        distinct = np.unique(h)
+        if distinct.size > max_keys:
+            limit = min(limit, int(distinct[max_keys]) - 1)
+        return cls(int(seed), limit)
+
+    @classmethod
+    def of(cls, keys: Any, rate: float | None, max_keys: int | None, seed: int = 0,
+           hashes: np.ndarray | None = None) -> HashFilter:
+        """:meth:`at_rate`, or :meth:`of_size` when ``max_keys`` is given. O(1) or O(n log n)."""
+        if max_keys is None:
+            return cls.at_rate(1.0 if rate is None else rate, seed)
+        return cls.of_size(keys, max_keys, seed, rate, hashes)
+
+    @property
+    def rate(self) -> float:
+        """The fraction of the hash space kept. O(1)."""
+        return float(rate_of_threshold(self.limit))
+
+    @property
+    def salt(self) -> np.uint64:
+        """The seed's salt the compiled hash mixes in. O(1)."""
+        return np.uint64(seed_mix(self.seed))
+
+    def hashes(self, keys: Any) -> np.ndarray:
+        """The seeded hash of every key (uint64). O(n)."""
+        return key_hashes(keys, self.seed)
+
+    def mask(self, keys: Any, hashes: np.ndarray | None = None) -> np.ndarray:
+        """Which of ``keys`` are kept (``hashes``: theirs, when already computed). O(n)."""
+        return (self.hashes(keys) if hashes is None else hashes) <= np.uint64(self.limit)
+
+
 def sample_mask(keys: Any, rate: float, seed: int = 0) -> np.ndarray:
-    """Which accesses a fixed-rate sample keeps (those whose key hashes at or under the threshold). O(n).
+    """Which accesses a fixed-rate sample keeps (:meth:`HashFilter.at_rate`). O(n).
 
     >>> int(sample_mask(np.arange(100_000), 0.1).sum()) in range(9_000, 11_000)
     True
     """
-    return key_hashes(keys, seed) <= np.uint64(threshold_for_rate(rate))
+    return HashFilter.at_rate(rate, seed).mask(keys)
 
 
 def sample_keys(keys: Any, rate: float | None = None, max_keys: int | None = None, seed: int = 0
                 ) -> tuple[np.ndarray, float]:
-    """(mask of the sampled accesses, rate) of a whole in-memory trace: fixed rate, or (with
-    ``max_keys``) the rate at which at most that many distinct keys are kept, the rate
-    fixed-size SHARDS ends at. O(n log n) with ``max_keys``, else O(n).
+    """(mask of the sampled accesses, rate) of a whole in-memory trace through
+    :meth:`HashFilter.of`: fixed rate, or (with ``max_keys``) the rate at which at most that many
+    distinct keys are kept, the rate fixed-size SHARDS ends at. O(n log n) with ``max_keys``, else O(n).
 
     >>> mask, rate = sample_keys(np.arange(1000) % 100, max_keys=10, seed=1)
     >>> len(set((np.arange(1000) % 100)[mask].tolist())) <= 10, rate < 0.2
     (True, True)
     """
     hashes = key_hashes(keys, seed)
-    limit = threshold_for_rate(1.0 if rate is None else rate)
-    if max_keys is not None:
-        ordered = np.sort(hashes)
-        distinct = ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if ordered.size else ordered
-        if distinct.size > max_keys:
-            limit = min(limit, int(distinct[max_keys]) - 1)
-    return hashes <= np.uint64(limit), float(rate_of_threshold(limit))
+    keep = HashFilter.of(keys, rate, max_keys, seed, hashes)
+    return keep.mask(keys, hashes), keep.rate
 
 
 def _quantize_up(caps: np.ndarray) -> np.ndarray:
@@ -213,8 +273,9 @@ class ShardsSampler:
         if max_keys is not None and max_keys < 1:
             raise ValueError(f"sample size must be a positive number of keys; got {max_keys}.")
         self.seed, self.max_keys = int(seed), max_keys
-        self._salt = np.uint64(seed_mix(seed))
-        self._thresh = np.array([threshold_for_rate(1.0 if rate is None else rate)], np.uint64)
+        start = HashFilter.at_rate(1.0 if rate is None else rate, seed)  # fixed size: the limit only falls from here
+        self._salt = start.salt
+        self._thresh = np.array([start.limit], np.uint64)
         self._stack = HashedStack(64 if max_keys is None else max_keys + 1)
         self.n_accesses = 0
         self.total_size = 0

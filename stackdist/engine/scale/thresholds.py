@@ -1,6 +1,5 @@
 """The seeded hash's parameters of SHARDS sampling: each seed's salt and the inclusive 64-bit
-threshold of a rate (see :mod:`.sampling`). Plain Python, shared by the compiled and the
-native samplers."""
+threshold of a rate (see :mod:`.sampling`). Plain Python."""
 
 from __future__ import annotations
 
