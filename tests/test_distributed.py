@@ -192,6 +192,14 @@ def test_plan_on_a_local_cluster_equals_one_process(tmp_path, scheduler):
     a, b = json.loads(one.read_text()), json.loads(two.read_text())
     assert b.pop("dask")["semantics"] == ["engine", "per-access"]
     assert a == b
+    # --semantics all: both idealized semantics replayed on the cluster (it used to replay them here
+    # and report "semantics": []), the engine models in this process; the same plan
+    every = [*common, "--semantics", "all", "--gpu-blocks", "40,inf"]
+    assert main(["plan", *every, "--json", str(one)]) == 0
+    assert main(["plan", *every, "--dask", scheduler, "--json", str(two)]) == 0
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    assert b.pop("dask")["semantics"] == ["engine", "per-access"]
+    assert a == b and set(a["engine_models"]) == {"vllm", "sglang"} and set(a["semantics"]) == {"engine", "per-access"}
     assert main(["plan", *common, "--dask", scheduler, "--sample-rate", "0.5"]) == 2
 
 

@@ -87,7 +87,7 @@ def test_reblock_and_csv_formats(capsys, tmp_path, first_requests):
         (["--model", "gpt-9"], 2, "model must be a config.json path or one of"),
         (["--tier-targets", "0.9,0.5"], 2, "--tier-targets must be"),
         (["--coverage", "0"], 2, "--coverage must be in (0, 1]"),
-        (["--semantics", "lru"], 2, "--semantics must be a comma-separated list of engine, per-access, vllm, sglang"),
+        (["--semantics", "lru"], 2, "argument --semantics: must be a comma-separated list of engine, per-access, vllm, sglang"),
         (["--block-size", "0"], 2, "argument --block-size: must be an integer from 1"),
     ],
 )

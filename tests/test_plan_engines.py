@@ -131,7 +131,7 @@ def test_infeasible_asked_pool_exits_1_and_names_the_smallest_feasible(tmp_path,
 
 @pytest.mark.parametrize("argv, says", [
     (["--semantics", "vllm", "--gpu-blocks", "0"], "--gpu-blocks must be"),
-    (["--semantics", "vllm,lru"], "--semantics must be"),
+    (["--semantics", "vllm,lru"], "argument --semantics: must be"),
     (["--semantics", "vllm", "--workers", "x"], "--workers must be"),
     (["--semantics", "vllm", "--engine-block-size", "7"], "--engine-block-size must be"),
     (["--semantics", "vllm", "--prefill-tokens-per-s", "0"], "--prefill-tokens-per-s must be"),

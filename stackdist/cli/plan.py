@@ -84,7 +84,7 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--reblock", type=bounded_int("--reblock", 1, 2**31), metavar="TOKENS", help="split blocks into finer pages first (e.g. 512 -> 16)")
     p.add_argument("--partial-last-block", action="store_true", help="tokens format: also hash a final partial block")
     p.add_argument("--skip-bad", action="store_true", help="skip malformed lines (and count them) instead of stopping")
-    p.add_argument("--semantics", default="both", metavar="NAMES",
+    p.add_argument("--semantics", type=_semantics_argument, default="both", metavar="NAMES",
                    help=f"comma-separated: engine (idealized prefix LRU), per-access (KVSET), {', '.join(ENGINE_MODELS)} "
                    "(the engines' own caches), both (= engine,per-access) or all (default both)")
     eng = p.add_argument_group(f"engine models (--semantics {' / '.join(ENGINE_MODELS)})")
@@ -206,7 +206,7 @@ def _options(args: argparse.Namespace) -> PlanOptions:
         raise UsageError(f"--tier-targets must be 1 to 3 non-decreasing fractions (HBM, DRAM, SSD); got {args.tier_targets!r}.")
     spec = resolve_spec(args)  # with --kv-dtype; the catalog is in planning/geometry.py
     return PlanOptions(
-        semantics=tuple(m for m in _models(args.semantics) if m not in ENGINE_MODELS),
+        semantics=tuple(m for m in args.semantics if m not in ENGINE_MODELS),
         geometry=spec.geometry,
         budgets=budget_options(args, spec),
         targets=fraction_list(args.targets, "--targets"),
@@ -263,7 +263,7 @@ def _load(args: argparse.Namespace) -> Any:
             raise TraceFormatError(where, None, "this key has another size earlier; a key's size must be fixed")
         trace = access_as_requests(access, args.block_size)
     else:
-        if any(m in ENGINE_MODELS for m in _models(args.semantics)):  # readers that can drop it (tokens) keep it:
+        if any(m in ENGINE_MODELS for m in args.semantics):  # readers that can drop it (tokens) keep it:
             args.partial_last_block = True  # the engine models count the whole prompt, its last partial block too
         trace = read_request_trace(args)  # streamed inputs (globs, -, .gz/.zst) too
     if args.reblock is not None:
@@ -356,9 +356,22 @@ def _either(names: list[str]) -> str:
     return " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
 
 
+def _semantics_argument(text: str) -> tuple[str, ...]:
+    """``--semantics`` parsed once, by argparse (``args.semantics`` is then the tuple of names;
+    a bad name exits 2 naming the flag and the allowed names)."""
+    try:
+        return _models(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("--semantics must", "must")) from None
+
+
 def _models(text: str) -> tuple[str, ...]:
     """The semantics and engine models named by ``--semantics`` (comma-separated), in order: the
-    idealized semantics (serving/semantics.py) and the registered engine models (serving/engine_model.py)."""
+    idealized semantics (serving/semantics.py) and the registered engine models (serving/engine_model.py).
+
+    >>> _models("both,vllm"), _models("per-access, engine")
+    (('engine', 'per-access', 'vllm'), ('per-access', 'engine'))
+    """
     known = (*SEMANTICS, *ENGINE_MODELS)
     aliases = {"both": SEMANTICS, "all": known}
     names: list[str] = []
@@ -374,7 +387,7 @@ def _models(text: str) -> tuple[str, ...]:
 
 def _engine_options(args: argparse.Namespace, trace: Any) -> EngineOptions:
     """The engine models' options from the flags (decode defaults to whether outputs are known)."""
-    models = tuple(m for m in _models(args.semantics) if m in ENGINE_MODELS)
+    models = tuple(m for m in args.semantics if m in ENGINE_MODELS)
     if args.engine_block_size < 1 or (models and trace.block_size % args.engine_block_size):
         raise UsageError(f"--engine-block-size must be a positive integer dividing the trace's block size "
                          f"({trace.block_size} tokens); got {args.engine_block_size}.")

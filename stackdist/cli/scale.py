@@ -177,9 +177,9 @@ def sampled_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]
         return build(trace)
     from stackdist.serving.semantics import SEMANTICS  # the idealized ones: no engine model thins
 
-    semantics = str(getattr(args, "semantics", "both"))
-    if any(s not in (*SEMANTICS, "both") for s in semantics.split(",")):
-        raise UsageError(f"--sample-rate/--sample-size apply to --semantics engine, per-access or both; got {semantics!r} "
+    semantics = tuple(getattr(args, "semantics", SEMANTICS))  # parsed once, by --semantics' type
+    if any(s not in SEMANTICS for s in semantics):
+        raise UsageError(f"--sample-rate/--sample-size apply to --semantics engine, per-access or both; got {','.join(semantics)!r} "
                          "(an engine's own pool model does not thin with the keys).")
     reports, rates = [], []
     with ThreadPoolExecutor(2) as pool:  # hashing and thinning release the GIL: two seeds' samples at once

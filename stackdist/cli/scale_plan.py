@@ -157,10 +157,9 @@ def dask_plan(args: argparse.Namespace, trace: Any, build: Callable[..., Any]) -
         dask_map,
         distributed_request_depths,
     )
-    from stackdist.serving.semantics import PrefixReplay
+    from stackdist.serving.semantics import SEMANTICS, PrefixReplay
 
-    names = {n.strip() for n in str(getattr(args, "semantics", "both")).split(",")}
-    wanted = [s for s in ("engine", "per-access") if s in names or "both" in names]
+    wanted = [s for s in SEMANTICS if s in args.semantics]  # parsed once, by --semantics' type ("all" included)
     client = connect(args.dask)
     try:
         workers = max(1, len(client.nthreads()))
