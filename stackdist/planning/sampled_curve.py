@@ -215,17 +215,16 @@ def sampled_curves(trace: RequestTrace, counted: np.ndarray, rate: float | None,
     idx, bits = multi_filter(values, salts, np.array(limits, np.uint64))
     dense = dense_keys(trace.block_ids)
     frac = exact_fraction(coverage_target, "coverage target")
-    chained, distinct, prev, reusable, k, q_prev = _exact_pass(dense.ids, dense.n_keys, trace.offsets, idx,
-                                                               frac.numerator, frac.denominator)
+    chained, distinct, prev, reusable, reused_tokens, k, q_prev = _exact_pass(
+        dense.ids, dense.n_keys, trace.offsets, trace.block_tokens, idx, frac.numerator, frac.denominator)
     if not chained:
         raise NotChainedError(trace.source, None, "the block ids are not prefix-chained (a block id with two parents), "
                               "so a block sample cannot estimate the prefix metrics; drop --sample-rate/--sample-size "
                               "for the exact plan")
     blocks_per = np.diff(trace.offsets)
-    counted_blocks = np.repeat(counted, blocks_per)
-    cold_counted = int(np.count_nonzero(counted_blocks) - (reusable[counted]).sum())
-    reused_tokens = _leading_tokens(trace.block_tokens, trace.offsets, reusable)
-    exact = {"requests": int(counted.sum()), "blocks": int(blocks_per[counted].sum()), "cold_blocks": cold_counted,
+    n_counted = int(blocks_per[counted].sum())
+    cold_counted = n_counted - int(reusable[counted].sum())
+    exact = {"requests": int(counted.sum()), "blocks": n_counted, "cold_blocks": cold_counted,
              "input_tokens": int(trace.input_length[counted].sum()), "ceiling_tokens": int(reused_tokens[counted].sum()),
              "ceiling_blocks": int(reusable[counted].sum())}
     out, rates, kept_keys, kept_blocks = [], [], [], []
@@ -233,13 +232,14 @@ def sampled_curves(trace: RequestTrace, counted: np.ndarray, rate: float | None,
         r = float(rate_of_threshold(limit))
         mine = (bits >> j) & 1 == 1
         pos, prv = idx[mine], prev[mine]
+        pos_counted = counted[np.searchsorted(trace.offsets, pos, side="right") - 1]
         ev_start = np.searchsorted(pos, trace.offsets, side="left")
         kept_keys.append(int(np.count_nonzero(prv < 0)))
-        kept_blocks.append(int(counted_blocks[pos].sum()))
+        kept_blocks.append(int(pos_counted.sum()))
         curves = {}
         for semantics in SEMANTICS:
             depth, need = _sampled_depths(pos, prv, trace.offsets, ev_start, q_prev, k, semantics == "engine", r)
-            finite = (depth != COLD) & counted_blocks[pos]
+            finite = (depth != COLD) & pos_counted
             curves[semantics] = _curve(semantics, trace.block_size, r, depth[finite], trace.block_tokens[pos[finite]],
                                        exact, need[counted], (reusable > 0)[counted], coverage_target)
         out.append(curves)
@@ -263,22 +263,17 @@ def _curve(semantics: str, block_size: int, rate: float, depth: np.ndarray, toke
                               needs.astype(np.int64), reused, target)
 
 
-def _leading_tokens(block_tokens: np.ndarray, offsets: np.ndarray, reusable: np.ndarray) -> np.ndarray:
-    """Per request, the tokens of its first ``reusable[r]`` blocks. O(blocks)."""
-    cum = np.r_[0, np.cumsum(block_tokens)]
-    return cum[offsets[:-1] + reusable] - cum[offsets[:-1]]
-
-
 @njit(cache=True, nogil=True)
-def _exact_pass(ids, n_keys, offsets, sampled, num, den):
+def _exact_pass(ids, n_keys, offsets, block_tokens, sampled, num, den):
     """One pass over the trace: whether the ids are chained (every key one parent, no key twice
     in a request, the seen blocks a leading run), the distinct blocks, each sampled access's
-    previous position (-1: cold), each request's non-cold blocks ``H`` and ``k = ceil(H x
+    previous position (-1: cold), each request's non-cold blocks ``H`` (and their tokens) and ``k = ceil(H x
     num / den)``, and the previous position of its ``k``-th block (-1 when ``k`` is 0). O(blocks)."""
     n_req = offsets.shape[0] - 1
     state = np.full((n_keys, 2), -2, np.int64)  # [last position, parent] per key
     prev = np.empty(sampled.shape[0], np.int64)
     reusable = np.zeros(n_req, np.int64)
+    reused_tokens = np.zeros(n_req, np.int64)
     ks = np.zeros(n_req, np.int64)
     q_prev = np.full(n_req, -1, np.int64)
     distinct = 0
@@ -295,6 +290,7 @@ def _exact_pass(ids, n_keys, offsets, sampled, num, den):
             if state[key, 1] != parent or h != i - lo:
                 chained = False
             h += 1
+            reused_tokens[r] += block_tokens[i]
         k = (h * num + den - 1) // den
         reusable[r], ks[r] = h, k
         if k > 0:
@@ -311,7 +307,7 @@ def _exact_pass(ids, n_keys, offsets, sampled, num, den):
                 prev[s] = last if last >= 0 else -1
                 s += 1
             state[key, 0] = i
-    return chained, distinct, prev, reusable, ks, q_prev
+    return chained, distinct, prev, reusable, reused_tokens, ks, q_prev
 
 
 @njit(cache=True, nogil=True)
