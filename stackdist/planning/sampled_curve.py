@@ -254,8 +254,8 @@ def _curve(semantics: str, block_size: int, rate: float, depth: np.ndarray, toke
     values, start = np.unique(depth[order], return_index=True)
     cum_t = np.cumsum(tokens[order].astype(np.float64) / rate)
     cum_b = np.arange(1, depth.size + 1, dtype=np.float64) / rate
-    last = np.r_[start[1:], depth.size] - 1
-    cum_t, cum_b = cum_t[last], cum_b[last]
+    last = np.append(start[1:], depth.size) - 1
+    cum_t, cum_b = (cum_t[last], cum_b[last]) if depth.size else (cum_t, cum_b)
     if values.size:  # SHARDS_adj: the missing (or extra) weight hits at the smallest depth
         cum_t = np.clip(cum_t + (exact["ceiling_tokens"] - cum_t[-1]), 0, exact["ceiling_tokens"])
         cum_b = np.clip(cum_b + (exact["ceiling_blocks"] - cum_b[-1]), 0, exact["ceiling_blocks"])
