@@ -59,6 +59,7 @@ capacities under about ``1 / R`` blocks carry that error; the error bar over the
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,7 +213,13 @@ def sampled_curves(trace: RequestTrace, counted: np.ndarray, rate: float | None,
     salts = np.array([seed_mix(s) for s in seeds], np.uint64)
     values = trace.block_ids.astype(np.int64, copy=False).view(np.uint64) if trace.block_ids.dtype.kind == "i" \
         else trace.block_ids.astype(np.uint64, copy=False)
-    idx, bits = multi_filter(values, salts, np.array(limits, np.uint64))
+    cuts = np.array(limits, np.uint64)
+    half = values.shape[0] // 2
+    with ThreadPoolExecutor(2) as pool:  # the compiled passes release the GIL: halves (then seeds) on two threads
+        first = pool.submit(multi_filter, values[:half], salts, cuts)
+        idx_b, bits_b = multi_filter(values[half:], salts, cuts)
+        idx_a, bits_a = first.result()
+    idx, bits = np.concatenate([idx_a, idx_b + half]), np.concatenate([bits_a, bits_b])
     dense = dense_keys(trace.block_ids)
     frac = exact_fraction(coverage_target, "coverage target")
     chained, distinct, prev, reusable, reused_tokens, k, q_prev = _exact_pass(
@@ -227,23 +234,25 @@ def sampled_curves(trace: RequestTrace, counted: np.ndarray, rate: float | None,
     exact = {"requests": int(counted.sum()), "blocks": n_counted, "cold_blocks": cold_counted,
              "input_tokens": int(trace.input_length[counted].sum()), "ceiling_tokens": int(reused_tokens[counted].sum()),
              "ceiling_blocks": int(reusable[counted].sum())}
-    out, rates, kept_keys, kept_blocks = [], [], [], []
-    for j, limit in enumerate(limits):
-        r = float(rate_of_threshold(limit))
-        mine = (bits >> j) & 1 == 1
-        pos, prv = idx[mine], prev[mine]
+    rates = [float(rate_of_threshold(limit)) for limit in limits]
+    mine = [(bits >> j) & 1 == 1 for j in range(len(limits))]
+    samples = [(idx[m], prev[m]) for m in mine]
+    starts = [np.searchsorted(pos, trace.offsets, side="left") for pos, _ in samples]
+    jobs = [(j, semantics) for j in range(len(limits)) for semantics in SEMANTICS]
+    with ThreadPoolExecutor(2) as pool:
+        depths = list(pool.map(lambda job: _sampled_depths(*samples[job[0]], trace.offsets, starts[job[0]], q_prev, k,
+                                                           job[1] == "engine", rates[job[0]]), jobs))
+    out: list[dict[str, SampledPrefixCurve]] = [{} for _ in limits]
+    kept_keys, kept_blocks = [], []
+    for j, (pos, prv) in enumerate(samples):
         pos_counted = counted[np.searchsorted(trace.offsets, pos, side="right") - 1]
-        ev_start = np.searchsorted(pos, trace.offsets, side="left")
         kept_keys.append(int(np.count_nonzero(prv < 0)))
         kept_blocks.append(int(pos_counted.sum()))
-        curves = {}
-        for semantics in SEMANTICS:
-            depth, need = _sampled_depths(pos, prv, trace.offsets, ev_start, q_prev, k, semantics == "engine", r)
-            finite = (depth != COLD) & pos_counted
-            curves[semantics] = _curve(semantics, trace.block_size, r, depth[finite], trace.block_tokens[pos[finite]],
-                                       exact, need[counted], (reusable > 0)[counted], coverage_target)
-        out.append(curves)
-        rates.append(r)
+    for (j, semantics), (depth, need) in zip(jobs, depths, strict=True):
+        pos = samples[j][0]
+        finite = (depth != COLD) & counted[np.searchsorted(trace.offsets, pos, side="right") - 1]
+        out[j][semantics] = _curve(semantics, trace.block_size, rates[j], depth[finite], trace.block_tokens[pos[finite]],
+                                   exact, need[counted], (reusable > 0)[counted], coverage_target)
     return out, rates, TraceCounts(int(distinct), kept_keys, kept_blocks)
 
 
