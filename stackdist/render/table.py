@@ -54,11 +54,7 @@ def render_plan_table(report: Plan) -> str:
     ]
     sampling = report.get("sampling")
     spread = sampling["spread"] if sampling else {}
-    if sampling:
-        lines.append(f"sampled SHARDS at rate {sampling['sample_rate']:.6g}, seeds {sampling['seeds']}: capacities are "
-                     "estimates (the first seed's), [the seeds' range] beside each; counts and ceilings are exact; "
-                     f"capacities under about {sampling['resolution_blocks']:,} blocks are at the sample's resolution")
-        lines += [f"omitted {what.replace('_', ' ')}: {why}" for what, why in sampling["omitted"].items()]
+    lines += _sampling_lines(sampling)
     for name, sem in report["semantics"].items():
         s = sem["summary"]
         bars = _at(spread, "semantics", name)
@@ -119,6 +115,16 @@ def render_plan_table(report: Plan) -> str:
     if "budgets" in report:
         lines += ["", *budget_lines(report["budgets"])]
     return "\n".join(lines) + "\n"
+
+
+def _sampling_lines(sampling: Any) -> list[str]:
+    """What a sampled plan is: its rate and seeds, what is exact, what is left out and why."""
+    if not sampling:
+        return []
+    return [f"sampled SHARDS at rate {sampling['sample_rate']:.6g}, seeds {sampling['seeds']}: capacities are "
+            "estimates (the first seed's), [the seeds' range] beside each; counts and ceilings are exact; "
+            f"capacities under about {sampling['resolution_blocks']:,} blocks are at the sample's resolution",
+            *(f"omitted {what.replace('_', ' ')}: {why}" for what, why in sampling["omitted"].items())]
 
 
 def _tier_lines(plan: Any, what: str, bars: Any = None) -> list[str]:
