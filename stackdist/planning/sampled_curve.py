@@ -53,7 +53,7 @@ capacities under about ``1 / R`` blocks carry that error; the error bar over the
 >>> t = RequestTrace.from_blocks([[1, 2, 3], [1, 2, 4], [1, 5], [1, 2, 3]], block_size=4)
 >>> engine = sampled_curves(t, np.ones(4, bool), 1.0, [0], 1.0)[0][0]["engine"]
 >>> engine.coverage_needs(1.0).tolist(), engine.ceiling_token_hits
-([0, 2, 1, 4], 24)
+([0, 2, 1, 5], 24)
 """
 
 from __future__ import annotations
