@@ -50,6 +50,8 @@ Resolution: a depth estimate moves in steps of ``1 / R`` blocks beyond the known
 capacities under about ``1 / R`` blocks carry that error; the error bar over the seeds shows it.
 
 >>> from stackdist.traces import RequestTrace
+
+from .prefix_curve import PrefixCurve
 >>> t = RequestTrace.from_blocks([[1, 2, 3], [1, 2, 4], [1, 5], [1, 2, 3]], block_size=4)
 >>> engine = sampled_curves(t, np.ones(4, bool), 1.0, [0], 1.0)[0][0]["engine"]
 >>> engine.coverage_needs(1.0).tolist(), engine.ceiling_token_hits
@@ -179,17 +181,9 @@ class SampledPrefixCurve:
         return out
 
     def summary(self) -> dict[str, Any]:
-        """Totals and ceilings (exact) and the saturation (estimated), as :meth:`PrefixCurve.summary`. O(1)."""
-        return {
-            "requests": self.n_requests,
-            "blocks": self.n_blocks,
-            "cold_blocks": self.cold_blocks,
-            "input_tokens": self.input_tokens,
-            "ceiling_block_hit_rate": self.ceiling_block_hits / max(self.n_blocks, 1),
-            "ceiling_reuse_hit_rate": self.ceiling_block_hits / max(self.n_blocks - self.cold_blocks, 1),
-            "ceiling_token_hit_rate": self.ceiling_token_hit_rate,
-            "saturation_blocks": self.saturation_blocks,
-        }
+        """Totals and ceilings (exact) and the saturation (estimated), as :meth:`PrefixCurve.summary`
+        (the same fields, read from this curve's attributes of the same names). O(1)."""
+        return PrefixCurve.summary(self)  # type: ignore[arg-type]
 
 
 def _limit(trace: RequestTrace, rate: float | None, size: int | None, seed: int) -> int:
