@@ -50,8 +50,6 @@ Resolution: a depth estimate moves in steps of ``1 / R`` blocks beyond the known
 capacities under about ``1 / R`` blocks carry that error; the error bar over the seeds shows it.
 
 >>> from stackdist.traces import RequestTrace
-
-from .prefix_curve import PrefixCurve
 >>> t = RequestTrace.from_blocks([[1, 2, 3], [1, 2, 4], [1, 5], [1, 2, 3]], block_size=4)
 >>> engine = sampled_curves(t, np.ones(4, bool), 1.0, [0], 1.0)[0][0]["engine"]
 >>> engine.coverage_needs(1.0).tolist(), engine.ceiling_token_hits
@@ -75,6 +73,8 @@ from stackdist.engine.scale.sampling import key_hashes
 from stackdist.engine.scale.thresholds import rate_of_threshold, seed_mix, threshold_for_rate
 from stackdist.errors import TraceFormatError
 from stackdist.traces import RequestTrace
+
+from .prefix_curve import PrefixCurve
 
 __all__ = ["NotChainedError", "SampledPrefixCurve", "TraceCounts", "sampled_curves"]
 
