@@ -203,6 +203,39 @@ def test_plan_on_a_local_cluster_equals_one_process(tmp_path, scheduler):
     assert main(["plan", *common, "--dask", scheduler, "--sample-rate", "0.5"]) == 2
 
 
+def test_plan_on_a_cluster_honours_every_semantics(tmp_path, scheduler):
+    # --semantics all: engine and per-access replayed on the cluster, the engine models (one
+    # sequential pool each) here, and the plan equal to one process's; a Client passed to the
+    # library is the caller's (never closed).
+    import json
+
+    distributed = pytest.importorskip("distributed")
+    from stackdist.cli.main import main
+    from stackdist.methods import Distributed
+    from stackdist.methods.plan import plan
+    from stackdist.planning import PlanOptions
+    from stackdist.traces import RequestTrace
+
+    rows = [{"timestamp": i * 10, "input_length": 16 * 3, "output_length": 4, "hash_ids": [i % 3, 10 + i % 3, 100 + i % 7]}
+            for i in range(80)]
+    trace = tmp_path / "m.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    one, two = tmp_path / "a.json", tmp_path / "b.json"
+    common = [str(trace), "--block-size", "16", "--semantics", "all", "--gpu-blocks", "64,inf"]
+    assert main(["plan", *common, "--json", str(one)]) == 0
+    assert main(["plan", *common, "--dask", scheduler, "--json", str(two)]) == 0
+    a, b = json.loads(one.read_text()), json.loads(two.read_text())
+    info = b.pop("dask")
+    assert info["semantics"] == ["engine", "per-access"] and info["local"] == ["vllm", "sglang"] and info["local_reason"]
+    assert a == b and set(a["engine_models"]) == {"vllm", "sglang"}
+    t = RequestTrace.from_blocks([[1, 2, 3], [1, 2, 4], [1, 2, 3]], block_size=4)
+    with distributed.Client(scheduler) as client:
+        got = plan(t, PlanOptions(), Distributed(client)).plan
+        assert client.status == "running"
+    got.pop("dask")
+    assert got == plan(t, PlanOptions()).plan
+
+
 def test_histogram_merge_equals_the_one_process_histogram():
     for seed in range(8):  # one test item, 8 seeded cases
         from stackdist.engine.scale.distributed import chunk_histogram, merge_histograms

@@ -867,7 +867,8 @@ def _many_step_trace(tmp_path):
 
     rng = random.Random(7)
     lines = [json.dumps({"timestamp": i, "input_length": 512 * 3, "output_length": 1,
-                         "hash_ids": [rng.randrange(300), rng.randrange(300), 1000 + i]}) for i in range(400)]
+                         "hash_ids": [a, 1000 + 300 * a + rng.randrange(300), 10**6 + i]})  # chained ids
+             for i, a in ((i, rng.randrange(300)) for i in range(400))]
     path = tmp_path / "many.jsonl"
     path.write_text("\n".join(lines) + "\n")
     return path

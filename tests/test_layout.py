@@ -282,7 +282,7 @@ def format_comparisons(module: str, tree: ast.Module, names: set[str]) -> list[s
                     if isinstance(e, ast.Constant) and isinstance(e.value, str)}
         others = " ".join(ast.unparse(o) for o in operands if not isinstance(o, (ast.Constant, ast.Tuple, ast.List, ast.Set)))
         if literals & names and not ("unit" in others or "basis" in others):
-            bad.append(f"{module}:{node.lineno} compares with format {sorted(literals & names)[0]!r}: {ast.unparse(node)}")
+            bad.append(f"{module}:{node.lineno} compares with format {min(literals & names)!r}: {ast.unparse(node)}")
     return bad
 
 

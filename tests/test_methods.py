@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from naive import lru_hits
 
 from stackdist.engine import HitCurve
 from stackdist.errors import EmptyInputError, UsageError
@@ -30,8 +31,6 @@ from stackdist.methods import (
     tiers_of,
 )
 from stackdist.methods.watch import OnlinePlan, WatchOptions
-
-from naive import lru_hits
 
 pytestmark = pytest.mark.xdist_group("dask")
 

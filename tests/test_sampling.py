@@ -286,6 +286,14 @@ def test_plan_sampled_at_rate_one_equals_the_exact_plan(tmp_path):
     assert main(["plan", str(trace), "--block-size", "16", "--dask", "local:2", "--sample-rate", "1"]) == 2
 
 
+_PREFIXES: dict = {}
+
+
+def _chained(ids):
+    """Prefix-chained ids for a list of block ids: one id per whole prefix."""
+    return [_PREFIXES.setdefault(tuple(ids[: j + 1]), len(_PREFIXES)) for j in range(len(ids))]
+
+
 def test_a_sampled_plans_sections_agree_with_its_corrected_working_sets(tmp_path):
     # The tier plan (token basis), the comparison and the working sets are read from one
     # SHARDS_adj estimate per semantics, so where their targets coincide they give one answer.
@@ -300,6 +308,10 @@ def test_a_sampled_plans_sections_agree_with_its_corrected_working_sets(tmp_path
     trace = tmp_path / "m.jsonl"
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "s.json"
+    # These ids are not prefix-chained (an id with several parents): a block sample cannot
+    # estimate them, so the sampled plan refuses (exit 1); chained, the same shape plans.
+    assert main(["plan", str(trace), "--block-size", "16", "--json", str(out), "--sample-rate", "0.3"]) == 1
+    trace.write_text("".join(json.dumps(dict(r, hash_ids=_chained(r["hash_ids"]))) + "\n" for r in rows))
     assert main(["plan", str(trace), "--block-size", "16", "--json", str(out), "--sample-rate", "0.3",
                  "--targets", "0.5,0.9,0.99"]) == 0
     s = json.loads(out.read_text())
@@ -311,9 +323,9 @@ def test_a_sampled_plans_sections_agree_with_its_corrected_working_sets(tmp_path
         rates = [t["token_hit_rate_at_cumulative"] for t in tiers]
         ceiling = s["semantics"][name]["summary"]["ceiling_token_hit_rate"]
         assert rates == sorted(rates) and rates[-1] <= ceiling + 1e-12
-        for row in s["semantics"][name]["working_set"]:  # an unreachable target quotes the estimated ceiling
+        for row in s["semantics"][name]["working_set"]:  # an unreachable target quotes the (exact) ceiling
             if row["token_hit_rate"] is None:
-                assert f"estimated at {ceiling:.2%}" in row["unreachable"]["token_hit_rate"]["reason"]
+                assert f"is {ceiling:.2%}" in row["unreachable"]["token_hit_rate"]["reason"]
         assert any(row["token_hit_rate"] is None for row in s["semantics"][name]["working_set"])
 
 
@@ -358,7 +370,7 @@ def test_plan_sampling_with_shards_adj_recovers_a_hot_prefix(tmp_path):
         assert main(["plan", str(trace), "--block-size", "16", "--semantics", "engine", "--json", str(out),
                      "--sample-rate", "0.3", "--seed", str(seed), "--sample-seeds", "1"]) == 0
         got = json.loads(out.read_text())
-        assert got["sampled"] and "SHARDS_adj" in got["sampling"]["correction"]
+        assert got["sampled"] and "SHARDS_adj" in got["sampling"]["estimator"]
         errors.append(abs(got["semantics"]["engine"]["summary"]["ceiling_token_hit_rate"] - truth))
     assert max(errors) < 0.05
 
@@ -494,7 +506,8 @@ def test_a_seed_whose_sample_keeps_nothing_is_exit_1_not_a_zero_curve(tmp_path, 
         capsys.readouterr()
         assert main([*argv, "--sample-rate", "0.5", "--seed", str(empty)]) == 1
         seed = empty + kept(ids, empty).index(0)
-        assert f"--sample-rate 0.5 (seed {seed}) kept none of the {ids.size} {unit}" in capsys.readouterr().err
+        how = "a sample rate of 0.5" if argv[0] == "plan" else "--sample-rate 0.5"  # plan: the library's words
+        assert f"{how} (seed {seed}) kept none of the {ids.size} {unit}" in capsys.readouterr().err
 
 
 def test_seeds_replayed_on_two_threads_equal_one_loop_and_raise_the_first_error():

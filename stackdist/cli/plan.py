@@ -8,6 +8,8 @@ import sys
 from typing import Any
 
 from stackdist.errors import TraceFormatError, UsageError, require_data
+from stackdist.methods.method import Method
+from stackdist.methods.plan import plan
 from stackdist.output import Progress, check_outputs, write_json, write_stdout
 from stackdist.planning.engine_plan import (
     ROUTERS,
@@ -16,10 +18,9 @@ from stackdist.planning.engine_plan import (
     parse_pools,
     per_request_columns,
     per_request_workers,
-    run_engine_models,
     schedule_for,
 )
-from stackdist.planning.plan import PlanOptions, build_plan, parse_duration
+from stackdist.planning.plan import PlanOptions, parse_duration
 from stackdist.planning.prices import parse_prices
 from stackdist.planning.routing import ROUTING_ROUTERS, RoutingOptions, parse_sizes
 from stackdist.serving.engine_model import ENGINE_MODELS
@@ -45,7 +46,7 @@ from .budget_args import (
     with_budget_pools,
 )
 from .common import add_version
-from .scale import is_sampled, read_request_trace, sampled_plan
+from .scale import is_sampled, method_from
 
 MAX_WINDOWS = 10_000
 """The most time windows ``--window`` may cut a trace into."""
@@ -265,7 +266,10 @@ def _load(args: argparse.Namespace) -> Any:
     else:
         if any(m in ENGINE_MODELS for m in args.semantics):  # readers that can drop it (tokens) keep it:
             args.partial_last_block = True  # the engine models count the whole prompt, its last partial block too
-        trace = read_request_trace(args)  # streamed inputs (globs, -, .gz/.zst) too
+        from stackdist.traces.stream_input import read_request_input
+
+        trace = read_request_input(args.trace, args.format, args.block_size, args.skip_bad,  # streamed inputs too
+                                   args.partial_last_block)
     if args.reblock is not None:
         if trace.block_size % args.reblock:
             raise UsageError(f"--reblock must divide the trace's block size ({trace.block_size} tokens); got {args.reblock}.")
@@ -286,17 +290,18 @@ def run_plan(args: argparse.Namespace) -> int:
     options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
     options = dataclasses.replace(options, routing=_routing_options(args, options))
-    results = run_engine_models(trace, options.engine, _stage) if options.engine.models else {}
-    curves: dict[str, Any] = {}  # the exact curves, for the plot (not when sampled: those are of a sample)
-    report = sampled_plan(args, trace, lambda t, replays=None: build_plan(t, options, progress_factory=Progress,
-                                                                         engine_results=results, made_replays=replays,
-                                                                         curves_out=curves))
+    result = plan(trace, options, _method(args, options), Progress, _stage)
+    report = result.plan
     if args.per_request:
-        _write_per_request(args.per_request, trace, options, results)
+        _write_per_request(args.per_request, trace, options, result.engine_results)
     if args.plot:  # files first: a closed stdout never loses them
         from stackdist.render.plot import plot_plan
 
-        plot_plan(args.plot, report, list(options.targets), None if is_sampled(args) else curves)
+        plot_plan(args.plot, report, list(options.targets), result.curves or None)
+    if "sampling" in report:
+        print(f"stackdist plan: sampled at rate {report['sampling']['sample_rate']:.6g} "
+              f"({len(report['sampling']['seeds'])} seeds): capacities are estimates; the JSON's 'sampling' section "
+              "has the error bars", file=sys.stderr)
     if args.json is not None and args.json != "-":
         write_json(args.json, report)
     if args.json == "-":
@@ -304,6 +309,23 @@ def run_plan(args: argparse.Namespace) -> int:
     else:
         write_stdout(render_plan_table(report))
     return _infeasible_status(report) if args.gpu_blocks else 0
+
+
+def _method(args: argparse.Namespace, options: PlanOptions) -> Method:
+    """The method the scale flags name; sampling refused where it cannot answer, naming the flags."""
+    if args.dask and is_sampled(args):
+        raise UsageError("plan: --dask is exact; it takes no --sample-rate/--sample-size.")
+    if is_sampled(args):
+        models = [m for m in args.semantics if m in ENGINE_MODELS]
+        if models:
+            raise UsageError(f"--sample-rate/--sample-size apply to --semantics engine, per-access or both; got "
+                             f"{','.join(args.semantics)!r} (an engine's own pool model does not thin with the keys).")
+        for flag, asked in (("--workers/--shared-blocks", options.routing is not None), ("--optimal", options.optimal),
+                            ("--capacity/--gpu", options.budgets is not None)):
+            if asked:
+                raise UsageError(f"{flag} cannot be estimated from a block sample (pools and schedules do not thin "
+                                 "with the sampled blocks); drop --sample-rate/--sample-size for it.")
+    return method_from(args)
 
 
 def _checked(args: argparse.Namespace, options: PlanOptions, trace: Any) -> PlanOptions:

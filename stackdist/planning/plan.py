@@ -7,7 +7,7 @@ exact. The renderers (:mod:`stackdist.render`) only read the :class:`~.schema.Pl
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,10 +27,21 @@ from .optimal import optimal_bound, optimal_working_set
 from .prefix_curve import PrefixCurve
 from .prices import PRICES_USD_PER_GB
 from .routing import RoutingOptions, routing_section, run_routing
-from .schema import SCHEMA_VERSION, Plan, unreachable_reason
+from .sampled_curve import SampledPrefixCurve
+from .schema import (
+    SCHEMA_VERSION,
+    Capacity,
+    Comparison,
+    Coverage,
+    CurveTable,
+    Plan,
+    SemanticsPlan,
+    WorkingSetRow,
+    unreachable_reason,
+)
 from .tier_plan import tier_plan
 
-__all__ = ["PlanOptions", "build_plan", "parse_duration", "warmup_mask"]
+__all__ = ["PlanOptions", "PlanResult", "build_plan", "parse_duration", "plan_of_curves", "plan_of_replays", "warmup_mask"]
 
 COVERAGE_QUANTILES = (0.5, 0.9, 0.95, 0.99, 0.999)
 
@@ -55,6 +66,21 @@ class PlanOptions:
     budgets: BudgetOptions | None = None
     optimal: bool = False
     routing: RoutingOptions | None = None
+
+
+Curve = PrefixCurve | SampledPrefixCurve
+"""An exact curve, or one seed's estimate of it: the plan reads either the same way."""
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """A plan and what was computed on the way that a caller may want afterwards: each
+    semantics' exact curve (the plot draws every step; empty for an estimate) and the engine
+    models' runs (``--per-request``)."""
+
+    plan: Plan
+    curves: dict[str, PrefixCurve] = field(default_factory=dict)
+    engine_results: dict[str, ServingResult] = field(default_factory=dict)
 
 
 def parse_duration(text: str, name: str) -> float:
@@ -102,40 +128,42 @@ class _Units:
         self.block_size = block_size
         self.bytes_per_block = block_size * geometry.kv_bytes_per_token
 
-    def describe(self, blocks: int | None) -> dict[str, Any] | None:
-        if blocks is None:
-            return None
+    def describe(self, blocks: int | None) -> Capacity | None:
+        return None if blocks is None else self.capacity(blocks)
+
+    def capacity(self, blocks: int) -> Capacity:
         return {"blocks": int(blocks), "tokens": int(blocks) * self.block_size, "gib": int(blocks) * self.bytes_per_block / 2**30}
 
 
-def _curve_points(curve: PrefixCurve, points: int, marks: Sequence[int]) -> np.ndarray:
+def _curve_points(curve: Curve, points: int, marks: Sequence[int]) -> np.ndarray:
     top = max(curve.saturation_blocks, 1)
     grid = unique_sorted(np.round(np.geomspace(1, top, max(points - 1, 1))).astype(np.int64))
     return unique_sorted(np.concatenate([[0], grid, np.asarray([m for m in marks if m is not None], np.int64)]))
 
 
-def _working_sets(curve: PrefixCurve, units: _Units, targets: Sequence[float]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def _working_sets(curve: Curve, units: _Units, targets: Sequence[float]) -> list[WorkingSetRow]:
+    rows: list[WorkingSetRow] = []
     for t in targets:
-        row: dict[str, Any] = {"target": t}
-        for kind in ("token_hit_rate", "fraction_of_ceiling"):
-            row[kind] = units.describe(curve.min_capacity_for(**{kind: t}))
-        row["unreachable"] = {kind: {"reason": unreachable_reason(curve, kind, t)}
-                              for kind in ("token_hit_rate", "fraction_of_ceiling") if row[kind] is None}
-        rows.append(row)
+        absolute = units.describe(curve.min_capacity_for(token_hit_rate=t))
+        relative = units.describe(curve.min_capacity_for(fraction_of_ceiling=t))
+        rows.append({"target": t, "token_hit_rate": absolute, "fraction_of_ceiling": relative,
+                     "unreachable": {kind: {"reason": unreachable_reason(curve, kind, t)}
+                                     for kind, got in (("token_hit_rate", absolute), ("fraction_of_ceiling", relative))
+                                     if got is None}})
     return rows
 
 
-def _coverage(curve: PrefixCurve, units: _Units, target: float) -> dict[str, Any]:
+def _coverage(curve: Curve, units: _Units, target: float) -> Coverage:
     needs = curve.coverage_needs(target)
-    out: dict[str, Any] = {"target": target, "n_requests": int(needs.size), "n_requests_with_reuse": int((needs > 0).sum())}
-    for label, reusable_only in (("all_requests", False), ("requests_with_reuse", True)):
-        quantiles = curve.coverage_capacity(target, COVERAGE_QUANTILES, reusable_only=reusable_only)
-        out[label] = {q: units.describe(blocks) for q, blocks in quantiles.items()}
-    return out
+    quantiles = {label: {q: units.capacity(blocks) for q, blocks in
+                         curve.coverage_capacity(target, COVERAGE_QUANTILES, reusable_only=reusable_only).items()}
+                 for label, reusable_only in (("all_requests", False), ("requests_with_reuse", True))}
+    return {"target": target, "n_requests": int(needs.size),
+            "n_requests_with_reuse": int((needs > 0).sum()),
+            "all_requests": quantiles["all_requests"], "requests_with_reuse": quantiles["requests_with_reuse"]}
 
 
-def _curve_table(curve: PrefixCurve, units: _Units, caps: np.ndarray) -> dict[str, list]:
+def _curve_table(curve: Curve, units: _Units, caps: np.ndarray) -> CurveTable:
     return {
         "capacity_blocks": caps.tolist(),
         "capacity_gib": (caps * units.bytes_per_block / 2**30).tolist(),
@@ -169,13 +197,10 @@ def _time_windows(replay: PrefixReplay, counted: np.ndarray, width: float, units
     return rows
 
 
-def _semantics_report(
-    replay: PrefixReplay, counted: np.ndarray, options: PlanOptions, units: _Units, curve: PrefixCurve | None = None
-) -> dict[str, Any]:
-    curve = curve if curve is not None else PrefixCurve(replay, counted)  # one curve per semantics
+def _semantics_report(curve: Curve, options: PlanOptions, units: _Units) -> SemanticsPlan:
     working = _working_sets(curve, units, options.targets)
     marks = [w[k]["blocks"] for w in working for k in ("token_hit_rate", "fraction_of_ceiling") if w[k]]
-    report = {
+    return {
         "summary": curve.summary(),
         "working_set": working,
         "coverage": _coverage(curve, units, options.coverage_target),
@@ -184,12 +209,9 @@ def _semantics_report(
                                            basis="coverage", coverage_target=options.coverage_target),
         "curve": _curve_table(curve, units, _curve_points(curve, options.curve_points, marks)),
     }
-    if options.window_seconds:
-        report["time_windows"] = _time_windows(replay, counted, options.window_seconds, units, options.targets)
-    return report  # type: ignore[return-value]
 
 
-def _comparison(curves: dict[str, PrefixCurve], units: _Units, targets: Sequence[float]) -> dict[str, Any]:
+def _comparison(curves: dict[str, Curve], units: _Units, targets: Sequence[float]) -> Comparison:
     """How far apart per-access and engine semantics are on the same trace."""
     engine, per_access = curves["engine"], curves["per-access"]
     rows: list[dict[str, Any]] = []
@@ -219,43 +241,48 @@ def _comparison(curves: dict[str, PrefixCurve], units: _Units, targets: Sequence
     }
 
 
-def build_plan(
-    trace: RequestTrace,
-    options: PlanOptions,
-    progress_factory: Callable[[str], Any] | None = None,
-    engine_results: dict[str, ServingResult] | None = None,
-    made_replays: dict[str, PrefixReplay] | None = None,
-    curves_out: dict[str, PrefixCurve] | None = None,
-) -> Plan:
+def build_plan(trace: RequestTrace, options: PlanOptions, progress_factory: Callable[[str], Any] | None = None) -> Plan:
     """The whole plan for ``trace``: per curve semantics, the ceilings, working sets, coverage,
     tier plan, curve and (optionally) time windows, plus how the two differ; per engine model
-    (``options.engine.models``), the hits at each pool size. ``engine_results`` are engine
-    model runs already made (:func:`~.engine_plan.run_engine_models`), and ``made_replays`` the
-    semantics' replays already made (``plan --dask``: on a cluster), so nothing runs twice.
-    ``curves_out``, when given, receives each semantics' exact curve (for the plot)."""
+    (``options.engine.models``), the hits at each pool size. One replay per semantics.
+    O(blocks log distinct) per semantics."""
+    return plan_of_replays(trace, options, None, progress_factory).plan
+
+
+def plan_of_replays(trace: RequestTrace, options: PlanOptions, replays: Mapping[str, PrefixReplay] | None = None,
+                    progress_factory: Callable[[str], Any] | None = None,
+                    stage: Callable[[str], None] | None = None) -> PlanResult:
+    """:func:`build_plan` from the semantics' replays where given (``replays``: made elsewhere,
+    e.g. on a cluster, equal to the local ones), replaying the others here; with the exact
+    curves and the engine models' runs beside the plan. ``stage(label)`` hears each engine
+    model's run start."""
     units = _Units(trace.block_size, options.geometry)
     counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds, options.count_range)
-    report = _header(trace, options, units, counted)
-    curves, replays = {}, {}
+    report = _header(trace, options, units, counted, int(unique_sorted(trace.block_ids).size))
+    curves: dict[str, PrefixCurve] = {}
+    made: dict[str, PrefixReplay] = {}
+    sections: dict[str, SemanticsPlan] = {}
     for semantics in options.semantics:
-        made = (made_replays or {}).get(semantics)
-        progress = progress_factory(f"replay ({semantics})") if progress_factory and made is None else None
+        given = (replays or {}).get(semantics)
+        progress = progress_factory(f"replay ({semantics})") if progress_factory and given is None else None
         try:
-            replay = made if made is not None else replay_requests(trace, semantics, progress)
+            replay = given if given is not None else replay_requests(trace, semantics, progress)
         finally:
             if progress is not None:
                 progress.close()
-        curves[semantics], replays[semantics] = PrefixCurve(replay, counted), replay  # every metric reads it
-        if curves_out is not None:
-            curves_out[semantics] = curves[semantics]
-        report["semantics"][semantics] = _semantics_report(replay, counted, options, units, curves[semantics])
+        curves[semantics], made[semantics] = PrefixCurve(replay, counted), replay  # every metric reads it
+        sections[semantics] = _semantics_report(curves[semantics], options, units)
+        if options.window_seconds:
+            sections[semantics]["time_windows"] = _time_windows(replay, counted, options.window_seconds, units,
+                                                                options.targets)
+    report["semantics"] = sections
     if len(curves) == 2:
-        report["comparison"] = _comparison(curves, units, options.targets)
+        report["comparison"] = _comparison(dict(curves), units, options.targets)
     if options.optimal and curves:
         report["optimal_bound"] = _optimal(trace, counted, curves, units, options.targets)
     results: dict[str, ServingResult] = {}
     if options.engine.models:
-        results = engine_results if engine_results is not None else run_engine_models(trace, options.engine)
+        results = run_engine_models(trace, options.engine, stage)
         report["engine_models"] = {
             model: engine_section(results[model], trace, options.engine, options.geometry.kv_bytes_per_token, counted)
             for model in options.engine.models
@@ -264,8 +291,21 @@ def build_plan(
         report["cluster"] = routing_section(run_routing(trace, options.routing), trace, options.routing, counted,
                                             units.bytes_per_block)
     if options.budgets is not None:  # the sizes the user named (--capacity, --gpu): planning/budgets.py
-        report["budgets"] = budget_report(trace, replays, counted, options.geometry, options.budgets, results, options.targets)
-    return report  # type: ignore[return-value]
+        report["budgets"] = budget_report(trace, made, counted, options.geometry, options.budgets, results, options.targets)
+    return PlanResult(report, curves, results)
+
+
+def plan_of_curves(trace: RequestTrace, options: PlanOptions, curves: Mapping[str, Curve], counted: np.ndarray,
+                   distinct_blocks: int) -> Plan:
+    """The curve sections of a plan (per semantics and their comparison, no time windows,
+    engine models, cluster, budgets or bound) read from given curves: the sampled plan's
+    estimates (:mod:`.sampled_curve`). O(curve points x log n)."""
+    units = _Units(trace.block_size, options.geometry)
+    report = _header(trace, options, units, counted, distinct_blocks)
+    report["semantics"] = {name: _semantics_report(curve, options, units) for name, curve in curves.items()}
+    if len(curves) == 2:
+        report["comparison"] = _comparison(dict(curves), units, options.targets)
+    return report
 
 
 def _optimal(trace: RequestTrace, counted: np.ndarray, curves: dict[str, PrefixCurve], units: _Units,
@@ -288,7 +328,7 @@ def _optimal(trace: RequestTrace, counted: np.ndarray, curves: dict[str, PrefixC
     return {"at_lru_working_sets": rows, "working_sets": sets}
 
 
-def _header(trace: RequestTrace, options: PlanOptions, units: _Units, counted: np.ndarray) -> dict[str, Any]:
+def _header(trace: RequestTrace, options: PlanOptions, units: _Units, counted: np.ndarray, distinct_blocks: int) -> Plan:
     """The plan's trace, model, counting and price sections (the rest is filled per semantics)."""
     return {
         "schema_version": SCHEMA_VERSION,
@@ -297,7 +337,7 @@ def _header(trace: RequestTrace, options: PlanOptions, units: _Units, counted: n
             "source": trace.source,
             "requests": trace.n_requests,
             "blocks": trace.n_blocks,
-            "distinct_blocks": int(unique_sorted(trace.block_ids).size),
+            "distinct_blocks": distinct_blocks,
             "block_size_tokens": trace.block_size,
             "input_tokens": int(trace.input_length.sum()),
             "span_s": float(np.ptp(trace.timestamps_s)) if trace.n_requests else 0.0,

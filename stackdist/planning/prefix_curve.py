@@ -81,6 +81,15 @@ class PrefixCurve:
         """
         return self.replay.semantics
 
+    @property
+    def block_size(self) -> int:
+        """Tokens per block of the replayed trace. O(1).
+
+        >>> PrefixCurve(replay_requests(RequestTrace.from_blocks([[0, 1]], block_size=4), "engine")).block_size
+        4
+        """
+        return int(self.replay.trace.block_size)
+
     # ------------------------------------------------------------------ point queries
     def block_hits_at(self, capacity_blocks: Any) -> Any:
         """Blocks that hit (per-access: any cached block; engine: blocks in the hit prefix). O(log n) per capacity.

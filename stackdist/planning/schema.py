@@ -29,6 +29,7 @@ __all__ = [
     "PoolRow",
     "ReplicaPool",
     "RoutingWorthRow",
+    "SamplingInfo",
     "SemanticsPlan",
     "TTFTSummary",
     "TierPlan",
@@ -301,6 +302,26 @@ class ClusterPlan(TypedDict):
     notes: list[str]
 
 
+class SamplingInfo(TypedDict):
+    """How a sampled plan was estimated: its rates and seeds, what is exact, the error bar of
+    every estimated number (``spread``: the plan's ``semantics`` and ``comparison`` trees with
+    each number as min / max / std over the seeds) and what was left out, with why."""
+
+    method: str
+    sample_rate: float
+    sample_rates: list[float]
+    sample_size: int | None
+    seeds: list[int]
+    chained: bool
+    sampled_keys: list[int]
+    sampled_blocks: list[int]
+    estimator: str
+    exact: list[str]
+    resolution_blocks: int
+    spread: dict[str, Any]
+    omitted: dict[str, str]
+
+
 class Plan(TypedDict, total=False):
     schema_version: int
     tool: dict[str, str]
@@ -314,3 +335,6 @@ class Plan(TypedDict, total=False):
     budgets: Budgets
     optimal_bound: dict[str, Any]
     cluster: ClusterPlan
+    sampled: bool
+    sampling: SamplingInfo
+    dask: dict[str, Any]

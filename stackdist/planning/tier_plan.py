@@ -8,12 +8,13 @@ from typing import Any
 from .geometry import ModelGeometry
 from .prefix_curve import PrefixCurve
 from .prices import TIERS, price_list
+from .sampled_curve import SampledPrefixCurve
 
 __all__ = ["tier_plan"]
 
 
 def tier_plan(
-    curve: PrefixCurve,
+    curve: PrefixCurve | SampledPrefixCurve,
     geometry: ModelGeometry,
     tier_targets: Sequence[float] = (0.5, 0.9, 0.99),
     prices_per_gb: dict[str, float] | None = None,
@@ -40,7 +41,7 @@ def tier_plan(
     else:
         served = curve.coverage_capacity(coverage_target, tier_targets, reusable_only=True)
         cumulative_of = list(served.values())
-    bytes_per_block = curve.replay.trace.block_size * geometry.kv_bytes_per_token
+    bytes_per_block = curve.block_size * geometry.kv_bytes_per_token
     tiers, previous, total_cost = [], 0, 0.0
     for name, t, cumulative in zip(names, tier_targets, cumulative_of):
         size = max(cumulative - previous, 0)

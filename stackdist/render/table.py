@@ -12,10 +12,32 @@ from .cluster import cluster_lines
 __all__ = ["render_plan_table"]
 
 
-def _fmt_cap(cap: Capacity | None, why: str = "") -> str:
+def _fmt_cap(cap: Capacity | None, why: str = "", bar: Any = None) -> str:
     if cap is None:
-        return "unreachable" + (f" ({why})" if why else "")
-    return f"{cap['blocks']:>9,} blocks  {cap['tokens']:>12,} tokens  {cap['gib']:9.2f} GiB"
+        return "unreachable" + (f" ({why})" if why else "") + _bar(bar)
+    return f"{cap['blocks']:>9,} blocks  {cap['tokens']:>12,} tokens  {cap['gib']:9.2f} GiB" + _bar(bar)
+
+
+def _bar(node: Any, key: str = "blocks", percent: bool = False) -> str:
+    """A sampled number's error bar over the seeds (``sampling.spread``), or nothing."""
+    got = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(got, dict) or got.get("min") is None:
+        return ""
+    low, high = (f"{got['min']:.2%}", f"{got['max']:.2%}") if percent else (f"{got['min']:,.0f}", f"{got['max']:,.0f}")
+    missing = f", unreachable in {got['unreachable_seeds']} seed(s)" if got.get("unreachable_seeds") else ""
+    return f"  [seeds {low} to {high}{missing}]"
+
+
+def _at(node: Any, *path: Any) -> Any:
+    """``node[path[0]][path[1]]...`` or None where the spread has no such part."""
+    for step in path:
+        if isinstance(node, dict):
+            node = node.get(step)
+        elif isinstance(node, list) and isinstance(step, int) and step < len(node):
+            node = node[step]
+        else:
+            return None
+    return node
 
 
 def render_plan_table(report: Plan) -> str:
@@ -30,38 +52,49 @@ def render_plan_table(report: Plan) -> str:
            f"{m['sliding_window_tokens']:,} tokens per request)" if m.get("sliding_window_tokens") else ""),
         f"counted {report['counted']['requests']:,} requests (warm-up excluded)",
     ]
+    sampling = report.get("sampling")
+    spread = sampling["spread"] if sampling else {}
+    lines += _sampling_lines(sampling)
     for name, sem in report["semantics"].items():
         s = sem["summary"]
+        bars = _at(spread, "semantics", name)
         lines += ["", f"== {name} semantics ==",
                   (f"ceiling (infinite cache): prefix token hit rate {s['ceiling_token_hit_rate']:.2%}, "
-                   f"block hit rate {s['ceiling_block_hit_rate']:.2%}"),
+                   f"block hit rate {s['ceiling_block_hit_rate']:.2%}" + (" (exact)" if sampling else "")),
                   "working set for a prefix token hit rate of:"]
-        for w in sem["working_set"]:
+        for i, w in enumerate(sem["working_set"]):
             why = {kind: v["reason"] for kind, v in w.get("unreachable", {}).items()}  # the JSON's reasons
-            lines.append(f"  {w['target']:>6.1%} absolute          {_fmt_cap(w['token_hit_rate'], why.get('token_hit_rate', ''))}")
+            bar = _at(bars, "working_set", i)
+            absolute = _fmt_cap(w["token_hit_rate"], why.get("token_hit_rate", ""), _at(bar, "token_hit_rate"))
+            lines.append(f"  {w['target']:>6.1%} absolute          {absolute}")
             if s["ceiling_token_hit_rate"] == 0:  # no reuse: "x of a zero ceiling" says nothing about capacity
                 lines.append(f"  {w['target']:>6.1%} of the ceiling    meaningless: no block is ever reused (ceiling 0)")
                 continue
-            lines.append(f"  {w['target']:>6.1%} of the ceiling    "
-                         f"{_fmt_cap(w['fraction_of_ceiling'], why.get('fraction_of_ceiling', ''))}")
+            relative = _fmt_cap(w["fraction_of_ceiling"], why.get("fraction_of_ceiling", ""), _at(bar, "fraction_of_ceiling"))
+            lines.append(f"  {w['target']:>6.1%} of the ceiling    {relative}")
         cov = sem["coverage"]
         lines.append(f"request coverage (first ceil(H x {cov['target']:g}) reusable blocks hit), "
                      f"{cov['n_requests_with_reuse']:,} of {cov['n_requests']:,} requests have reuse:")
         for q, cap in cov["requests_with_reuse"].items():
-            lines.append(f"  {q:>6} of requests with reuse  {_fmt_cap(cap)}")
-        for plan, what in ((sem["tier_plan"], "of the ceiling's prefix tokens"),
-                           (sem["tier_plan_by_coverage"], "of requests with reuse covered")):
-            lines += _tier_lines(plan, what)
+            covered = _fmt_cap(cap, "", _at(bars, "coverage", "requests_with_reuse", q))
+            lines.append(f"  {q:>6} of requests with reuse  {covered}")
+        for key, what in (("tier_plan", "of the ceiling's prefix tokens"),
+                          ("tier_plan_by_coverage", "of requests with reuse covered")):
+            lines += _tier_lines(sem[key], what, _at(bars, key))
         lines += _window_lines(sem.get("time_windows", []))
     if "comparison" in report:
         lines += ["", "== per-access vs engine =="]
-        for r in report["comparison"]["working_sets"]:
+        bars = _at(spread, "comparison")
+        for i, r in enumerate(report["comparison"]["working_sets"]):
             ratio = r["per_access_over_engine"]
-            lines.append(f"  {r['fraction_of_ceiling']:>6.1%} of ceiling: engine {_fmt_cap(r['engine'])}")
-            lines.append(f"  {'':>6}  per-access {_fmt_cap(r['per_access'])}" + (f"  (x{ratio:.2f})" if ratio else ""))
+            engine = _fmt_cap(r["engine"], "", _at(bars, "working_sets", i, "engine"))
+            per_access = _fmt_cap(r["per_access"], "", _at(bars, "working_sets", i, "per_access"))
+            lines.append(f"  {r['fraction_of_ceiling']:>6.1%} of ceiling: engine {engine}")
+            lines.append(f"  {'':>6}  per-access {per_access}" + (f"  (x{ratio:.2f})" if ratio else ""))
         gap = report["comparison"]["max_prefix_token_hit_rate_gap"]
         lines.append(f"  largest prefix token hit-rate gap (engine - per-access): "
-                     f"{gap['engine_minus_per_access'] * 100:+.2f} percentage points at {gap['at']['gib']:.2f} GiB")
+                     f"{gap['engine_minus_per_access'] * 100:+.2f} percentage points at {gap['at']['gib']:.2f} GiB"
+                     + _bar(_at(bars, "max_prefix_token_hit_rate_gap"), "engine_minus_per_access", percent=True))
     if report.get("optimal_bound"):
         lines += ["", "== optimal bound (Belady: evicts the block reused furthest ahead; needs the future) =="]
         for ws in report["optimal_bound"]["working_sets"]:
@@ -84,15 +117,27 @@ def render_plan_table(report: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _tier_lines(plan: Any, what: str) -> list[str]:
+def _sampling_lines(sampling: Any) -> list[str]:
+    """What a sampled plan is: its rate and seeds, what is exact, what is left out and why."""
+    if not sampling:
+        return []
+    return [(f"sampled SHARDS at rate {sampling['sample_rate']:.6g}, seeds {sampling['seeds']}: capacities are "
+             "estimates (the first seed's), [the seeds' range] beside each; counts and ceilings are exact; "
+             f"capacities under about {sampling['resolution_blocks']:,} blocks are at the sample's resolution"),
+            *(f"omitted {what.replace('_', ' ')}: {why}" for what, why in sampling["omitted"].items())]
+
+
+def _tier_lines(plan: Any, what: str, bars: Any = None) -> list[str]:
     """One tier plan: a line per tier (with the prefix token hit rate its cumulative size buys)."""
     lines = [f"tier plan, targets as fractions {what} (exclusive bands of one LRU stack; prices in US$ per GB "
              "of 1e9 bytes, " + ("assumed" if plan["prices_are_assumptions"] else "given") + "):"]
-    for tier in plan["tiers"]:
+    for i, tier in enumerate(plan["tiers"]):
         rate = tier.get("token_hit_rate_at_cumulative")
         buys = "" if rate is None else f"  (prefix token hit rate {rate:.2%} up to this tier)"
         lines.append(f"  {tier['tier']:<4} {tier['target']:>6.1%}  "
-                     f"{tier['blocks']:>9,} blocks {tier['gib']:9.2f} GiB  ${tier['cost_usd']:,.2f}{buys}")
+                     f"{tier['blocks']:>9,} blocks {tier['gib']:9.2f} GiB  ${tier['cost_usd']:,.2f}{buys}"
+                     + _bar(_at(bars, "tiers", i), "cumulative_blocks").replace("  [seeds", "  [cumulative: seeds")
+                     + _bar(_at(bars, "tiers", i), "token_hit_rate_at_cumulative", percent=True).replace("  [seeds", "  [rate: seeds"))
     lines.append(f"  total ${plan['total_cost_usd']:,.2f}")
     first = plan["tiers"][0] if plan["tiers"] else None
     if plan.get("basis") == "coverage" and first is not None and first["blocks"] <= 2:

@@ -8,10 +8,16 @@
 This ``__init__`` only re-exports.
 """
 
+from .engine_model import (
+           ENGINE_MODELS,
+           EngineModel,
+           engine_model,
+           engine_model_names,
+           register_engine_model,
+)
 from .semantics import SEMANTICS, PrefixReplay, replay_requests, request_hits
-from .vllm import VLLM
 from .sglang import SGLANG
-from .engine_model import ENGINE_MODELS, EngineModel, engine_model, engine_model_names, register_engine_model
+from .vllm import VLLM
 
 __all__ = ["ENGINE_MODELS", "SEMANTICS", "SGLANG", "VLLM", "EngineModel", "PrefixReplay", "engine_model",
            "engine_model_names", "register_engine_model", "replay_requests", "request_hits"]

@@ -80,11 +80,18 @@ from stackdist.errors import INT64_MAX
 from stackdist.traces import RequestTrace
 
 from .cluster import KV_AWARE, ClusterResult, lru_touch
-from .pages import EnginePages, engine_pages
 from .engine_model import ENGINE_MODELS, EngineModel
+from .pages import EnginePages, engine_pages
 from .results import check_pools
 from .schedule import Schedule
-from .sglang import SglangModel, tree_event, tree_init, tree_inputs, tree_match_length, tree_rows
+from .sglang import (
+    SglangModel,
+    tree_event,
+    tree_init,
+    tree_inputs,
+    tree_match_length,
+    tree_rows,
+)
 from .vllm import (
     VllmModel,
     pool_arrive,

@@ -26,7 +26,7 @@ sampled blocks is again the own depth (a monotone sequence stays monotone when t
 ordinary plan of the sub-trace, with capacities divided by ``R``, is the estimate.
 
 The correction (SHARDS_adj, Waldspurger et al., FAST'15), applied by the planner's sampled path
-(:func:`stackdist.cli.scale_plan.shards_adjusted`): the sampled blocks' tokens should be ``R`` times
+(:mod:`stackdist.planning.sampled_curve`, which also makes the known prefix exact): the sampled blocks' tokens should be ``R`` times
 the trace's block tokens ``B``; the difference ``B - B_sampled / R`` (a hot prefix block, shared
 by most requests, that was or was not sampled) is added as hits at the smallest sampled depth.
 Valid for the same reason as above: the prefix token hits at ``C`` are the per-block sum
