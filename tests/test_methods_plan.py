@@ -16,16 +16,24 @@ from stackdist.traces import RequestTrace
 
 
 def _sessions(seed: int, n: int = 400, prompts: int = 4, pages: int = 8) -> RequestTrace:
-    """Chained requests: a shared system prompt, then a session's growing history (each id one whole prefix)."""
+    """Chained requests: a shared system prompt, then a session's growing history (each id one
+    whole prefix: the id of a block is keyed by its parent's id and its own value). O(blocks)."""
     rng = np.random.default_rng(seed)
-    ids: dict[tuple, int] = {}
+    ids: dict[tuple[int, int], int] = {}
     history: dict[int, list[int]] = {}
     rows = []
+
+    def extend(chain: list[int], values: list[int]) -> None:
+        for v in values:
+            chain.append(ids.setdefault((chain[-1] if chain else -1, v), len(ids)))
+
     for _ in range(n):
         s = int(rng.integers(0, 60))
-        prompt = history.setdefault(s, [int(rng.integers(0, prompts))] * pages)
-        prompt += [int(rng.integers(10, 10**6)) for _ in range(int(rng.integers(1, 2 * pages)))]
-        rows.append([ids.setdefault(tuple(prompt[: j + 1]), len(ids)) for j in range(len(prompt))])
+        if s not in history:
+            history[s] = []
+            extend(history[s], [int(rng.integers(0, prompts))] * pages)
+        extend(history[s], [int(rng.integers(10, 10**6)) for _ in range(int(rng.integers(1, 2 * pages)))])
+        rows.append(list(history[s]))
     return RequestTrace.from_blocks(rows, block_size=16)
 
 
