@@ -547,3 +547,42 @@ def test_feed_all_takes_more_seeds_than_one_pass_holds():
         alone = ShardsSampler(0.4, None, seed)
         alone.feed(keys)
         assert np.array_equal(many[seed].curve().hit_rate_at(np.arange(100)), alone.curve().hit_rate_at(np.arange(100)))
+
+
+@pytest.mark.xdist_group("matplotlib")  # the tests drawing PNGs share one worker: one matplotlib import
+def test_curve_sampled_on_empty_inputs_is_exit_1_and_draws_its_plot(tmp_path, capsys):
+    # (Once the C sampler's tests, now the one sampled path's.) An empty or blank file, or a
+    # sample that keeps nothing, is exit 1 with the reason; a sampled curve draws its plot.
+    from stackdist.cli import main
+
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "blank.csv").write_text("\n\n")
+    (tmp_path / "one.csv").write_text("5\n")
+    for name, rate in (("empty.csv", "0.5"), ("blank.csv", "0.5"), ("one.csv", "0.000001")):
+        assert main(["curve", str(tmp_path / name), "--sample-rate", rate, "-o", str(tmp_path / "o.json")]) == 1, name
+    assert "kept none" in capsys.readouterr().err
+    pytest.importorskip("matplotlib")
+    np.save(tmp_path / "k.npy", np.random.default_rng(1).zipf(1.3, 3000) % 400)
+    png = tmp_path / "s.png"
+    assert main(["curve", str(tmp_path / "k.npy"), "--sample-rate", "0.5", "--plot", str(png), "-o",
+                 str(tmp_path / "s.json")]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("n", [0, 1, 1023, 1024, 1025, 5000])
+def test_multi_filter_equals_each_seeds_hash_under_its_cut(n):
+    # The block-wise, vectorized filter against the obvious per-seed comparison, for cuts at
+    # both ends and above 2**63 (an unsigned comparison), up to the 62 seeds a pass holds.
+    from stackdist.engine.scale.hashed_stack import hash_values, multi_filter
+
+    rng = np.random.default_rng(n)
+    values = rng.integers(0, 2**64, n, dtype=np.uint64)
+    for k in (1, 3, 62):
+        salts = rng.integers(0, 2**64, k, dtype=np.uint64)
+        cuts = rng.integers(0, 2**64, k, dtype=np.uint64)
+        cuts[0], cuts[-1] = 2**64 - 1, (0 if k > 1 else cuts[-1])
+        want = np.zeros(n, np.int64)
+        for j in range(k):
+            want |= (hash_values(values, salts[j]) <= cuts[j]).astype(np.int64) << j
+        idx, own = multi_filter(values, salts, cuts)
+        assert idx.tolist() == np.flatnonzero(want).tolist() and own.tolist() == want[want != 0].tolist()

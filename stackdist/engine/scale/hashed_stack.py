@@ -37,27 +37,44 @@ def hash_values(values, salt):
     return out
 
 
+_BLOCK = 1024  # keys hashed per seed at a time by multi_filter (its bit masks stay in L1)
+
+
+@njit(cache=True, nogil=True)
+def _seed_bits(values, lo, width, salt, cut, bit, bits):
+    """``bits[i] |= bit`` where ``mix(values[lo + i] ^ salt) <= cut``, for ``i < width``: a loop
+    without branches, which LLVM vectorizes (8 keys a step with AVX-512). O(width)."""
+    for i in range(width):
+        bits[i] |= np.int64(_mix(values[lo + i], salt) <= cut) * bit
+
+
 @njit(cache=True, nogil=True)
 def multi_filter(values, salts, cuts):
     """One pass over a chunk for several seeds at once: the indices of the accesses that at
     least one seed samples (``mix(value ^ salts[j]) <= cuts[j]``) and, for each, the bit mask of
-    the seeds that do. O(n x seeds), no allocation beyond the output.
+    the seeds that do. Block by block: each seed's hashes of a block of keys in one vectorized
+    loop, then the block's sampled accesses collected. O(n x seeds), no allocation beyond the output.
+
+    >>> idx, own = multi_filter(np.arange(6, dtype=np.uint64), np.array([1, 7], np.uint64), np.array([2**63, 0], np.uint64))
+    >>> bool((own == 1).all()), idx.size == int((hash_values(np.arange(6, dtype=np.uint64), np.uint64(1)) <= 2**63).sum())
+    (True, True)
     """
     n = values.shape[0]
     k = salts.shape[0]
     idx = np.empty(n, np.int64)
     own = np.empty(n, np.int64)
+    bits = np.empty(_BLOCK, np.int64)
     m = 0
-    for i in range(n):
-        v = values[i]
-        bits = 0
+    for lo in range(0, n, _BLOCK):
+        width = min(n - lo, _BLOCK)
+        bits[:width] = 0
         for j in range(k):
-            if _mix(v, salts[j]) <= cuts[j]:
-                bits |= 1 << j
-        if bits:
-            idx[m] = i
-            own[m] = bits
-            m += 1
+            _seed_bits(values, lo, width, salts[j], cuts[j], np.int64(1) << j, bits)
+        for i in range(width):
+            if bits[i] != 0:
+                idx[m] = lo + i
+                own[m] = bits[i]
+                m += 1
     return idx[:m].copy(), own[:m].copy()
 
 
