@@ -304,3 +304,22 @@ def test_reblock_real_trace_to_16_token_pages():
     # request 0's first page is page 0 of block 0; every request starts there
     assert np.all(fine.block_ids[fine.offsets[:-1]] == 0)
     assert np.array_equal(sorted_distinct(fine.block_ids // 32), sorted_distinct(trace.block_ids))
+
+
+def test_reblock_on_two_threads_equals_one_pass(monkeypatch):
+    # reblock writes a large trace's pages in two halves at once; with the threshold at one page
+    # every trace takes that path, and must equal the one-pass kernel's pages exactly.
+    from stackdist.engine import kernels
+    from stackdist.traces import RequestTrace, blocks
+
+    monkeypatch.setattr(blocks, "PARALLEL_PAGES", 1)
+    for seed in range(6):  # one test item, 6 seeded cases
+        rng = np.random.default_rng(seed)
+        rows = [rng.integers(0, 50, int(rng.integers(0, 7))).tolist() for _ in range(int(rng.integers(1, 30)))]
+        last = [int(rng.integers(1, 33)) for _ in rows]
+        trace = RequestTrace.from_blocks(rows, block_size=32, last_tokens=last)
+        got = blocks.reblock(trace, 8)
+        pages = (trace.block_tokens + 7) // 8
+        ids, tokens = np.empty(int(pages.sum()), np.int64), np.empty(int(pages.sum()), np.int64)
+        kernels.split_runs(trace.block_ids.astype(np.int64), trace.block_tokens, 8, 4, ids, tokens)
+        assert got.block_ids.tolist() == ids.tolist() and got.block_tokens.tolist() == tokens.tolist(), seed

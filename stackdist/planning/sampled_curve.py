@@ -236,21 +236,25 @@ def sampled_curves(trace: RequestTrace, counted: np.ndarray, rate: float | None,
     mine = [(bits >> j) & 1 == 1 for j in range(len(limits))]
     samples = [(idx[m], prev[m]) for m in mine]
     starts = [np.searchsorted(pos, trace.offsets, side="left") for pos, _ in samples]
+    in_counted = [counted[np.searchsorted(trace.offsets, pos, side="right") - 1] for pos, _ in samples]
     jobs = [(j, semantics) for j in range(len(limits)) for semantics in SEMANTICS]
+    reused_counted = (reusable > 0)[counted]
+
+    def job(item: tuple[int, str]) -> SampledPrefixCurve:  # one seed and semantics, curve included (both threads)
+        j, semantics = item
+        pos, prv = samples[j]
+        depth, need = _sampled_depths(pos, prv, trace.offsets, starts[j], q_prev, k, semantics == "engine", rates[j])
+        finite = (depth != COLD) & in_counted[j]
+        return _curve(semantics, trace.block_size, rates[j], depth[finite], trace.block_tokens[pos[finite]], exact,
+                      need[counted], reused_counted, coverage_target)
+
     with ThreadPoolExecutor(2) as pool:
-        depths = list(pool.map(lambda job: _sampled_depths(*samples[job[0]], trace.offsets, starts[job[0]], q_prev, k,
-                                                           job[1] == "engine", rates[job[0]]), jobs))
+        curves = list(pool.map(job, jobs))
     out: list[dict[str, SampledPrefixCurve]] = [{} for _ in limits]
-    kept_keys, kept_blocks = [], []
-    for j, (pos, prv) in enumerate(samples):
-        pos_counted = counted[np.searchsorted(trace.offsets, pos, side="right") - 1]
-        kept_keys.append(int(np.count_nonzero(prv < 0)))
-        kept_blocks.append(int(pos_counted.sum()))
-    for (j, semantics), (depth, need) in zip(jobs, depths, strict=True):
-        pos = samples[j][0]
-        finite = (depth != COLD) & counted[np.searchsorted(trace.offsets, pos, side="right") - 1]
-        out[j][semantics] = _curve(semantics, trace.block_size, rates[j], depth[finite], trace.block_tokens[pos[finite]],
-                                   exact, need[counted], (reusable > 0)[counted], coverage_target)
+    for (j, semantics), curve in zip(jobs, curves, strict=True):
+        out[j][semantics] = curve
+    kept_keys = [int(np.count_nonzero(prv < 0)) for _, prv in samples]
+    kept_blocks = [int(c.sum()) for c in in_counted]
     return out, rates, TraceCounts(int(distinct), kept_keys, kept_blocks)
 
 
@@ -258,7 +262,9 @@ def _curve(semantics: str, block_size: int, rate: float, depth: np.ndarray, toke
            needs: np.ndarray, reused: np.ndarray, target: float) -> SampledPrefixCurve:
     """Cumulative estimated hits over the sorted depth estimates, with SHARDS_adj to the exact ceilings."""
     order = np.argsort(depth, kind="stable")
-    values, start = np.unique(depth[order], return_index=True)
+    ordered = depth[order]
+    start = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if ordered.size else np.zeros(0, np.int64)
+    values = ordered[start]  # np.unique(ordered, return_index=True) without sorting it again
     cum_t = np.cumsum(tokens[order].astype(np.float64) / rate)
     cum_b = np.arange(1, depth.size + 1, dtype=np.float64) / rate
     last = np.append(start[1:], depth.size) - 1
