@@ -408,3 +408,16 @@ def test_the_command_line_and_file_rules_catch_what_they_forbid():
     uses, flags = command_line_uses("stackdist.planning.x", tree)
     assert len(uses) == 2 and flags == 1
     assert len(file_reads("stackdist.planning.x", tree)) == 4  # open, json.load and its open, np.load; not the write
+
+
+def maths_imports(module: str, imports: list[tuple[str, str | None, int]]) -> list[str]:
+    """Every import of numpy or numba in ``module`` (function-local ones too: ``_imports`` walks the whole tree)."""
+    return [f"{module}:{line} imports {target}" for target, _name, line in imports if target.split(".")[0] in ("numpy", "numba")]
+
+
+def test_the_cli_holds_no_maths():
+    """``cli/`` parses, calls the library once and renders: it never imports numpy (nor numba)."""
+    bad = [use for module in MODULES if module.startswith(CLI) for use in maths_imports(module, _imports(module))]
+    assert not bad, "\n".join(bad)
+    assert maths_imports("stackdist.cli.x", [("numpy", None, 2), ("stackdist.methods", "curve_of", 3)]) == \
+        ["stackdist.cli.x:2 imports numpy"]
