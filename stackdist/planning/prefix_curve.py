@@ -32,7 +32,7 @@ from stackdist.engine.kernels import COLD
 from stackdist.serving.semantics import PrefixReplay, replay_requests  # noqa: F401  (replay_requests: the doctests)
 from stackdist.traces import RequestTrace
 
-__all__ = ["PrefixCurve", "coverage_needs"]
+__all__ = ["PrefixCurve", "coverage_needs", "need_quantiles"]
 
 
 def _request_mask(trace: RequestTrace, requests: Any) -> np.ndarray:
@@ -235,14 +235,7 @@ class PrefixCurve:
         {'p50': 0, 'p100': 2}
         """
         needs = self.coverage_needs(target)
-        if reusable_only:
-            needs = needs[needs > 0]
-        needs = np.sort(needs)
-        out = {}
-        for q in quantiles:
-            k = exact_count(q, needs.size, "quantile")
-            out[f"p{float(q) * 100:g}"] = int(needs[k - 1]) if k > 0 else 0
-        return out
+        return need_quantiles(needs[needs > 0] if reusable_only else needs, quantiles)
 
     def summary(self) -> dict[str, Any]:
         """Totals and ceilings as a JSON-ready dict. O(1).
@@ -278,3 +271,18 @@ def coverage_needs(replay: PrefixReplay, target: float = 1.0) -> np.ndarray:
     k = (reusable * frac.numerator + frac.denominator - 1) // frac.denominator
     idx = np.where(k > 0, lo + k - 1, 0)
     return np.where(k > 0, replay.effective[idx] if replay.effective.size else 0, 0).astype(np.int64)
+
+
+def need_quantiles(needs: np.ndarray, quantiles: Sequence[float]) -> dict[str, int]:
+    """``{"p50": ..., ...}``: the exact order statistics of ``needs`` (the ``ceil(q n)``-th
+    smallest; 0 for an empty set). Shared by the exact and the estimated coverage. O(n log n).
+
+    >>> need_quantiles(np.array([5, 1, 3]), (0.5, 1.0))
+    {'p50': 3, 'p100': 5}
+    """
+    ordered = np.sort(needs)
+    out = {}
+    for q in quantiles:
+        k = exact_count(q, ordered.size, "quantile")
+        out[f"p{float(q) * 100:g}"] = int(ordered[k - 1]) if k > 0 else 0
+    return out

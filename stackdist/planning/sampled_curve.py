@@ -69,16 +69,15 @@ from stackdist.engine.histogram import exact_count, exact_fraction
 from stackdist.engine.kernels import COLD, njit
 from stackdist.engine.keys import dense_keys
 from stackdist.engine.scale.hashed_stack import multi_filter
-from stackdist.engine.scale.sampling import key_hashes
+from stackdist.engine.scale.sampling import HashFilter
 from stackdist.engine.scale.thresholds import (
     rate_of_threshold,
     seed_mix,
-    threshold_for_rate,
 )
 from stackdist.errors import TraceFormatError
 from stackdist.traces import RequestTrace
 
-from .prefix_curve import PrefixCurve
+from .prefix_curve import PrefixCurve, need_quantiles
 
 __all__ = ["NotChainedError", "SampledPrefixCurve", "TraceCounts", "sampled_curves"]
 
@@ -177,12 +176,7 @@ class SampledPrefixCurve:
         """Quantiles of the estimated needs over the counted requests (with ``reusable_only``,
         over the requests with reuse: an exact set). O(requests log requests)."""
         needs = self.coverage_needs(target)
-        needs = np.sort(needs[self._reused] if reusable_only else needs)
-        out = {}
-        for q in quantiles:
-            k = exact_count(q, needs.size, "quantile")
-            out[f"p{float(q) * 100:g}"] = int(needs[k - 1]) if k > 0 else 0
-        return out
+        return need_quantiles(needs[self._reused] if reusable_only else needs, quantiles)
 
     def summary(self) -> dict[str, Any]:
         """Totals and ceilings (exact) and the saturation (estimated), as :meth:`PrefixCurve.summary`
@@ -191,13 +185,8 @@ class SampledPrefixCurve:
 
 
 def _limit(trace: RequestTrace, rate: float | None, size: int | None, seed: int) -> int:
-    """The inclusive hash threshold of a seed: the rate's, lowered to keep at most ``size`` keys."""
-    limit = threshold_for_rate(1.0 if rate is None else rate)
-    if size is not None:
-        distinct = np.unique(key_hashes(trace.block_ids, seed))
-        if distinct.size > size:
-            limit = min(limit, int(distinct[size]) - 1)
-    return limit
+    """The inclusive hash threshold of a seed: the one sampling filter's (:class:`HashFilter`)."""
+    return HashFilter.of(trace.block_ids, rate, size, seed).limit
 
 
 def sampled_curves(trace: RequestTrace, counted: np.ndarray, rate: float | None, seeds: Sequence[int],
