@@ -36,6 +36,7 @@ from .args import (
     fraction_list,
     parse_int,
     resolve_window,
+    warmup_accesses,
     window_spec,
 )
 from .budget_args import (
@@ -342,14 +343,13 @@ def _checked(args: argparse.Namespace, options: PlanOptions, trace: Any) -> Plan
     require_data(last - first, args.trace, f"--window {args.window} holds none of the {n:,} requests")
     options = dataclasses.replace(options, count_range=(first, last) if args.window is not None else None)
     warm = args.warmup.strip()
-    if warm.endswith("%"):
+    if warm.endswith("%"):  # a percentage of the window's requests (traces/counting.py)
         try:
-            pct = float(warm[:-1])
-        except ValueError:
-            pct = math.nan
-        if not 0 <= pct <= 100:
-            raise UsageError(f"--warmup must be N requests, a duration like 10m or a percentage 0% to 100%; got {args.warmup!r}.")
-        options = dataclasses.replace(options, warmup_requests=math.ceil(pct * (last - first) / 100))
+            share = warmup_accesses(warm, last - first, "--warmup")
+        except UsageError:
+            raise UsageError(f"--warmup must be N requests, a duration like 10m or a percentage 0% to 100%; "
+                             f"got {args.warmup!r}.") from None
+        options = dataclasses.replace(options, warmup_requests=share)
     counted = warmup_mask(trace, options.warmup_requests, options.warmup_seconds, options.count_range)
     require_data(int(counted.sum()), args.trace, f"--warmup {args.warmup} covers all {n:,} requests")
     counted_blocks = int((trace.offsets[1:] - trace.offsets[:-1])[counted].sum())
