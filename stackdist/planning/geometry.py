@@ -439,11 +439,12 @@ def spec_from_config(
     if not isinstance(config, Mapping):
         path = os.path.join(config, "config.json") if os.path.isdir(config) else os.fspath(config)
         geometry = from_hf_config(path, dtype=_kv_bytes(kv_dtype))
-        fields = read_config_json(path)  # from_hf_config has checked it is a JSON object
+        fields: dict[str, Any] = read_config_json(path)  # from_hf_config has checked it is a JSON object
     else:
         fields = dict(config)
         geometry = from_hf_config(dict(fields, _name_or_path=name or fields.get("_name_or_path")), dtype=_kv_bytes(kv_dtype))
-    text = fields.get("text_config") if isinstance(fields.get("text_config"), Mapping) and "num_hidden_layers" not in fields else fields
+    text: Mapping[str, Any] = (fields["text_config"] if isinstance(fields.get("text_config"), Mapping)
+                               and "num_hidden_layers" not in fields else fields)
     params, active = fields.get("params"), fields.get("active_params")
     weights, source = None, "unknown (give --weights)"
     per = fields.get("weight_bytes_per_param") or _weight_bytes(fields)

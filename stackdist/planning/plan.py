@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -30,12 +30,17 @@ from .routing import RoutingOptions, routing_section, run_routing
 from .sampled_curve import SampledPrefixCurve
 from .schema import (
     SCHEMA_VERSION,
+    Budgets,
     Capacity,
     Comparison,
     Coverage,
     CurveTable,
+    EngineModelPlan,
     Plan,
     SemanticsPlan,
+    TierPlan,
+    TraceInfo,
+    WindowRow,
     WorkingSetRow,
     unreachable_reason,
 )
@@ -199,14 +204,15 @@ def _time_windows(replay: PrefixReplay, counted: np.ndarray, width: float, units
 
 def _semantics_report(curve: Curve, options: PlanOptions, units: _Units) -> SemanticsPlan:
     working = _working_sets(curve, units, options.targets)
-    marks = [w[k]["blocks"] for w in working for k in ("token_hit_rate", "fraction_of_ceiling") if w[k]]
+    marks = [cap["blocks"] for w in working for k in ("token_hit_rate", "fraction_of_ceiling") if (cap := w[k])]
     return {
         "summary": curve.summary(),
         "working_set": working,
         "coverage": _coverage(curve, units, options.coverage_target),
-        "tier_plan": tier_plan(curve, options.geometry, options.tier_targets, options.prices_per_gb),
-        "tier_plan_by_coverage": tier_plan(curve, options.geometry, options.tier_targets, options.prices_per_gb,
-                                           basis="coverage", coverage_target=options.coverage_target),
+        "tier_plan": cast(TierPlan, tier_plan(curve, options.geometry, options.tier_targets, options.prices_per_gb)),
+        "tier_plan_by_coverage": cast(TierPlan, tier_plan(curve, options.geometry, options.tier_targets,
+                                                          options.prices_per_gb, basis="coverage",
+                                                          coverage_target=options.coverage_target)),
         "curve": _curve_table(curve, units, _curve_points(curve, options.curve_points, marks)),
     }
 
@@ -273,8 +279,8 @@ def plan_of_replays(trace: RequestTrace, options: PlanOptions, replays: Mapping[
         curves[semantics], made[semantics] = PrefixCurve(replay, counted), replay  # every metric reads it
         sections[semantics] = _semantics_report(curves[semantics], options, units)
         if options.window_seconds:
-            sections[semantics]["time_windows"] = _time_windows(replay, counted, options.window_seconds, units,
-                                                                options.targets)
+            sections[semantics]["time_windows"] = cast(list[WindowRow], _time_windows(
+                replay, counted, options.window_seconds, units, options.targets))
     report["semantics"] = sections
     if len(curves) == 2:
         report["comparison"] = _comparison(dict(curves), units, options.targets)
@@ -284,14 +290,16 @@ def plan_of_replays(trace: RequestTrace, options: PlanOptions, replays: Mapping[
     if options.engine.models:
         results = run_engine_models(trace, options.engine, stage)
         report["engine_models"] = {
-            model: engine_section(results[model], trace, options.engine, options.geometry.kv_bytes_per_token, counted)
+            model: cast(EngineModelPlan, engine_section(results[model], trace, options.engine,
+                                                        options.geometry.kv_bytes_per_token, counted))
             for model in options.engine.models
         }
     if options.routing is not None:  # the engine semantics on K workers, shared tier: planning/routing.py
         report["cluster"] = routing_section(run_routing(trace, options.routing), trace, options.routing, counted,
                                             units.bytes_per_block)
     if options.budgets is not None:  # the sizes the user named (--capacity, --gpu): planning/budgets.py
-        report["budgets"] = budget_report(trace, made, counted, options.geometry, options.budgets, results, options.targets)
+        report["budgets"] = cast(Budgets, budget_report(trace, made, counted, options.geometry, options.budgets, results,
+                                                        options.targets))
     return PlanResult(report, curves, results)
 
 
@@ -333,7 +341,7 @@ def _header(trace: RequestTrace, options: PlanOptions, units: _Units, counted: n
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "stackdist", "version": __version__},
-        "trace": {
+        "trace": cast(TraceInfo, {
             "source": trace.source,
             "requests": trace.n_requests,
             "blocks": trace.n_blocks,
@@ -342,8 +350,8 @@ def _header(trace: RequestTrace, options: PlanOptions, units: _Units, counted: n
             "input_tokens": int(trace.input_length.sum()),
             "span_s": float(np.ptp(trace.timestamps_s)) if trace.n_requests else 0.0,
             "skipped_lines": trace.skipped,
-            **options.extra,
-        },
+            **options.extra,  # the format and the re-blocking the CLI read the trace with
+        }),
         "model": {
             "name": options.geometry.name,
             "kv_bytes_per_token": options.geometry.kv_bytes_per_token,

@@ -16,6 +16,7 @@ import numpy as np
 
 from stackdist.engine.histogram import exact_count
 from stackdist.methods.curve import CurveResult
+from stackdist.methods.method import Sampled
 from stackdist.methods.tiers import TiersResult
 from stackdist.output import tool_header
 
@@ -71,7 +72,8 @@ def curve_report(result: CurveResult, trace: Any, targets: Sequence[float], capa
 def _sampled_report(result: CurveResult, trace: Any, targets: Sequence[float], capacities: np.ndarray) -> dict[str, Any]:
     from stackdist.engine.scale.estimate import spread
 
-    curves, main = result.seeds, result.curve
+    curves, main, method = result.seeds, result.curve, result.method
+    assert isinstance(method, Sampled)
     sample = main.sample(capacities)
     rates = np.array([c.hit_rate_at(capacities) for c in curves])
     sample.update({"hit_rate_min": rates.min(0).tolist(), "hit_rate_max": rates.max(0).tolist(),
@@ -84,7 +86,7 @@ def _sampled_report(result: CurveResult, trace: Any, targets: Sequence[float], c
     by_rate, by_rate_spread = answers(lambda c, t: c.min_capacity_for(hit_rate=t))
     by_ceiling, by_ceiling_spread = answers(lambda c, t: c.min_capacity_for(hits=t * c.ceiling_hits))
     return {**tool_header("curve"), "trace": trace, "sampled": True, "sample_rate": main.rate,
-            "sample_size": result.method.size, "seeds": result.method.seed_list(), "summary": main.summary(),
+            "sample_size": method.size, "seeds": method.seed_list(), "summary": main.summary(),
             "min_capacity_for_hit_rate": by_rate, "min_capacity_for_hit_rate_spread": by_rate_spread,
             "min_capacity_for_fraction_of_ceiling": by_ceiling,
             "min_capacity_for_fraction_of_ceiling_spread": by_ceiling_spread,
@@ -110,7 +112,7 @@ def curve_csv(result: CurveResult, capacities: np.ndarray) -> str:
 def tiers_report(result: TiersResult, trace: Any, window: str | None = None, warmup: str | None = None) -> dict[str, Any]:
     """The JSON report of the tier grids (sampled: the rate, seeds and each cell's hit-rate
     range over the seeds). O(grid)."""
-    if result.sampled:
+    if isinstance(result.method, Sampled):
         method = result.method
         out: dict[str, Any] = {**tool_header("tiers"), "trace": trace, "sampled": True, "sample_rate": result.rate,
                                "sample_size": method.size, "seeds": method.seed_list(), "accesses": result.accesses,

@@ -78,9 +78,8 @@ def render_plan_table(report: Plan) -> str:
         for q, cap in cov["requests_with_reuse"].items():
             covered = _fmt_cap(cap, "", _at(bars, "coverage", "requests_with_reuse", q))
             lines.append(f"  {q:>6} of requests with reuse  {covered}")
-        for key, what in (("tier_plan", "of the ceiling's prefix tokens"),
-                          ("tier_plan_by_coverage", "of requests with reuse covered")):
-            lines += _tier_lines(sem[key], what, _at(bars, key))
+        lines += _tier_lines(sem["tier_plan"], "of the ceiling's prefix tokens", _at(bars, "tier_plan"))
+        lines += _tier_lines(sem["tier_plan_by_coverage"], "of requests with reuse covered", _at(bars, "tier_plan_by_coverage"))
         lines += _window_lines(sem.get("time_windows", []))
     if "comparison" in report:
         lines += ["", "== per-access vs engine =="]

@@ -474,7 +474,7 @@ def read_keys(spec: str | Sequence[str], fmt: str | None) -> tuple[np.ndarray, n
     [1, 2, 1]
     """
     if is_request_format(fmt):
-        ids = [t.block_ids for t in iter_request_chunks(spec, fmt)]
+        ids = [t.block_ids for t in iter_request_chunks(spec, str(fmt))]
         return (np.concatenate(ids) if ids else np.zeros(0, np.int64)), None
     parts = list(iter_access_chunks(spec, fmt))
     if not parts:
