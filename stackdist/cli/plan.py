@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from stackdist.errors import TraceFormatError, UsageError, require_data
+from stackdist.errors import UsageError, require_data
 from stackdist.methods.method import Method
 from stackdist.methods.plan import plan
 from stackdist.output import Progress, check_outputs, write_json, write_stdout
@@ -242,35 +242,16 @@ def _every(args: argparse.Namespace) -> tuple[str | None, str]:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    from stackdist.engine.keys import first_size_change
-    from stackdist.traces import (
-        AccessTrace,
-        access_as_requests,
-        read_access_trace,
-        reblock,
-    )
-    from stackdist.traces.access import record_line
-    from stackdist.traces.formats import is_request_format
-    from stackdist.traces.stream_input import is_streamed, read_keys
+    """The trace as requests (:func:`stackdist.traces.stream_input.read_as_requests`: an access
+    stream as one-block requests), re-blocked when asked."""
+    from stackdist.traces import reblock
+    from stackdist.traces.stream_input import read_as_requests
 
     if args.block_size is not None and args.block_size < 1:
         raise UsageError(f"--block-size must be a positive integer; got {args.block_size}.")
-    if not is_request_format(args.format):  # a key[,size] stream: every access is a one-block request
-        streamed = is_streamed(args.trace)  # several files, a glob, -, .gz/.zst
-        access = (AccessTrace(*read_keys(args.trace, args.format), args.trace) if streamed
-                  else read_access_trace(args.trace, args.format))
-        changed = first_size_change(access.keys, access.sizes)
-        if changed is not None:
-            where = f"{args.trace}: access {changed + 1:,}" if streamed else record_line(args.trace, args.format, changed)
-            raise TraceFormatError(where, None, "this key has another size earlier; a key's size must be fixed")
-        trace = access_as_requests(access, args.block_size)
-    else:
-        if any(m in ENGINE_MODELS for m in args.semantics):  # readers that can drop it (tokens) keep it:
-            args.partial_last_block = True  # the engine models count the whole prompt, its last partial block too
-        from stackdist.traces.stream_input import read_request_input
-
-        trace = read_request_input(args.trace, args.format, args.block_size, args.skip_bad,  # streamed inputs too
-                                   args.partial_last_block)
+    # the engine models count the whole prompt, its last partial block too (readers that can drop it, tokens, keep it)
+    partial = args.partial_last_block or any(m in ENGINE_MODELS for m in args.semantics)
+    trace = read_as_requests(args.trace, args.format, args.block_size, args.skip_bad, partial)
     if args.reblock is not None:
         if trace.block_size % args.reblock:
             raise UsageError(f"--reblock must divide the trace's block size ({trace.block_size} tokens); got {args.reblock}.")

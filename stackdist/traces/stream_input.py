@@ -40,6 +40,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from stackdist.engine.keys import first_size_change
 from stackdist.errors import TraceFormatError, UsageError
 from stackdist.input_names import (
     compression_of,
@@ -48,7 +49,7 @@ from stackdist.input_names import (
     is_streamed,
 )
 
-from .access import read_access_trace
+from .access import AccessTrace, access_as_requests, read_access_trace, record_line
 from .fast_delimited import parse_int_lines
 from .formats import (
     ACCESSES,
@@ -85,6 +86,7 @@ __all__ = [
     "open_input",
     "parse_int_lines",
     "parse_request_lines",
+    "read_as_requests",
     "read_keys",
     "read_request_input",
     "request_line_chunks",
@@ -495,6 +497,29 @@ def joined_sizes(parts: list[tuple[np.ndarray, np.ndarray | None]], source: Any)
         raise TraceFormatError(str(source), None, "some inputs have a size column and some do not: give every file "
                                "the size column or none")
     return np.concatenate([np.zeros(0, np.int64) if s is None else s for _, s in parts])
+
+
+def read_as_requests(spec: str | Sequence[str], format: str | None, block_size: int | None = None,
+                     skip_bad: bool = False, partial_last_block: bool = False) -> RequestTrace:
+    """Any trace as a request trace: a request format read as it is (:func:`read_request_input`),
+    an access stream (``key[,size]``) as one one-block request per access
+    (:func:`~.access.access_as_requests`; a key whose size changes is a :class:`TraceFormatError`
+    at its line). One file or streamed input. O(trace).
+
+    >>> import os, tempfile
+    >>> p = os.path.join(tempfile.mkdtemp(), "k.csv"); _ = open(p, "w").write("7,2\\n8,3\\n7,2\\n")
+    >>> t = read_as_requests(p, None); t.n_requests, t.block_tokens.tolist()
+    (3, [2, 3, 2])
+    """
+    if is_request_format(format):
+        return read_request_input(spec, str(format), block_size, skip_bad, partial_last_block)
+    streamed = is_streamed(spec)  # several files, a glob, -, .gz/.zst
+    access = AccessTrace(*read_keys(spec, format), str(spec)) if streamed else read_access_trace(input_specs(spec)[0], format)
+    changed = first_size_change(access.keys, access.sizes)
+    if changed is not None:
+        where = f"{spec}: access {changed + 1:,}" if streamed else record_line(input_specs(spec)[0], format, changed)
+        raise TraceFormatError(where, None, "this key has another size earlier; a key's size must be fixed")
+    return access_as_requests(access, block_size)
 
 
 def read_request_input(spec: str | Sequence[str], format: str = "mooncake", block_size: int | None = None,
