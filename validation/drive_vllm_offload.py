@@ -156,10 +156,9 @@ class OffloadEngine:
         if cpu_blocks > 0:
             assert self.connector is not None and type(self.connector).__name__ == "OffloadingConnector"
             mgr = self.connector.scheduler.manager
-            n = getattr(mgr, "num_chunks", None)
-            if n is None:
-                n = getattr(getattr(mgr, "cache_policy", None), "capacity", None)
-            self.cpu_capacity = n
+            # CPUOffloadingManager._num_chunks (v1/kv_offload/cpu/manager.py): must be C
+            self.cpu_capacity = mgr._num_chunks
+            assert self.cpu_capacity == cpu_blocks, (self.cpu_capacity, cpu_blocks)
         else:
             assert self.connector is None
             self.cpu_capacity = 0
