@@ -159,6 +159,18 @@ class OffloadEngine:
             # CPUOffloadingManager._num_chunks (v1/kv_offload/cpu/manager.py): must be C
             self.cpu_capacity = mgr._num_chunks
             assert self.cpu_capacity == cpu_blocks, (self.cpu_capacity, cpu_blocks)
+            # Observe prepare_store answers of None (a store that found no room,
+            # v1/kv_offload/cpu/manager.py: prepare_store), per request.
+            orig_prepare_store = mgr.prepare_store
+
+            def prepare_store(keys, req_context, *a, **kw):
+                res = orig_prepare_store(keys, req_context, *a, **kw)
+                if res is None:
+                    self.store_failures += 1
+                    self.store_failure_requests.add(int(req_context.req_id))
+                return res
+
+            mgr.prepare_store = prepare_store
         else:
             assert self.connector is None
             self.cpu_capacity = 0
@@ -167,6 +179,9 @@ class OffloadEngine:
         self.local_hit: dict[str, int] = {}
         self.ext_hit: dict[str, int] = {}
         self.steps = 0
+        self.store_failures = 0
+        self.store_failure_requests: set[int] = set()
+        self._current = -1
         self.n_store_jobs = 0
         self.n_load_jobs = 0
         self._wrap()
@@ -253,6 +268,7 @@ class OffloadEngine:
 
     def serve(self, r: common.Request) -> tuple[int, int]:
         req = self._request(r)
+        self._current = r.index
         self.sched.add_request(req)
         next_k = [1]
         guard = 0
@@ -276,7 +292,9 @@ class OffloadEngine:
     def stats(self) -> dict:
         pool = self.sched.kv_cache_manager.block_pool
         return {"num_gpu_blocks": pool.num_gpu_blocks, "steps": self.steps, "store_jobs": self.n_store_jobs,
-                "load_jobs": self.n_load_jobs, "cpu_capacity_chunks": self.cpu_capacity}
+                "load_jobs": self.n_load_jobs, "cpu_capacity_chunks": self.cpu_capacity,
+                "prepare_store_none": self.store_failures,
+                "requests_with_prepare_store_none": sorted(self.store_failure_requests)}
 
 
 def run(trace, hash_block_size, decode, pool: str, cpu_blocks: int, policy: str):
