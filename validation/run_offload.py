@@ -5,7 +5,7 @@
 Runs validation/drive_vllm_offload.py (under the given vLLM interpreter) on a few committed
 traces, GPU pools where eviction matters (sizes taken from the committed vLLM serial results, so
 the CPU = 0 runs can be checked against drive_vllm.py's columns), CPU sizes 0 / small / large,
-policies lru and arc, with decode; writes one CSV per (trace, cpu size, policy) and manifest.json
+policies lru and arc, with and without decode; writes one CSV per (trace, cpu size, policy) and manifest.json
 (trace, pools, cpu size, policy, vLLM version, the command line, per-run totals, sha256).
 Standard library only.
 """
@@ -53,9 +53,11 @@ def main(argv: list[str]) -> int:
     for trace, bh, pools, cpus in RUNS:
         if only and trace not in only:
             continue
-        for cpu in cpus:
-            for policy in (POLICIES if cpu > 0 else ["lru"]):
-                name = f"{trace}.vllm-native.cpu{cpu}" + (f".{policy}" if cpu > 0 else "") + ".serial.decode.csv"
+        for decode, cpu, policy in [(d, c, p) for d in (True, False) for c in cpus
+                                    for p in (POLICIES if c > 0 else ["lru"])]:
+            if True:
+                dtag = "decode" if decode else "nodecode"
+                name = f"{trace}.vllm-native.cpu{cpu}" + (f".{policy}" if cpu > 0 else "") + f".serial.{dtag}.csv"
                 if name in done:
                     continue
                 rel_trace = os.path.join("tests", "data", "engines", trace + ".jsonl")
@@ -63,7 +65,7 @@ def main(argv: list[str]) -> int:
                 summ = os.path.join("/tmp", name + ".summary.json")
                 cmd = [py, "validation/drive_vllm_offload.py", "--trace", rel_trace, "--hash-block-size", str(bh),
                        "--pools", ",".join(map(str, pools)), "--cpu-blocks", str(cpu), "--policy", policy,
-                       "--out", rel_out, "--summary", summ]
+                       "--out", rel_out, "--summary", summ] + ([] if decode else ["--no-decode"])
                 print(" ".join(cmd), file=sys.stderr, flush=True)
                 subprocess.run(cmd, cwd=ROOT, check=True)
                 with open(summ) as fh:
@@ -73,13 +75,13 @@ def main(argv: list[str]) -> int:
                     "trace": trace + ".jsonl",
                     "hash_block_size": bh,
                     "schedule": "serial",
-                    "decode": True,
+                    "decode": decode,
                     "gpu_pools": pools,
                     "cpu_blocks": cpu,
                     "policy": policy if cpu > 0 else None,
                     "engine": s["engine"],
                     "bytes_per_block": s["bytes_per_block"],
-                    "command": "$VLLM_PY " + " ".join(cmd[1:-2]),
+                    "command": "$VLLM_PY " + " ".join(c for c in cmd[1:] if c not in ("--summary", summ)),
                     "runs": [{k: r.get(k) for k in ("pool", "feasible", "failure", "total_hit_tokens",
                                                      "total_offload_hit_tokens", "stats")} for r in s["runs"]],
                     "model_config_stub_attributes_defaulted_to_None":
@@ -87,7 +89,7 @@ def main(argv: list[str]) -> int:
                     "sha256": sha256(os.path.join(ROOT, rel_out)),
                 }
                 if cpu == 0:
-                    entry["check_against_drive_vllm"] = check_cpu0(trace, rel_out)
+                    entry["check_against_drive_vllm"] = check_cpu0(trace, rel_out, dtag)
                 manifest["runs"].append(entry)
                 manifest["runs"].sort(key=lambda r: r["file"])
                 with open(manifest_path, "w") as fh:
@@ -96,10 +98,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def check_cpu0(trace: str, rel_out: str) -> dict:
+def check_cpu0(trace: str, rel_out: str, dtag: str) -> dict:
     """CPU = 0 (no connector, the full Scheduler) against drive_vllm.py's committed serial decode
-    columns (KVCacheManager driven by hand): differing requests per pool."""
-    ref_path = os.path.join(DATA, "results", f"{trace}.vllm.serial.decode.csv")
+    (or nodecode) columns (KVCacheManager driven by hand): differing requests per pool."""
+    ref_path = os.path.join(DATA, "results", f"{trace}.vllm.serial.{dtag}.csv")
     with open(ref_path) as fh:
         ref = list(csv.DictReader(fh))
     with open(os.path.join(ROOT, rel_out)) as fh:
