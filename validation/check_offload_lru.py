@@ -1,0 +1,99 @@
+"""Check OFFLOAD_NOTES.md's rules for vLLM's native CPU tier (lru, serial) against the engine's CSVs.
+
+    python3 validation/check_offload_lru.py            # every lru CSV in tests/data/engines/offload/
+
+Standard library only; not engine code and not the planner: a restatement of the rules read in
+vLLM 0.33.0 (OFFLOAD_NOTES.md) for the serial schedule, used to see whether they explain every
+request's `offload_hit_tokens_<N>`. The GPU hit is taken from the engine's own column
+(`hit_tokens_<N>`, which the CPU tier does not change in serial runs); the CPU tier is modelled:
+
+- lookup (before the request's own stores): from block `hit // 16`, the run of consecutive full
+  prompt blocks the tier holds, up to floor(P / 16) blocks (the whole prompt, no last-token cap);
+- store (the prefill step): the request offers all its floor(P / 16) full prompt blocks; blocks
+  the tier lacks need room: free slots first, then LRU eviction of blocks not among the offered
+  ones; if there is not room for all of them, nothing is stored (all or nothing);
+- finish: every offered block still held becomes most recent, the prompt's head most recent of
+  all (last block first).
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import sys
+from collections import OrderedDict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import common  # noqa: E402
+
+E = common.ENGINE_BLOCK
+
+
+def block_keys(r: common.Request, bh: int) -> list[tuple]:
+    """Prefix-chained identity of each full 16-token prompt block (page s of hash block b)."""
+    keys, prev = [], None
+    for i in range(r.input_length // E):
+        j, s = divmod(i * E, bh)
+        prev = (prev, r.hash_ids[j], s // E)
+        keys.append(prev)
+    return keys
+
+
+def model(trace, bh: int, cpu: int, gpu_hits: list[int]) -> list[int]:
+    tier: OrderedDict = OrderedDict()  # LRU first
+    out = []
+    for r, hit in zip(trace, gpu_hits):
+        keys = block_keys(r, bh)
+        run = 0
+        for k in keys[hit // E:]:
+            if k not in tier:
+                break
+            run += 1
+        out.append(run * E)
+        offered = set(keys)
+        new = [k for k in keys if k not in tier]
+        need = len(new) - (cpu - len(tier))
+        ok = True
+        if need > 0:
+            victims = [k for k in tier if k not in offered][:need]
+            if len(victims) < need:
+                ok = False
+            else:
+                for k in victims:
+                    del tier[k]
+        if ok:
+            for k in new:
+                tier[k] = True
+        for k in reversed(keys):
+            if k in tier:
+                tier.move_to_end(k)
+    return out
+
+
+def main() -> int:
+    with open(os.path.join(ROOT, "tests", "data", "engines", "offload", "manifest.json")) as fh:
+        manifest = json.load(fh)
+    bad = 0
+    for run in manifest["runs"]:
+        if run["policy"] != "lru":
+            continue
+        trace = common.read_trace(os.path.join(ROOT, "tests", "data", "engines", run["trace"]))
+        with open(os.path.join(ROOT, "tests", "data", "engines", "offload", run["file"])) as fh:
+            rows = list(csv.DictReader(fh))
+        for pool in run["gpu_pools"]:
+            hits = [int(x[f"hit_tokens_{pool}"]) for x in rows]
+            got = [int(x[f"offload_hit_tokens_{pool}"]) for x in rows]
+            want = model(trace, run["hash_block_size"], run["cpu_blocks"], hits)
+            diff = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
+            bad += bool(diff)
+            print(f"{run['file']} N={pool}: engine {sum(got)} model {sum(want)} "
+                  f"differing requests {len(diff)} {diff[:8]}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
