@@ -44,33 +44,73 @@ def block_keys(r: common.Request, bh: int) -> list[tuple]:
 
 
 def model(trace, bh: int, cpu: int, gpu_hits: list[int]) -> list[int]:
-    tier: OrderedDict = OrderedDict()  # LRU first
+    """Rank-based LRU as lru.py keeps it, with the engine's step order in a serial run."""
+    rank: dict = {}  # key in tier -> (rank, -position): lowest evicted first
+    counter = [0]
+
+    def fresh() -> int:
+        counter[0] += 1
+        return counter[0]
+
+    def access(keys, req):  # on_request_access: (request rank, -position), only raises
+        if req["rank"] is None:
+            req["rank"] = fresh()
+        for k in keys:
+            if k in rank:
+                new = (req["rank"], -req["pos"][k])
+                if rank[k] < new:
+                    rank[k] = new
+        req["seen"].update(keys)
+
+    def store(req) -> bool:  # prepare_store over all full prompt blocks
+        keys = req["keys"]
+        new = [k for k in keys if k not in rank]
+        access([k for k in keys if k not in req["seen"]], req)
+        need = len(new) - (cpu - len(rank))
+        if need > 0:
+            prot = set(keys)
+            cand = sorted((rk, k) for k, rk in rank.items() if k not in prot)
+            if len(cand) < need:
+                return False
+            for _, k in cand[:need]:
+                del rank[k]
+        if req["rank"] is None:
+            req["rank"] = fresh()
+        for k in new:
+            rank[k] = (req["rank"], -req["pos"][k])
+        return True
+
+    def finish(req):  # on_request_finished: fresh ranks, last block first
+        for k in reversed(req["keys"]):
+            if k in rank and k in req["seen"]:
+                rank[k] = (fresh(), 0)
+
     out = []
+    prev = None  # the finished request whose finalization rides on the next step
     for r, hit in zip(trace, gpu_hits):
         keys = block_keys(r, bh)
+        req = {"keys": keys, "pos": {k: (i + 1) * E for i, k in enumerate(keys)}, "rank": None,
+               "seen": set(), "stored": False}
         run = 0
         for k in keys[hit // E:]:
-            if k not in tier:
+            if k not in rank:
                 break
             run += 1
         out.append(run * E)
-        offered = set(keys)
-        new = [k for k in keys if k not in tier]
-        need = len(new) - (cpu - len(tier))
-        ok = True
-        if need > 0:
-            victims = [k for k in tier if k not in offered][:need]
-            if len(victims) < need:
-                ok = False
-            else:
-                for k in victims:
-                    del tier[k]
-        if ok:
-            for k in new:
-                tier[k] = True
-        for k in reversed(keys):
-            if k in tier:
-                tier.move_to_end(k)
+        if run:  # step 1: prepare_load pins and records the loaded blocks; no store this step
+            access(keys[hit // E: hit // E + run], req)
+        else:  # step 1 computes the prompt: its stores
+            req["stored"] = store(req)
+        if prev is not None:  # build_connector_meta: the finished request's last try, then finalization
+            if not prev["stored"]:
+                prev["stored"] = store(prev)
+            finish(prev)
+        if run:  # step 2 computes the rest of the prompt: its stores
+            req["stored"] = store(req)
+        # (decode steps retry a failed store; nothing else changes the tier in between)
+        if not req["stored"] and r.output_length > 1:
+            req["stored"] = store(req)
+        prev = req
     return out
 
 
