@@ -9,7 +9,8 @@ request's `offload_hit_tokens_<N>`. The GPU hit is taken from the engine's own c
 
 - lookup (before the request's own stores): from block `hit // 16`, the run of consecutive full
   prompt blocks the tier holds, up to floor(P / 16) blocks (the whole prompt, no last-token cap);
-- store (the prefill step): the request offers all its floor(P / 16) full prompt blocks; blocks
+- store (the prefill step): the request offers all its floor(P / 16) full prompt blocks (after a
+  CPU load only those past the loaded ones: OffloadPolicy.CHUNK_LEVEL); blocks
   the tier lacks need room: free slots first, then LRU eviction of blocks not among the offered
   ones; if there is not room for all of them, nothing is stored (all or nothing);
 - finish: every offered block still held becomes most recent, the prompt's head most recent of
@@ -62,8 +63,8 @@ def model(trace, bh: int, cpu: int, gpu_hits: list[int]) -> list[int]:
                     rank[k] = new
         req["seen"].update(keys)
 
-    def store(req) -> bool:  # prepare_store over all full prompt blocks
-        keys = req["keys"]
+    def store(req) -> bool:  # prepare_store over the offered full prompt blocks
+        keys = req["offer"]
         new = [k for k in keys if k not in rank]
         access([k for k in keys if k not in req["seen"]], req)
         need = len(new) - (cpu - len(rank))
@@ -90,7 +91,7 @@ def model(trace, bh: int, cpu: int, gpu_hits: list[int]) -> list[int]:
     for r, hit in zip(trace, gpu_hits):
         keys = block_keys(r, bh)
         req = {"keys": keys, "pos": {k: (i + 1) * E for i, k in enumerate(keys)}, "rank": None,
-               "seen": set(), "stored": False}
+               "seen": set(), "stored": False, "offer": keys}
         run = 0
         for k in keys[hit // E:]:
             if k not in rank:
@@ -99,6 +100,9 @@ def model(trace, bh: int, cpu: int, gpu_hits: list[int]) -> list[int]:
         out.append(run * E)
         if run:  # step 1: prepare_load pins and records the loaded blocks; no store this step
             access(keys[hit // E: hit // E + run], req)
+            # CHUNK_LEVEL (the default OffloadPolicy): after a load, stores start past the
+            # loaded blocks; the GPU-hit and loaded blocks are not offered again.
+            req["offer"] = keys[hit // E + run:]
         else:  # step 1 computes the prompt: its stores
             req["stored"] = store(req)
         if prev is not None:  # build_connector_meta: the finished request's last try, then finalization
