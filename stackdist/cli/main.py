@@ -125,8 +125,9 @@ def _run(args: Any) -> int:
     from stackdist.errors import UsageError
     from stackdist.traces.formats import is_request_format
 
-    scaled = args.command in ("curve", "tiers") and (getattr(args, "sample_rate", None) is not None
-                                                    or getattr(args, "sample_size", None) is not None or args.dask)
+    from .scale import is_sampled
+
+    scaled = args.command in ("curve", "tiers") and (is_sampled(args) or bool(args.dask))
     if scaled and is_request_format(getattr(args, "format", None)) and (args.window or args.warmup):
         raise UsageError("--window and --warmup count the requests of a request trace; with --sample-*, --dask or a "
                          "streamed input that is not available: drop them, or the scale flag.")

@@ -23,7 +23,6 @@ __all__ = [
     "add_scale_arguments",
     "is_sampled",
     "method_from",
-    "seeds_of",
     "trace_input",
 ]
 
@@ -55,15 +54,6 @@ def is_sampled(args: argparse.Namespace) -> bool:
     (True, False)
     """
     return getattr(args, "sample_rate", None) is not None or getattr(args, "sample_size", None) is not None
-
-
-def seeds_of(args: argparse.Namespace) -> list[int]:
-    """The hash seeds of a sampled run: ``--seed`` and the next ``--sample-seeds - 1``. O(K).
-
-    >>> seeds_of(argparse.Namespace(seed=4, sample_seeds=3))
-    [4, 5, 6]
-    """
-    return [args.seed + i for i in range(args.sample_seeds)]
 
 
 def method_from(args: argparse.Namespace) -> Any:

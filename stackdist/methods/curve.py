@@ -19,7 +19,7 @@ import itertools
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -119,7 +119,6 @@ class CurveResult:
     method: Method
     seeds: tuple[Any, ...] = ()
     distributed: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def sampled(self) -> bool:
