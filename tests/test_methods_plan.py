@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from naive import real_trace_paths
 
 from stackdist.methods import Exact, Sampled
 from stackdist.methods.plan import plan
@@ -119,3 +120,27 @@ def test_sampled_plan_cli_refusals(tmp_path, capsys):
     bad.write_text("".join(json.dumps({"timestamp": i, "input_length": 32, "hash_ids": [i % 2, 5]}) + "\n" for i in range(20)))
     assert main(["plan", str(bad), "--block-size", "16", "--sample-rate", "0.5"]) == 1
     assert "prefix-chained" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", real_trace_paths(), ids=lambda p: p.stem)
+def test_sampled_plan_on_the_real_traces(path):
+    # The shared Mooncake traces (prefix-chained): at rate 1 the estimate is the exact plan; at 0.1
+    # every working set and coverage quantile is within 5% (plus the sample's resolution of 1/R
+    # blocks) of the exact one, and the counts and ceilings are exact.
+    from stackdist.traces import read_mooncake
+
+    trace = read_mooncake(path)
+    exact = plan(trace, PlanOptions()).plan
+    same = plan(trace, PlanOptions(), Sampled(rate=1.0, seeds=1)).plan
+    near = plan(trace, PlanOptions(), Sampled(rate=0.1, seeds=2)).plan
+    assert near["trace"] == exact["trace"]
+    for name in ("engine", "per-access"):
+        e, s, n = exact["semantics"][name], same["semantics"][name], near["semantics"][name]
+        assert s["working_set"] == e["working_set"] and s["coverage"] == e["coverage"]
+        assert n["summary"] | {"saturation_blocks": 0} == e["summary"] | {"saturation_blocks": 0}
+        for row_e, row_n in zip(e["working_set"], n["working_set"], strict=True):
+            want, have = row_e["fraction_of_ceiling"]["blocks"], row_n["fraction_of_ceiling"]["blocks"]
+            assert abs(have - want) <= 0.05 * want + 10, (name, row_e["target"], have, want)
+        for q, cap in e["coverage"]["requests_with_reuse"].items():
+            have = n["coverage"]["requests_with_reuse"][q]["blocks"]
+            assert abs(have - cap["blocks"]) <= 0.05 * cap["blocks"] + 10, (name, q, have, cap["blocks"])
