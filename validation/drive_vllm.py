@@ -27,23 +27,15 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import torch
 import vllm
-from vllm.sampling_params import SamplingParams
-from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_manager import KVCacheManager
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
 )
 from vllm.v1.request import Request, RequestStatus
+from vllm_request import E, vllm_request
 
-E = common.ENGINE_BLOCK
-# CacheConfig.prefix_caching_hash_algo defaults to "sha256"; EngineCore does exactly this
-# (vllm/v1/engine/core.py: get_hash_fn_by_name, init_none_hash, get_request_block_hasher).
-HASH_FN = get_hash_fn_by_name("sha256")
-init_none_hash(HASH_FN)
-BLOCK_HASHER = get_request_block_hasher(E, HASH_FN, 0)
 
 
 class VllmEngine:
@@ -85,15 +77,7 @@ class VllmEngine:
         self.n_evicted = 0
 
     def _req(self, r: common.Request) -> Request:
-        o = r.output_length if self.decode_on else 1
-        return Request(
-            request_id=str(r.index),
-            prompt_token_ids=common.prompt_tokens(r, self.hash_block_size),
-            sampling_params=SamplingParams(max_tokens=o),
-            pooling_params=None,
-            arrival_time=float(r.index),
-            block_hasher=BLOCK_HASHER,
-        )
+        return vllm_request(r, self.hash_block_size, self.decode_on)
 
     def arrive(self, r: common.Request) -> int:
         req = self._req(r)

@@ -57,19 +57,13 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
     OffloadingConnectorMetadata,
     OffloadingWorkerMetadata,
 )
-from vllm.sampling_params import SamplingParams
-from vllm.utils.hashing import get_hash_fn_by_name
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request
+from vllm_request import E, vllm_request
 from vllm.v1.structured_output import StructuredOutputManager
 
-E = common.ENGINE_BLOCK
-HASH_FN = get_hash_fn_by_name("sha256")
-init_none_hash(HASH_FN)
-BLOCK_HASHER = get_request_block_hasher(E, HASH_FN, 0)
 
 # One layer, 1 KV head of 64 fp16: page_size_bytes = 2 * 16 * 1 * 64 * 2 = 4096 bytes per block,
 # equal to mmap.PAGESIZE (the CPU spec's BLOCK_SIZE_ALIGNMENT), so C blocks = C * 4096 bytes.
@@ -210,15 +204,7 @@ class OffloadEngine:
             conn.get_num_new_matched_tokens = ext
 
     def _request(self, r: common.Request) -> Request:
-        o = r.output_length if self.decode_on else 1
-        return Request(
-            request_id=str(r.index),
-            prompt_token_ids=common.prompt_tokens(r, self.hash_block_size),
-            sampling_params=SamplingParams(max_tokens=o, ignore_eos=True),
-            pooling_params=None,
-            arrival_time=float(r.index),
-            block_hasher=BLOCK_HASHER,
-        )
+        return vllm_request(r, self.hash_block_size, self.decode_on, ignore_eos=True)
 
     def _step(self, r: common.Request, next_k: list[int]) -> None:
         out = self.sched.schedule()
