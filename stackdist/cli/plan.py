@@ -20,10 +20,17 @@ from stackdist.planning.engine_plan import (
     per_request_workers,
     schedule_for,
 )
+from stackdist.planning.offload_plan import offload_columns
 from stackdist.planning.plan import PlanOptions, parse_duration
 from stackdist.planning.prices import parse_prices
 from stackdist.planning.routing import ROUTING_ROUTERS, RoutingOptions, parse_sizes
 from stackdist.serving.engine_model import ENGINE_MODELS
+from stackdist.serving.offload import (
+    OFFLOAD_MODELS,
+    OffloadSpec,
+    offload_model,
+    parse_offload,
+)
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.semantics import SEMANTICS
 from stackdist.traces.formats import REQUESTS, formats
@@ -113,11 +120,20 @@ def add_plan_parser(sub: Any) -> None:
                      help="service model: prefill speed (default 10000 tokens/s)")
     eng.add_argument("--decode-tokens-per-s", type=float, default=50.0, metavar="R",
                      help="service model: decode speed per request (default 50 tokens/s)")
+    eng.add_argument("--offload", action="append", metavar="MODEL:tier=SIZE,...",
+                     help=f"offload tiers behind the engine's GPU cache, as the engine implements them: {_offload_help()}. "
+                     "Sizes in the model's unit, tokens, or bytes (64GiB, 1TiB: converted with the model's KV bytes per "
+                     "token); '/' gives a ladder (cpu=64/128/256GiB); repeat the flag for several models. Adds the "
+                     "engine model it sits behind to --semantics; the serial schedule (the engines' transfer timing "
+                     "is not modelled). Reports hits by tier, write traffic per tier, and the tier size each --targets "
+                     "fraction of the ceiling needs")
     eng.add_argument("--per-request", type=OutputPath, metavar="FILE.csv",
                      help="one row per request: request,id,arrival_s,worker,input_tokens,output_tokens, then per pool N "
                      "hit_tokens_<N> (GPU prefix hits as the engine reports them), with kv-aware worker_<N> (the worker "
-                     "at that pool; worker is then -1), with --shared-blocks shared_hit_tokens_<N>_<S> (one file per "
-                     "model, FILE.<model>.csv, when several are asked for)")
+                     "at that pool; worker is then -1), with --shared-blocks shared_hit_tokens_<N>_<S>, with --offload "
+                     "offload_hit_tokens_<N> (the tokens the offload connector reports loadable beyond the GPU hit; "
+                     "_<sizes> appended when several tier sizes are run; per tier offload_<tier>_hit_tokens_<N> for "
+                     "two tiers) (one file per model, FILE.<model>.csv, when several are asked for)")
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", help="a bundled model or its Hugging Face repo id (listed below; default qwen2.5-1.5b, the lab's measured model)")
     model.add_argument("--model-config", type=InputPath, metavar="FILE", help="a Hugging Face config.json for KV bytes per token")
@@ -265,21 +281,25 @@ def run_plan(args: argparse.Namespace) -> int:
 
     check_outputs([("--json", args.json), ("--plot", args.plot), ("--per-request", args.per_request)],
                   [args.trace, args.model_config, args.schedule])
+    specs = _offload_specs(args)
     options = _options(args)
-    if args.plot and not options.semantics:  # before any work
+    if args.plot and not options.semantics and not specs:  # before any work
         raise UsageError("--plot draws the hit curves: it needs --semantics engine or per-access (or both) too.")
     trace = _load(args)
-    options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace))
+    options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace, specs))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
     options = dataclasses.replace(options, routing=_routing_options(args, options))
     result = plan(trace, options, _method(args, options), Progress, _stage)
     report = result.plan
     if args.per_request:
-        _write_per_request(args.per_request, trace, options, result.engine_results)
+        _write_per_request(args.per_request, trace, options, result.engine_results, result.offload_runs)
     if args.plot:  # files first: a closed stdout never loses them
-        from stackdist.render.plot import plot_plan
+        from stackdist.render.plot import plot_offload, plot_plan
 
-        plot_plan(args.plot, report, list(options.targets), result.curves or None)
+        if options.semantics:
+            plot_plan(args.plot, report, list(options.targets), result.curves or None)
+        if report.get("offload"):
+            plot_offload(_suffixed(args.plot, "offload") if options.semantics else args.plot, report)
     if "sampling" in report:
         print(f"stackdist plan: sampled at rate {report['sampling']['sample_rate']:.6g} "
               f"({len(report['sampling']['seeds'])} seeds): capacities are estimates; the JSON's 'sampling' section "
@@ -388,7 +408,42 @@ def _models(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _engine_options(args: argparse.Namespace, trace: Any) -> EngineOptions:
+def _offload_help() -> str:
+    return "; ".join(f"{m.name}:{','.join(f'{t}=N{m.unit}' for t in m.tiers)}"
+                     + "".join(f"[,{k}={'|'.join(v) if v else 'N'}]" for k, v in m.options.items())
+                     + f" (behind {m.behind}{'' if m.driven else '; followed, not driven'})"
+                     for m in OFFLOAD_MODELS.values())
+
+
+def _offload_specs(args: argparse.Namespace) -> tuple[OffloadSpec, ...]:
+    """``--offload`` parsed (a bad one exits 2 naming the flag); the engine models they sit behind
+    are added to ``args.semantics``, and the schedule is serial (said on stderr when defaulted)."""
+    specs = []
+    for text in args.offload or ():
+        try:
+            specs.append(parse_offload(text))
+        except ValueError as exc:
+            raise UsageError(f"--offload {text}: {exc}.") from None
+    if not specs:
+        return ()
+    for flag, asked in (("--workers", args.workers != "one"), ("--shared-blocks", args.shared_blocks is not None),
+                        ("--decode-reuse", args.decode_reuse), ("--router", args.router != "round-robin")):
+        if asked:
+            raise UsageError(f"--offload runs one engine with its offload tiers; {flag} is not modelled with it yet.")
+    if args.schedule is None:
+        args.schedule = "serial"
+    elif args.schedule != "serial":
+        raise UsageError(f"--offload is modelled on the serial schedule only (the engines' transfer completion "
+                         f"timing is not); got --schedule {args.schedule}: use --schedule serial.")
+    added = [m for m in dict.fromkeys(offload_model(s.model).behind for s in specs) if m not in args.semantics]
+    if added:
+        args.semantics = (*args.semantics, *added)
+        print(f"stackdist plan: --offload: running the {', '.join(added)} engine model (the GPU cache the tiers sit "
+              "behind)", file=sys.stderr)
+    return tuple(specs)
+
+
+def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[OffloadSpec, ...] = ()) -> EngineOptions:
     """The engine models' options from the flags (decode defaults to whether outputs are known)."""
     models = tuple(m for m in args.semantics if m in ENGINE_MODELS)
     if args.engine_block_size < 1 or (models and trace.block_size % args.engine_block_size):
@@ -419,7 +474,7 @@ def _engine_options(args: argparse.Namespace, trace: Any) -> EngineOptions:
     options = EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
                             args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
                             router=args.router, decode_reuse=args.decode_reuse, overlap_weight=args.router_overlap_weight,
-                            shared_blocks=shared)
+                            shared_blocks=shared, offload=offload)
     try:
         check_models(options, {"decode_reuse": "--decode-reuse", "tiers": "--shared-blocks", "routing": "--router kv-aware"})
     except ValueError as exc:
@@ -450,7 +505,8 @@ def _stage(label: str) -> None:
     print(f"stackdist plan: {label}", file=sys.stderr)
 
 
-def _write_per_request(path: str, trace: Any, options: PlanOptions, results: dict[str, Any]) -> None:
+def _write_per_request(path: str, trace: Any, options: PlanOptions, results: dict[str, Any],
+                       offload: list[Any] | None = None) -> None:
     """One CSV per model (``FILE.<model>.csv`` when there are several), rows in replay order; the
     engine semantics on K workers (or with a shared tier) is one more, ``engine``."""
     from stackdist.planning.routing import run_routing
@@ -468,7 +524,12 @@ def _write_per_request(path: str, trace: Any, options: PlanOptions, results: dic
     for name in names:
         target = path if len(names) == 1 else _suffixed(path, name)
         recorded = name == "engine" and options.routing is not None and options.routing.workers == "recorded"
-        write_per_request(target, trace, per_request_columns(runs[name]), None if name == "engine" else arrival,
+        columns = per_request_columns(runs[name])
+        behind = [run for run in offload or () if run.model.behind == name]
+        several = len(behind) > 1 or any(len(run.result.configs) > 1 for run in behind)
+        for run in behind:
+            columns += offload_columns(run, several, f"{run.model.name}_" if len(behind) > 1 else "")
+        write_per_request(target, trace, columns, None if name == "engine" else arrival,
                           None if recorded else per_request_workers(runs[name]))
 
 

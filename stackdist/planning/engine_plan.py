@@ -28,6 +28,7 @@ import numpy as np
 from stackdist.serving.cluster import KV_AWARE, ClusterResult
 from stackdist.serving.decode_reuse import reuse_pages, reuse_report
 from stackdist.serving.engine_model import ENGINE_MODELS, engine_model
+from stackdist.serving.offload import OffloadSpec
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.serving.routed import (
@@ -79,6 +80,8 @@ class EngineOptions:
     overlap_weight: float = DEFAULT_OVERLAP_WEIGHT
     shared_blocks: Sequence[int | None] = (0,)
     compare_routers: bool = True
+    offload: Sequence[OffloadSpec] = ()
+    """Offload tiers behind the models (:mod:`.offload_plan`), serial schedule."""
 
 
 ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded")

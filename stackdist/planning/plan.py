@@ -23,6 +23,7 @@ from stackdist.version import __version__
 from .budgets import BudgetOptions, budget_report
 from .engine_plan import EngineOptions, engine_section, run_engine_models
 from .geometry import DEFAULT_MODEL, ModelGeometry
+from .offload_plan import OffloadRun, offload_section, run_offload
 from .optimal import optimal_bound, optimal_working_set
 from .prefix_curve import PrefixCurve
 from .prices import PRICES_USD_PER_GB
@@ -86,6 +87,7 @@ class PlanResult:
     plan: Plan
     curves: dict[str, PrefixCurve] = field(default_factory=dict)
     engine_results: dict[str, ServingResult] = field(default_factory=dict)
+    offload_runs: list[OffloadRun] = field(default_factory=list)
 
 
 def parse_duration(text: str, name: str) -> float:
@@ -294,13 +296,19 @@ def plan_of_replays(trace: RequestTrace, options: PlanOptions, replays: Mapping[
                                                         options.geometry.kv_bytes_per_token, counted))
             for model in options.engine.models
         }
+    offload: list[OffloadRun] = []
+    if options.engine.offload:  # offload tiers behind the models: planning/offload_plan.py
+        offload = run_offload(trace, options.engine, results, options.engine.offload, options.geometry.kv_bytes_per_token,
+                              counted, options.targets, stage=stage)
+        report["offload"] = [offload_section(run, trace, counted, options.geometry.kv_bytes_per_token,
+                                             options.engine.engine_block_size) for run in offload]
     if options.routing is not None:  # the engine semantics on K workers, shared tier: planning/routing.py
         report["cluster"] = routing_section(run_routing(trace, options.routing), trace, options.routing, counted,
                                             units.bytes_per_block)
     if options.budgets is not None:  # the sizes the user named (--capacity, --gpu): planning/budgets.py
         report["budgets"] = cast(Budgets, budget_report(trace, made, counted, options.geometry, options.budgets, results,
                                                         options.targets))
-    return PlanResult(report, curves, results)
+    return PlanResult(report, curves, results, offload)
 
 
 def plan_of_curves(trace: RequestTrace, options: PlanOptions, curves: Mapping[str, Curve], counted: np.ndarray,

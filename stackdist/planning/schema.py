@@ -332,6 +332,7 @@ class Plan(TypedDict, total=False):
     semantics: dict[str, SemanticsPlan]
     comparison: Comparison
     engine_models: dict[str, EngineModelPlan]
+    offload: list[dict[str, Any]]
     budgets: Budgets
     optimal_bound: dict[str, Any]
     cluster: ClusterPlan

@@ -19,7 +19,7 @@ import numpy as np
 from stackdist.errors import UsageError
 from stackdist.output import write_atomic
 
-__all__ = ["plot_curves", "plot_hit_curve", "plot_plan", "plot_tiers", "pyplot", "save_png", "spread_labels", "step_xy"]
+__all__ = ["plot_curves", "plot_hit_curve", "plot_offload", "plot_plan", "plot_tiers", "pyplot", "save_png", "spread_labels", "step_xy"]
 
 STYLES = {"engine": "-", "per-access": "--"}
 """Line style per semantics; colours come from the configuration (one per series family)."""
@@ -295,3 +295,56 @@ def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float
     plot_curves(path, series, xlabel="KV-cache capacity (GiB = 2^30 bytes; symlog axis)",
                 ylabel="hit rate (counted requests)", hlines=hlines, vlines=vlines, title=title, xscale="symlog",
                 styles=styles, legend_loc="center left")
+
+
+def plot_offload(path: str | os.PathLike[str], report: Any) -> None:
+    """The offload tiers' hit rate against the tier's size in GiB, stacked by tier (GPU, then
+    each offload tier), one panel per specification and GPU pool: every exact point the plan
+    simulated (the ladder and the sizing search), with the ceiling and the sizing answers."""
+    plt = pyplot()
+    panels = []
+    for section in report["offload"]:
+        for s in section["sizing"] or [{"gpu_blocks": r["gpu_blocks"], "tiers": []} for r in section["rows"][:1]]:
+            panels.append((section, s))
+    if not panels:
+        raise UsageError("the offload plot needs a finite feasible GPU pool to size the tiers at.")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False)
+    for ax, (section, s) in zip(axes[:, 0], panels):
+        tier = section["model"] and (s["tiers"][0]["tier"] if s["tiers"] else next(iter(section["rows"][0]["sizes"])))
+        pts = [p for p in section["sizing_points"] if p["gpu_blocks"] == s["gpu_blocks"] and p["tier"] == tier
+               and not p["behind"]]
+        pts += [{"gib": r["sizes"][tier]["gib"], "prefix_token_hit_rate": r["prefix_token_hit_rate"],
+                 "tier_token_hit_rate": r["tier_token_hit_rate"]}
+                for r in section["rows"] if r["gpu_blocks"] == s["gpu_blocks"] and r["sizes"][tier]["gib"] is not None
+                and all(v.get("gib") in (None, 0.0) or t == tier for t, v in r["sizes"].items())]
+        pts.sort(key=lambda p: p["gib"])
+        x = np.array([p["gib"] for p in pts], float)
+        total = np.array([p["prefix_token_hit_rate"] for p in pts], float)
+        tiers = np.array([sum(p["tier_token_hit_rate"].values()) for p in pts], float)
+        gpu = total - tiers
+        ax.fill_between(x, 0, gpu, step=None, color="C0", alpha=0.5, label="GPU prefix cache")
+        ax.fill_between(x, gpu, total, color="C1", alpha=0.5, label=f"{tier} tier ({section['model']})")
+        ax.plot(x, total, "o-", color="C1", ms=3, lw=1)
+        top = float(total.max(initial=0.05))
+        levels = []
+        for t in s["tiers"][:1]:
+            ceiling = t["ceiling_prefix_token_hit_rate"]
+            top = max(top, ceiling)
+            levels.append((f"ceiling {ceiling:.1%}", ceiling))
+            for a in t["answers"]:
+                ax.axvline(a["gib"], color="grey", lw=0.7, ls="--")
+                ax.annotate(f"{a['fraction_of_ceiling']:.0%}: {a['gib']:,.3g} GiB", xy=(a["gib"], 0.02),
+                            xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color="dimgrey", va="bottom")
+        _percent_axis(ax, top)
+        _target_lines(ax, levels, top)
+        ax.set_xscale("symlog", linthresh=max(float(x[x > 0].min(initial=1.0)), 1e-3))
+        ax.set_xlabel(f"{tier} tier size (GiB = 2^30 bytes; symlog axis)")
+        ax.set_ylabel("prefix token hit rate")
+        ax.set_title(f"{section['spec']} behind {section['behind']} at GPU pool {s['gpu_blocks']} "
+                     f"({'driven' if section['validation'].startswith('driven') else 'followed, not driven'})", fontsize=9)
+        ax.legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"Offload tiers: {os.path.basename(str(report['trace']['source']))}, model {report['model']['name']}, "
+                 "serial schedule; every point an exact simulation", fontsize=10)
+    fig.tight_layout()
+    save_png(fig, path)
+    plt.close(fig)

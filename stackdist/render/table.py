@@ -8,6 +8,7 @@ from stackdist.planning.schema import Capacity, EngineModelPlan, Plan
 
 from .budgets import budget_lines
 from .cluster import cluster_lines
+from .offload import offload_lines
 
 __all__ = ["render_plan_table"]
 
@@ -109,6 +110,8 @@ def render_plan_table(report: Plan) -> str:
         cluster = section.get("cluster")
         if cluster:  # K workers / shared tier of the model (render/cluster.py)
             lines += ["", *cluster_lines(cluster)]
+    for offload in report.get("offload", []):
+        lines += ["", *offload_lines(offload)]
     if "cluster" in report:
         lines += ["", *cluster_lines(report["cluster"])]
     if "budgets" in report:

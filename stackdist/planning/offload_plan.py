@@ -1,0 +1,320 @@
+"""Offload tiers in the plan: per (GPU pool, tier sizes) the hits by tier and the write traffic,
+and the tier size each target needs, under the named engine's organisation.
+
+An offload specification (:mod:`stackdist.serving.offload.spec`) names a registered offload model
+(vLLM native CPU offloading, LMCache's CPU and disk backends, SGLang's HiCache) and its tier sizes;
+the model runs behind its GPU engine model's per-request hits (:mod:`.engine_plan`), on the
+serial schedule. The plan reports
+
+- **rows**: per feasible GPU pool and configuration, the prompt tokens served by the GPU and by
+  each tier (over the counted requests), as rates of the counted prompt tokens; a tier's tokens
+  are those not recomputed: when GPU + tiers cover the whole prompt the engine still computes the
+  last token (vLLM, ``v1/core/sched/scheduler.py:3515``), so ``min(gpu + tiers, P - 1)`` counts,
+  the deepest tier giving up the token; the connector's own number (which can include it) is in
+  the per-request CSV. The **write traffic** of each tier: units written over the whole trace (warm-up
+  included: the engine writes them), in bytes (units x unit tokens x KV bytes per token) and per
+  second of the trace's span (which sizes an SSD's endurance).
+- **sizing**: for each finite feasible GPU pool and each ``--targets`` fraction t, the smallest
+  tier size (in the model's units, tokens and GiB) whose hits reach t x the *ceiling*, the hits
+  with that tier never evicting (at the same GPU pool; for the second tier of two, behind the
+  first tier's smallest size). Found by bisection in log space to within ``precision``
+  (relative), every simulation exact; the hits are not proved monotone in the tier size (an
+  all-or-nothing store and arc's adaptation can break it), so the answer is a size that reaches
+  the target whose lower neighbour at that precision does not.
+
+>>> from stackdist.traces import RequestTrace
+>>> from stackdist.planning.engine_plan import EngineOptions, run_engine_models
+>>> from stackdist.serving.offload import parse_offload
+>>> t = RequestTrace.from_blocks([[1, 2, 3], [4, 5], [1, 2, 3]], block_size=16, last_tokens=[16, 16, 16])
+>>> opts = EngineOptions(models=("vllm",), pools=(5,), schedule="serial", decode=False)
+>>> runs = run_offload(t, opts, run_engine_models(t, opts), (parse_offload("vllm-native:cpu=8blocks"),), 1024)
+>>> runs[0].result.gpu_hit_tokens.tolist(), runs[0].result.offload_hit_tokens.tolist()
+([[0, 0, 32]], [[[0, 0, 16]]])
+
+(The third request's GPU hit stops before its last block, kept out by vLLM's last-token cap; the
+CPU tier holds that block and the connector reports it: the engine then recomputes the last token.)
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stackdist.serving.offload import (
+    OffloadModel,
+    OffloadResult,
+    OffloadSpec,
+    TierConfig,
+    describe_sizes,
+    offload_model,
+)
+from stackdist.serving.offload.spec import resolve_offload
+from stackdist.serving.pages import EnginePages, engine_pages
+from stackdist.serving.results import ServingResult
+from stackdist.traces import RequestTrace
+
+from .engine_plan import EngineOptions
+
+__all__ = ["PRECISION", "OffloadRun", "effective_tier_hits", "offload_columns", "offload_section", "run_offload"]
+
+PRECISION = 0.02
+"""The sizing bisection stops when the bracket is within this relative width (or one unit)."""
+
+
+@dataclass
+class OffloadRun:
+    """One specification's run: the model, its configurations' result, and the sizing searches'
+    evaluations (``(gpu pool index, tier, size) -> counted hit tokens``, every one exact)."""
+
+    spec: OffloadSpec
+    model: OffloadModel
+    result: OffloadResult
+    pages: EnginePages
+    sizing: list[dict[str, Any]] = field(default_factory=list)
+    points: dict[tuple[int, str, int | None], tuple[int, dict[str, int]]] = field(default_factory=dict)
+
+
+def effective_tier_hits(P: np.ndarray, gpu: np.ndarray, tiers: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Each tier's tokens not recomputed: the tiers in lookup order, the deepest tier that served
+    giving up the last prompt token when GPU + tiers cover the whole prompt. O(requests x tiers).
+
+    >>> [x.tolist() for x in effective_tier_hits(np.array([32, 32]), np.array([16, 0]), [np.array([16, 16]), np.array([0, 0])])]
+    [[15, 16], [0, 0]]
+    """
+    excess = np.maximum(gpu + sum(tiers, np.zeros_like(gpu)) - np.maximum(P - 1, 0), 0)
+    out = []
+    for tier in reversed(tiers):
+        take = np.minimum(excess, tier)
+        out.append(tier - take)
+        excess = excess - take
+    return out[::-1]
+
+
+def _counted_hits(model: OffloadModel, result: OffloadResult, pages: EnginePages, i: int, j: int,
+                  counted: np.ndarray) -> tuple[int, dict[str, int]]:
+    gpu = result.gpu_hit_tokens[i]
+    tiers = effective_tier_hits(pages.input_tokens, gpu, [result.tier_hit_tokens[t][i, j] for t in model.tiers])
+    by_tier = {t: int(x[counted].sum()) for t, x in zip(model.tiers, tiers)}
+    return int(gpu[counted].sum()) + sum(by_tier.values()), by_tier
+
+
+def run_offload(trace: RequestTrace, options: EngineOptions, results: dict[str, ServingResult], specs: Sequence[OffloadSpec],
+                bytes_per_token: int, counted: np.ndarray | None = None, targets: Sequence[float] = (),
+                precision: float = PRECISION, threads: int = 2, stage: Callable[[str], None] | None = None) -> list[OffloadRun]:
+    """Every specification behind its GPU model's hits (``results[model.behind]``); with
+    ``targets``, the sizing searches too (module docstring). Per configuration the model's cost."""
+    mask = np.ones(trace.n_requests, bool) if counted is None else counted
+    pages = engine_pages(trace, options.engine_block_size)
+    runs = []
+    for spec in specs:
+        model = offload_model(spec.model)
+        gpu = results[model.behind]
+        hits = np.where((gpu.failed_request >= 0)[:, None], -1, gpu.hit_tokens)
+        configs = resolve_offload(spec, bytes_per_token, options.engine_block_size)
+        if stage is not None:
+            stage(f"{model.name} offload behind {model.behind}: {len(configs)} tier configuration(s) x "
+                  f"{len(gpu.pools)} GPU pool(s)")
+        result = _simulate(model, pages, gpu.pools, hits, configs, options.decode, threads)
+        run = OffloadRun(spec, model, result, pages)
+        for i, pool in enumerate(gpu.pools):
+            if pool is None or not result.feasible(i) or not targets:
+                continue
+            if stage is not None:
+                stage(f"{model.name}: sizing the tiers for {', '.join(f'{t:g}' for t in targets)} of the ceiling at "
+                      f"GPU pool {pool}")
+            run.sizing.append(_sizing(run, i, configs, mask, targets, precision, options.decode, threads))
+        runs.append(run)
+    return runs
+
+
+def _simulate(model: OffloadModel, pages: EnginePages, pools: Sequence[int | None], hits: np.ndarray,
+              configs: Sequence[TierConfig], decode: bool, threads: int) -> OffloadResult:
+    """The model at every configuration, configurations spread over ``threads`` (the kernels
+    release the GIL), merged in order."""
+    if threads <= 1 or len(configs) <= 1:
+        return model.simulate(pages, pools, hits, configs, decode)
+    with ThreadPoolExecutor(max_workers=threads) as ex:
+        parts = list(ex.map(lambda c: model.simulate(pages, pools, hits, [c], decode), configs))
+    first = parts[0]
+    cat = lambda arrays: np.concatenate(arrays, axis=1)
+    return OffloadResult(first.model, first.gpu_pools, tuple(configs), first.gpu_hit_tokens,
+                         {t: cat([p.tier_hit_tokens[t] for p in parts]) for t in first.tier_hit_tokens},
+                         cat([p.offload_hit_tokens for p in parts]),
+                         {t: cat([p.written[t] for p in parts]) for t in first.written},
+                         {t: cat([p.evicted[t] for p in parts]) for t in first.evicted},
+                         cat([p.failed_stores for p in parts]), first.unit_tokens)
+
+
+def _sizing(run: OffloadRun, i: int, configs: Sequence[TierConfig], counted: np.ndarray, targets: Sequence[float],
+            precision: float, decode: bool, threads: int) -> dict[str, Any]:
+    """The tier sizes each target needs at GPU pool ``i``: the first tier alone, then (two tiers)
+    the second behind the first tier's smallest size of the specification."""
+    model, result, pages = run.model, run.result, run.pages
+    gpu_hits = result.gpu_hit_tokens[i:i + 1]
+    options = configs[0].options
+    lock = threading.Lock()
+    unit_tokens = model.chunk_tokens(dict(options), pages.page_tokens)
+    upper = int((pages.input_tokens // unit_tokens).sum()) + 1  # a tier this big never evicts
+    out: dict[str, Any] = {"gpu_pool_index": i, "tiers": []}
+    for depth, tier in enumerate(model.tiers[:2]):
+        if depth == 1 and all(c.size(tier) == 0 for c in configs):
+            break
+        fixed = tuple((t, configs[0].size(t)) for t in model.tiers[:depth])
+
+        def evaluate(size: int | None, fixed: tuple[tuple[str, int | None], ...] = fixed, tier: str = tier) -> int:
+            key = (i, "+".join(f"{t}{s}" for t, s in fixed) + f"|{tier}", size)
+            with lock:
+                if key in run.points:
+                    return run.points[key][0]
+            sizes = (*fixed, (tier, size), *((t, 0) for t in model.tiers[len(fixed) + 1:]))
+            config = TierConfig(sizes, options)
+            one = model.simulate(pages, [result.gpu_pools[i]], gpu_hits, [config], decode)
+            value = _counted_hits(model, one, pages, 0, 0, counted)
+            with lock:
+                run.points[key] = value
+            return value[0]
+
+        ceiling = evaluate(None)
+        floor = evaluate(0)
+
+        def search(t: float, ceiling: int = ceiling, floor: int = floor,
+                   evaluate: Callable[[int | None], int] = evaluate) -> dict[str, Any]:
+            need = math.ceil(t * ceiling - 1e-9)
+            if floor >= need:
+                return {"fraction_of_ceiling": t, "size": 0, "hit_tokens": floor, "evaluations": 0}
+            lo, hi, hits_hi, steps = 0, upper, ceiling, 0
+            while hi - lo > 1 and hi > lo * (1 + precision):
+                mid = int(math.sqrt(max(lo, 1) * hi)) if lo > 0 else max(1, hi // 16)
+                mid = min(max(mid, lo + 1), hi - 1)
+                got = evaluate(mid)
+                steps += 1
+                if got >= need:
+                    hi, hits_hi = mid, got
+                else:
+                    lo = mid
+            return {"fraction_of_ceiling": t, "size": hi, "hit_tokens": hits_hi, "evaluations": steps}
+
+        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(targets)))) as ex:
+            answers = list(ex.map(search, targets))
+        out["tiers"].append({"tier": tier, "behind": dict(fixed), "ceiling_hit_tokens": ceiling,
+                             "no_tier_hit_tokens": floor, "never_evicting_size": upper, "answers": answers})
+    return out
+
+
+def _pool_label(pool: int | None) -> int | str:
+    return "inf" if pool is None else int(pool)
+
+
+def _rate(x: int, total: int) -> float:
+    return x / total if total else 0.0
+
+
+def offload_section(run: OffloadRun, trace: RequestTrace, counted: np.ndarray, bytes_per_token: int,
+                    page_tokens: int) -> dict[str, Any]:
+    """The plan's ``offload`` entry of one specification (module docstring). O(pools x configs x requests)."""
+    model, result, pages = run.model, run.result, run.pages
+    total = int(trace.input_length[counted].sum())
+    span = float(np.ptp(trace.timestamps_s)) if trace.n_requests > 1 else 0.0
+    unit_tokens = model.chunk_tokens(dict(result.configs[0].options), page_tokens)
+    unit_bytes = unit_tokens * bytes_per_token
+    rows = []
+    for i, pool in enumerate(result.gpu_pools):
+        if not result.feasible(i):
+            continue
+        gpu = int(result.gpu_hit_tokens[i][counted].sum())
+        for j, config in enumerate(result.configs):
+            hits, by_tier = _counted_hits(model, result, pages, i, j, counted)
+            written = {t: int(result.written[t][i, j]) for t in model.tiers}
+            rows.append({
+                "gpu_blocks": _pool_label(pool),
+                "config": config.label,
+                "sizes": describe_sizes(config, model, bytes_per_token, page_tokens),
+                "hit_tokens": hits,
+                "prefix_token_hit_rate": _rate(hits, total),
+                "gpu_token_hit_rate": _rate(gpu, total),
+                "tier_token_hit_rate": {t: _rate(v, total) for t, v in by_tier.items()},
+                "tier_hit_tokens": by_tier,
+                "connector_offload_hit_tokens": int(result.offload_hit_tokens[i, j][counted].sum()),
+                "written": {t: {model.unit: n, "bytes": n * unit_bytes,
+                                "bytes_per_s": n * unit_bytes / span if span > 0 else None} for t, n in written.items()},
+                "evicted": {t: int(result.evicted[t][i, j]) for t in model.tiers},
+                "refused_stores": int(result.failed_stores[i, j]),
+            })
+    sizing = []
+    for s in run.sizing:
+        pool = result.gpu_pools[s["gpu_pool_index"]]
+        tiers = []
+        for tier in s["tiers"]:
+            ceiling = tier["ceiling_hit_tokens"]
+            answers = [{"fraction_of_ceiling": a["fraction_of_ceiling"],
+                        model.unit: a["size"], "tokens": a["size"] * unit_tokens,
+                        "gib": a["size"] * unit_bytes / 2**30,
+                        "prefix_token_hit_rate": _rate(a["hit_tokens"], total),
+                        "evaluations": a["evaluations"]} for a in tier["answers"]]
+            tiers.append({"tier": tier["tier"], "behind": {t: "inf" if v is None else v for t, v in tier["behind"].items()},
+                          "ceiling_prefix_token_hit_rate": _rate(ceiling, total),
+                          "without_tier_prefix_token_hit_rate": _rate(tier["no_tier_hit_tokens"], total),
+                          "never_evicting": {model.unit: tier["never_evicting_size"],
+                                             "gib": tier["never_evicting_size"] * unit_bytes / 2**30},
+                          "answers": answers})
+        sizing.append({"gpu_blocks": _pool_label(pool), "tiers": tiers})
+    curve = sorted(((key[0], key[1], size, value) for key, value in run.points.items() if (size := key[2]) is not None),
+                   key=lambda x: (x[0], x[1], x[2]))
+    options = dict(result.configs[0].options)
+    return {
+        "spec": run.spec.text,
+        "model": model.name,
+        "follows": model.follows,
+        "behind": model.behind,
+        "validation": ("driven: equal, request by request, to the engine's own code run on a CPU "
+                       "(validation/, tests/data/engines/offload/)") if model.driven else
+                      "followed, not driven: read in the engine's code (file:line in the model's docstring); "
+                      "it needs a GPU to run, so no per-request check against the engine",
+        "organisation": model.organisation.format(**options),
+        "options": options,
+        "schedule": "serial",
+        "unit": model.unit,
+        "unit_tokens": unit_tokens,
+        "unit_bytes": unit_bytes,
+        "conversion": (f"a {model.unit[:-1]} = {unit_tokens} tokens x {bytes_per_token:,} KV bytes per token = "
+                       f"{unit_bytes:,} bytes (the plan's model); sizes given in bytes or tokens were rounded down "
+                       "to whole units as the engine allocates them"),
+        "requests": int(counted.sum()),
+        "input_tokens": total,
+        "span_s": span,
+        "rows": rows,
+        "sizing": sizing,
+        "sizing_method": (f"bisection in log space to within {PRECISION:.0%} (or one {model.unit[:-1]}), every point an "
+                          "exact simulation; the target is a fraction of the ceiling (the same GPU pool with the tier "
+                          "never evicting); the hit rate is not proved monotone in the tier size"),
+        "sizing_points": [{"gpu_blocks": _pool_label(result.gpu_pools[i]),
+                           "tier": tier.split("|")[-1], "behind": tier.split("|")[0] or None, model.unit: size,
+                           "gib": size * unit_bytes / 2**30, "prefix_token_hit_rate": _rate(v[0], total),
+                           "tier_token_hit_rate": {t: _rate(x, total) for t, x in v[1].items()}}
+                          for i, tier, size, v in curve],
+    }
+
+
+def offload_columns(run: OffloadRun, suffix: bool, prefix: str = "") -> list[tuple[str, np.ndarray]]:
+    """Per-request columns: per feasible GPU pool N and configuration, ``offload_hit_tokens_<N>``
+    (the connector's number beyond the GPU hit) and, with several tiers, ``offload_<tier>_hit_tokens_<N>``;
+    ``_<label>`` is appended (``prefix`` + the configuration's label) when ``suffix``."""
+    result = run.result
+    columns = []
+    for i, pool in enumerate(result.gpu_pools):
+        if not result.feasible(i):
+            continue
+        name = "inf" if pool is None else str(pool)
+        for j, config in enumerate(result.configs):
+            tail = f"_{prefix}{config.label}" if suffix else ""
+            columns.append((f"offload_hit_tokens_{name}{tail}", result.offload_hit_tokens[i, j]))
+            if len(run.model.tiers) > 1:
+                columns += [(f"offload_{t}_hit_tokens_{name}{tail}", result.tier_hit_tokens[t][i, j])
+                            for t in run.model.tiers]
+    return columns

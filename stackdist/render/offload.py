@@ -1,0 +1,61 @@
+"""The plan's offload sections as text: per specification its organisation, the hits by tier and the
+write traffic at each (GPU pool, tier sizes), then the tier size each target needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["offload_lines"]
+
+
+def _bytes_rate(value: float | None) -> str:
+    if value is None:
+        return "n/a (one timestamp)"
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B/s"
+
+
+def _size(sizes: dict[str, Any], unit: str) -> str:
+    parts = []
+    for tier, s in sizes.items():
+        n = s[unit]
+        parts.append(f"{tier} inf" if n == "inf" else f"{tier} {n:,} {unit} ({s['gib']:.2f} GiB)")
+    return ", ".join(parts)
+
+
+def offload_lines(section: dict[str, Any]) -> list[str]:
+    """One offload specification: what it models, one line per (GPU pool, tier sizes), the sizing answers.
+
+    >>> s = {"model": "m", "spec": "m:cpu=1blocks", "follows": "x", "behind": "vllm", "validation": "driven",
+    ...      "organisation": "o", "conversion": "c", "unit": "blocks", "requests": 1, "rows": [], "sizing": []}
+    >>> offload_lines(s)[0]
+    '== offload m:cpu=1blocks behind vllm (x) =='
+    """
+    unit = section["unit"]
+    lines = [f"== offload {section['spec']} behind {section['behind']} ({section['follows']}) ==",
+             f"organisation: {section['organisation']}",
+             f"validation: {section['validation']}",
+             f"units: {section['conversion']}; schedule serial; {section['requests']:,} requests counted",
+             f"  {'GPU pool':>9} {'tiers':<34} {'hit rate':>9} {'GPU':>8} {'by tier':<24} written (per s of trace)"]
+    for row in section["rows"]:
+        tiers = ", ".join(f"{t} {r:.2%}" for t, r in row["tier_token_hit_rate"].items())
+        written = ", ".join(f"{t} {w['bytes'] / 2**30:,.1f} GiB ({_bytes_rate(w['bytes_per_s'])})" for t, w in row["written"].items())
+        lines.append(f"  {row['gpu_blocks']!s:>9} {_size(row['sizes'], unit):<34} {row['prefix_token_hit_rate']:>9.2%} "
+                     f"{row['gpu_token_hit_rate']:>8.2%} {tiers:<24} {written}")
+        if row["refused_stores"]:
+            lines.append(f"  {'':>9} {row['refused_stores']:,} store(s) found no room and stored nothing")
+    for s in section["sizing"]:
+        for tier in s["tiers"]:
+            behind = ", ".join(f"{t} {v:,} {unit}" if v != "inf" else f"{t} inf" for t, v in tier["behind"].items())
+            lines.append(f"  at GPU pool {s['gpu_blocks']}{' behind ' + behind if behind else ''}: the {tier['tier']} tier "
+                         f"lifts {tier['without_tier_prefix_token_hit_rate']:.2%} to a ceiling of "
+                         f"{tier['ceiling_prefix_token_hit_rate']:.2%} (never evicting at "
+                         f"{tier['never_evicting'][unit]:,} {unit}, {tier['never_evicting']['gib']:,.2f} GiB)")
+            for a in tier["answers"]:
+                lines.append(f"    {a['fraction_of_ceiling']:>6.1%} of the ceiling needs {tier['tier']} = "
+                             f"{a[unit]:,} {unit} = {a['gib']:,.2f} GiB ({a['prefix_token_hit_rate']:.2%} hit rate)")
+    if section["sizing"]:
+        lines.append(f"  (sizes: {section.get('sizing_method', '')})")
+    return lines
