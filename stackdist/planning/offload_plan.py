@@ -61,7 +61,7 @@ from stackdist.traces import RequestTrace
 
 from .engine_plan import EngineOptions
 
-__all__ = ["PRECISION", "OffloadRun", "effective_tier_hits", "offload_columns", "offload_section", "run_offload"]
+__all__ = ["PRECISION", "OffloadRun", "distinct_units", "effective_tier_hits", "offload_columns", "offload_section", "run_offload"]
 
 PRECISION = 0.02
 """The sizing bisection stops when the bracket is within this relative width (or one unit)."""
@@ -133,6 +133,22 @@ def run_offload(trace: RequestTrace, options: EngineOptions, results: dict[str, 
     return runs
 
 
+def distinct_units(pages: EnginePages, unit_tokens: int) -> int:
+    """Distinct full units (of ``unit_tokens``, a multiple of the page) over all prompts: a tier
+    this big never evicts (a unit is named by its last page's prefix-chained id). O(pages).
+
+    >>> from stackdist.traces import RequestTrace
+    >>> distinct_units(engine_pages(RequestTrace.from_blocks([[1, 2], [1, 3]], block_size=16)), 32)
+    2
+    """
+    per = unit_tokens // pages.page_tokens
+    full = pages.input_tokens // unit_tokens
+    req = np.repeat(np.arange(pages.n_requests), full)
+    starts = np.cumsum(full) - full
+    u = np.arange(int(full.sum())) - starts[req]
+    return int(np.unique(pages.key[pages.offsets[req] + (u + 1) * per - 1]).size)
+
+
 def _simulate(model: OffloadModel, pages: EnginePages, pools: Sequence[int | None], hits: np.ndarray,
               configs: Sequence[TierConfig], decode: bool, threads: int) -> OffloadResult:
     """The model at every configuration, configurations spread over ``threads`` (the kernels
@@ -159,8 +175,7 @@ def _sizing(run: OffloadRun, i: int, configs: Sequence[TierConfig], counted: np.
     gpu_hits = result.gpu_hit_tokens[i:i + 1]
     options = configs[0].options
     lock = threading.Lock()
-    unit_tokens = model.chunk_tokens(dict(options), pages.page_tokens)
-    upper = int((pages.input_tokens // unit_tokens).sum()) + 1  # a tier this big never evicts
+    upper = distinct_units(pages, model.chunk_tokens(dict(options), pages.page_tokens))  # never evicts
     out: dict[str, Any] = {"gpu_pool_index": i, "tiers": []}
     for depth, tier in enumerate(model.tiers[:2]):
         if depth == 1 and all(c.size(tier) == 0 for c in configs):

@@ -29,15 +29,14 @@ committed runs (``tests/serving/test_offload_vllm_native.py``).
   i.e. the next request's first step, after that request's lookup, load and (no load) stores;
   with a load, the next request's stores come in its second step, after the finalization.
 - **lru** (``policies/lru.py``): ranks ``(request rank, -position)`` at access and insertion
-  (raised only), fresh ranks last block first at finalization; the lowest rank is evicted
-  (a binary heap with lazy deletion here: O(log C) per operation, compacted when it outgrows
-  the tier).
+  (raised only), fresh ranks last block first at finalization; the lowest rank is evicted (kept
+  here as one recency list sorted by rank, O(1) per change: see :func:`_lru_kernel`).
 - **arc** (``policies/arc.py``): T1 / T2, ghosts B1 / B2 (each trimmed to C), an adaptive T1
   target moved by a store miss found in a ghost list (once per block and request), eviction from
   T1 while its size is at least the target, else T2 (doubly linked lists over block ids here).
 
-Complexity: O(prompt blocks x log C) per configuration and GPU pool (lru), O(prompt blocks + C x
-failed stores) (arc); memory O(distinct blocks + C).
+Complexity: O(prompt blocks + blocks skipped while evicting) per configuration and GPU pool;
+memory O(distinct blocks + requests).
 
 >>> import numpy as np
 >>> key = np.array([0, 1, 0, 1, 2]); off = np.array([0, 2, 5]); P = np.array([32, 48])
@@ -63,76 +62,47 @@ _POS = 1 << 31  # rank = counter << 32 | (_POS - position): (counter, -position)
 
 
 @njit(cache=True, nogil=True)
-def _sift_up(hr, hk, i, r, k):  # type: ignore[no-untyped-def]
-    while i > 0:
-        p = (i - 1) >> 1
-        if hr[p] <= r:
-            break
-        hr[i] = hr[p]
-        hk[i] = hk[p]
-        i = p
-    hr[i] = r
-    hk[i] = k
+def _link_after(k, at, nx, pv):  # type: ignore[no-untyped-def]
+    """Insert node ``k`` right after node ``at`` of the recency list."""
+    n = nx[at]
+    nx[at] = k
+    pv[k] = at
+    nx[k] = n
+    pv[n] = k
 
 
 @njit(cache=True, nogil=True)
-def _push(hr, hk, hn, r, k, rank):  # type: ignore[no-untyped-def]
-    """Push ``(r, k)``; when full, first drop the dead entries (``rank[k] != r``) and grow if
-    still more than half full. Returns ``(hr, hk, hn)``."""
-    if hn == len(hr):
-        m = 0
-        for e in range(hn):
-            if rank[hk[e]] == hr[e]:
-                hr[m] = hr[e]
-                hk[m] = hk[e]
-                m += 1
-        if 2 * m > len(hr):
-            hr2 = np.empty(2 * len(hr), np.int64)
-            hk2 = np.empty(2 * len(hr), np.int64)
-            hr2[:m] = hr[:m]
-            hk2[:m] = hk[:m]
-            hr, hk = hr2, hk2
-        hn = 0
-        for e in range(m):
-            _sift_up(hr, hk, hn, hr[e], hk[e])
-            hn += 1
-    _sift_up(hr, hk, hn, r, k)
-    return hr, hk, hn + 1
+def _unlink_node(k, nx, pv):  # type: ignore[no-untyped-def]
+    nx[pv[k]] = nx[k]
+    pv[nx[k]] = pv[k]
+    nx[k] = -1
 
 
 @njit(cache=True, nogil=True)
-def _pop(hr, hk, hn):  # type: ignore[no-untyped-def]
-    """Remove the root (the caller has read it); returns the new size."""
-    hn -= 1
-    r = hr[hn]
-    k = hk[hn]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= hn:
-            break
-        if c + 1 < hn and hr[c + 1] < hr[c]:
-            c += 1
-        if hr[c] >= r:
-            break
-        hr[i] = hr[c]
-        hk[i] = hk[c]
-        i = c
-    if hn > 0:
-        hr[i] = r
-        hk[i] = k
-    return hn
+def _regroup(q, key, off, f, rq, rank, nx, pv, sentinel):  # type: ignore[no-untyped-def]
+    """Relink request q's rank group (every held block whose rank is ``(rq, -position)``) right
+    after its sentinel, lowest rank (deepest position) first. O(f)."""
+    cur = sentinel
+    for j in range(f - 1, -1, -1):
+        k = key[off + j]
+        if rank[k] >= 0 and (rank[k] >> 32) == rq:
+            if pv[k] != cur or nx[k] < 0:
+                if nx[k] >= 0:
+                    _unlink_node(k, nx, pv)
+                _link_after(k, cur, nx, pv)
+            cur = k
 
 
 @njit(cache=True, nogil=True)
-def _lru_store(q, key, off, P, B, C, offer_from, req_rank, seen, prot, rank, hr, hk, hn, held, counter, call, stash, stats):  # type: ignore[no-untyped-def]
-    """prepare_store over request q's offered blocks (lru). Returns (ok, hr, hk, hn, held, counter)."""
+def _lru_store(q, key, off, P, B, C, offer_from, req_rank, seen, prot, rank, nx, pv, root, held, counter, call, stats):  # type: ignore[no-untyped-def]
+    """prepare_store over request q's offered blocks (lru). Returns (ok, held, counter)."""
     qb = off[q]
     qf = P[q] // B
     qp = q & 1
     if req_rank[q] < 0:
         counter += 1
         req_rank[q] = counter
+        _link_after(root + 1 + q, pv[root], nx, pv)  # the group's sentinel at the most recent end
     new = 0
     held_offered = 0
     for j in range(offer_from[q], qf):
@@ -142,64 +112,61 @@ def _lru_store(q, key, off, P, B, C, offer_from, req_rank, seen, prot, rank, hr,
             new += 1
         else:
             held_offered += 1
-            if seen[qp, k] != q:  # on_request_access for a block it had not touched yet
+            if seen[qp, k] != q:  # on_request_access for a block it had not touched yet: raised only
                 nr = (req_rank[q] << 32) | (_POS - (j + 1))
-                if rank[k] < nr:
-                    rank[k] = nr
-                    hr, hk, hn = _push(hr, hk, hn, nr, k, rank)
+                rank[k] = max(rank[k], nr)
         seen[qp, k] = q
     need = new - (C - held)
-    if need > 0:
-        if held - held_offered < need:
-            stats[2] += 1
-            return False, hr, hk, hn, held, counter
-        ns = 0
+    ok = True
+    if need > 0 and held - held_offered < need:
+        ok = False
+        stats[2] += 1
+    elif need > 0:  # evict the least recent blocks outside the offered set (sentinels are not blocks)
+        c = nx[root]
         ev = 0
         while ev < need:
-            rr = hr[0]
-            kk = hk[0]
-            hn = _pop(hr, hk, hn)
-            if rank[kk] != rr:
+            k = c
+            c = nx[c]
+            if k > root or prot[k] == call:
                 continue
-            if prot[kk] == call:
-                stash[ns] = kk
-                ns += 1
-                continue
-            rank[kk] = -1
+            _unlink_node(k, nx, pv)
+            rank[k] = -1
             held -= 1
             ev += 1
         stats[1] += need
-        for e in range(ns):
-            hr, hk, hn = _push(hr, hk, hn, rank[stash[e]], stash[e], rank)
-    for j in range(offer_from[q], qf):
-        k = key[qb + j]
-        if rank[k] < 0:
-            nr = (req_rank[q] << 32) | (_POS - (j + 1))
-            rank[k] = nr
-            held += 1
-            hr, hk, hn = _push(hr, hk, hn, nr, k, rank)
-    stats[0] += new
-    return True, hr, hk, hn, held, counter
+    if ok:
+        for j in range(offer_from[q], qf):
+            k = key[qb + j]
+            if rank[k] < 0:
+                rank[k] = (req_rank[q] << 32) | (_POS - (j + 1))
+                held += 1
+        stats[0] += new
+    _regroup(q, key, qb, qf, req_rank[q], rank, nx, pv, root + 1 + q)
+    return ok, held, counter
 
 
 @njit(cache=True, nogil=True)
 def _lru_kernel(key, off, P, hits, n_keys, B, C, out_hit, stats):  # type: ignore[no-untyped-def]
     """The serial replay at tier size ``C`` blocks (lru); fills ``out_hit`` (tokens beyond the
-    GPU hit ``hits``); ``stats`` += [blocks written, blocks evicted, refused stores]."""
+    GPU hit ``hits``); ``stats`` += [blocks written, blocks evicted, refused stores].
+
+    The ranks are kept as numbers (``rank``, compared as lru.py compares them) and, for
+    eviction, as one recency list sorted by rank: a fresh rank is the largest yet (appended at
+    the end); the ranks ``(rq, -position)`` of a request q lie between q's sentinel (appended
+    when rq was drawn, above every rank then) and the next larger counter, ordered by position
+    (:func:`_regroup` after every change), so the list's head is always the lowest rank."""
+    n = len(P)
+    root = n_keys  # the list's root; request q's sentinel is node n_keys + 1 + q
+    nx = np.full(n_keys + n + 1, -1, np.int64)
+    pv = np.full(n_keys + n + 1, -1, np.int64)
+    nx[root] = root
+    pv[root] = root
     rank = np.full(n_keys, -1, np.int64)  # (counter, -position) of a held block; -1 = not held
     seen = np.full((2, n_keys), -1, np.int64)  # blocks the request touched (by parity: two live requests)
     prot = np.full(n_keys, -1, np.int64)  # the offered set of store call number `call`
-    hr = np.empty(2 * C + 64, np.int64)
-    hk = np.empty(2 * C + 64, np.int64)
-    hn = 0
     held = 0
     counter = 0
     call = 0
-    n = len(P)
-    widest = 1
-    for r in range(n):
-        widest = max(widest, P[r] // B)
-    stash = np.empty(widest, np.int64)
     req_rank = np.full(n, -1, np.int64)
     offer_from = np.zeros(n, np.int64)
     stored = np.zeros(n, np.bool_)
@@ -215,36 +182,39 @@ def _lru_kernel(key, off, P, hits, n_keys, B, C, out_hit, stats):  # type: ignor
         if run > 0:  # prepare_load: the loaded blocks are accessed at the request's rank
             counter += 1
             req_rank[r] = counter
+            _link_after(root + 1 + r, pv[root], nx, pv)
             for j in range(h, h + run):
                 k = key[base + j]
                 seen[r & 1, k] = r
-                nr = (req_rank[r] << 32) | (_POS - (j + 1))
-                if rank[k] < nr:
-                    rank[k] = nr
-                    hr, hk, hn = _push(hr, hk, hn, nr, k, rank)
+                nr = (counter << 32) | (_POS - (j + 1))
+                rank[k] = max(rank[k], nr)
+            _regroup(r, key, base, f, counter, rank, nx, pv, root + 1 + r)
             offer_from[r] = h + run  # CHUNK_LEVEL: the loaded blocks are not offered again
         else:  # step 1 computes the prompt: its stores
             call += 1
-            ok, hr, hk, hn, held, counter = _lru_store(r, key, off, P, B, C, offer_from, req_rank, seen, prot, rank,
-                                                       hr, hk, hn, held, counter, call, stash, stats)
+            ok, held, counter = _lru_store(r, key, off, P, B, C, offer_from, req_rank, seen, prot, rank, nx, pv, root,
+                                           held, counter, call, stats)
             stored[r] = ok
         if prev >= 0:  # build_connector_meta: the finished request's last try, then its finalization
             if not stored[prev]:
                 call += 1
-                ok, hr, hk, hn, held, counter = _lru_store(prev, key, off, P, B, C, offer_from, req_rank, seen, prot,
-                                                           rank, hr, hk, hn, held, counter, call, stash, stats)
+                ok, held, counter = _lru_store(prev, key, off, P, B, C, offer_from, req_rank, seen, prot, rank, nx, pv,
+                                               root, held, counter, call, stats)
                 stored[prev] = ok
             pb = off[prev]
-            for j in range(P[prev] // B - 1, -1, -1):  # fresh ranks, last block first
+            for j in range(P[prev] // B - 1, -1, -1):  # fresh ranks, last block first: to the most recent end
                 k = key[pb + j]
                 if rank[k] >= 0 and seen[prev & 1, k] == prev:
                     counter += 1
                     rank[k] = counter << 32
-                    hr, hk, hn = _push(hr, hk, hn, rank[k], k, rank)
+                    _unlink_node(k, nx, pv)
+                    _link_after(k, pv[root], nx, pv)
+            if nx[root + 1 + prev] >= 0:
+                _unlink_node(root + 1 + prev, nx, pv)
         if run > 0:  # step 2 computes the rest of the prompt: its stores
             call += 1
-            ok, hr, hk, hn, held, counter = _lru_store(r, key, off, P, B, C, offer_from, req_rank, seen, prot, rank,
-                                                       hr, hk, hn, held, counter, call, stash, stats)
+            ok, held, counter = _lru_store(r, key, off, P, B, C, offer_from, req_rank, seen, prot, rank, nx, pv, root,
+                                           held, counter, call, stats)
             stored[r] = ok
         prev = r
 
