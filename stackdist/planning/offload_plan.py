@@ -38,7 +38,6 @@ CPU tier holds that block and the connector reports it: the engine then recomput
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -170,55 +169,88 @@ def _simulate(model: OffloadModel, pages: EnginePages, pools: Sequence[int | Non
 def _sizing(run: OffloadRun, i: int, configs: Sequence[TierConfig], counted: np.ndarray, targets: Sequence[float],
             precision: float, decode: bool, threads: int) -> dict[str, Any]:
     """The tier sizes each target needs at GPU pool ``i``: the first tier alone, then (two tiers)
-    the second behind the first tier's smallest size of the specification."""
+    the second behind the first tier's first size of the specification."""
     model, result, pages = run.model, run.result, run.pages
     gpu_hits = result.gpu_hit_tokens[i:i + 1]
     options = configs[0].options
-    lock = threading.Lock()
     upper = distinct_units(pages, model.chunk_tokens(dict(options), pages.page_tokens))  # never evicts
     out: dict[str, Any] = {"gpu_pool_index": i, "tiers": []}
     for depth, tier in enumerate(model.tiers[:2]):
         if depth == 1 and all(c.size(tier) == 0 for c in configs):
             break
         fixed = tuple((t, configs[0].size(t)) for t in model.tiers[:depth])
+        label = "+".join(f"{t}{s}" for t, s in fixed) + f"|{tier}"
+        for j, config in enumerate(configs):  # the ladder's points are known already
+            rest = tuple((t, config.size(t)) for t in model.tiers if t != tier)
+            if rest == (*fixed, *((t, 0) for t in model.tiers[depth + 1:])):
+                run.points[(i, label, config.size(tier))] = _counted_hits(model, result, pages, i, j, counted)
 
-        def evaluate(size: int | None, fixed: tuple[tuple[str, int | None], ...] = fixed, tier: str = tier) -> int:
-            key = (i, "+".join(f"{t}{s}" for t, s in fixed) + f"|{tier}", size)
-            with lock:
-                if key in run.points:
-                    return run.points[key][0]
-            sizes = (*fixed, (tier, size), *((t, 0) for t in model.tiers[len(fixed) + 1:]))
-            config = TierConfig(sizes, options)
-            one = model.simulate(pages, [result.gpu_pools[i]], gpu_hits, [config], decode)
-            value = _counted_hits(model, one, pages, 0, 0, counted)
-            with lock:
-                run.points[key] = value
-            return value[0]
+        def evaluate(size: int | None, fixed: tuple[tuple[str, int | None], ...] = fixed, tier: str = tier,
+                     label: str = label) -> int:
+            key = (i, label, size)
+            if key not in run.points:
+                sizes = (*fixed, (tier, size), *((t, 0) for t in model.tiers[len(fixed) + 1:]))
+                one = model.simulate(pages, [result.gpu_pools[i]], gpu_hits, [TierConfig(sizes, options)], decode)
+                run.points[key] = _counted_hits(model, one, pages, 0, 0, counted)
+            return run.points[key][0]
 
-        ceiling = evaluate(None)
-        floor = evaluate(0)
+        seeds = {size: v[0] for (pi, lab, size), v in run.points.items() if pi == i and lab == label and size is not None}
+        answers = _search(evaluate, targets, upper, precision, threads, seeds)
+        out["tiers"].append({"tier": tier, "behind": dict(fixed), "ceiling_hit_tokens": evaluate(None),
+                             "no_tier_hit_tokens": evaluate(0), "never_evicting_size": upper, "answers": answers})
+    return out
 
-        def search(t: float, ceiling: int = ceiling, floor: int = floor,
-                   evaluate: Callable[[int | None], int] = evaluate) -> dict[str, Any]:
-            need = math.ceil(t * ceiling - 1e-9)
-            if floor >= need:
-                return {"fraction_of_ceiling": t, "size": 0, "hit_tokens": floor, "evaluations": 0}
-            lo, hi, hits_hi, steps = 0, upper, ceiling, 0
-            while hi - lo > 1 and hi > lo * (1 + precision):
-                mid = int(math.sqrt(max(lo, 1) * hi)) if lo > 0 else max(1, hi // 16)
-                mid = min(max(mid, lo + 1), hi - 1)
-                got = evaluate(mid)
-                steps += 1
-                if got >= need:
-                    hi, hits_hi = mid, got
-                else:
-                    lo = mid
-            return {"fraction_of_ceiling": t, "size": hi, "hit_tokens": hits_hi, "evaluations": steps}
 
-        with ThreadPoolExecutor(max_workers=max(1, min(threads, len(targets)))) as ex:
-            answers = list(ex.map(search, targets))
-        out["tiers"].append({"tier": tier, "behind": dict(fixed), "ceiling_hit_tokens": ceiling,
-                             "no_tier_hit_tokens": floor, "never_evicting_size": upper, "answers": answers})
+def _search(evaluate: Callable[[int | None], int], targets: Sequence[float], upper: int, precision: float,
+            threads: int, seeds: dict[int, int] | None = None) -> list[dict[str, Any]]:
+    """Every target's smallest size at once: each round evaluates, on ``threads`` threads, the
+    log-space midpoint of every unresolved target's bracket (the brackets come from every point
+    evaluated so far, so one point serves all targets; spare threads split the widest bracket
+    once more). A bracket ``(lo, hi]`` is resolved when ``hi <= lo x (1 + precision)`` or
+    ``hi = lo + 1``; ``hi`` is the answer. ``seeds`` are points known already (size -> hits);
+    ``upper`` is a size that never evicts (its hits are the ceiling's).
+
+    >>> hits = lambda c: 100 if c is None else min(c, 100)
+    >>> [a["size"] for a in _search(hits, [0.5, 0.9, 1.0], 1000, 0.0, 2)]
+    [50, 90, 100]
+    """
+    known = {c: h for c, h in (seeds or {}).items() if c <= upper}
+    with ThreadPoolExecutor(max_workers=max(1, threads)) as ex:
+        ceiling, floor = ex.map(evaluate, [None, 0])
+        known[0] = floor
+        known[upper] = ceiling
+        needs = [math.ceil(t * ceiling - 1e-9) for t in targets]
+        steps = [0] * len(targets)
+
+        def bracket(need: int) -> tuple[int, int]:
+            hi = min((c for c, h in known.items() if h >= need), default=upper)
+            lo = max((c for c, h in known.items() if c < hi and h < need), default=0)
+            return lo, hi
+
+        def open_(need: int) -> bool:
+            lo, hi = bracket(need)
+            return floor < need and hi - lo > 1 and hi > lo * (1 + precision)
+
+        def mid(lo: int, hi: int, parts: int = 2, k: int = 1) -> int:
+            m = int(max(lo, 1) * (hi / max(lo, 1)) ** (k / parts)) if lo > 0 else max(1, hi >> (4 * k))
+            return min(max(m, lo + 1), hi - 1)
+
+        while True:
+            todo = [n for n, need in enumerate(needs) if open_(need)]
+            if not todo:
+                break
+            points = list(dict.fromkeys(mid(*bracket(needs[n])) for n in todo))
+            if len(points) < threads:  # spare threads: thirds of the widest bracket
+                lo, hi = max((bracket(needs[n]) for n in todo), key=lambda b: b[1] / max(b[0], 1))
+                points = list(dict.fromkeys([mid(lo, hi, 3, 1), mid(lo, hi, 3, 2), *points]))[:max(threads, len(points))]
+            for c, h in zip(points, ex.map(evaluate, points), strict=True):
+                known[c] = h
+            for n in todo:
+                steps[n] += 1
+    out = []
+    for t, need, step in zip(targets, needs, steps, strict=True):
+        hi = 0 if floor >= need else bracket(need)[1]
+        out.append({"fraction_of_ceiling": t, "size": hi, "hit_tokens": known[hi], "rounds": step})
     return out
 
 
@@ -271,7 +303,7 @@ def offload_section(run: OffloadRun, trace: RequestTrace, counted: np.ndarray, b
                         model.unit: a["size"], "tokens": a["size"] * unit_tokens,
                         "gib": a["size"] * unit_bytes / 2**30,
                         "prefix_token_hit_rate": _rate(a["hit_tokens"], total),
-                        "evaluations": a["evaluations"]} for a in tier["answers"]]
+                        "search_rounds": a["rounds"]} for a in tier["answers"]]
             tiers.append({"tier": tier["tier"], "behind": {t: "inf" if v is None else v for t, v in tier["behind"].items()},
                           "ceiling_prefix_token_hit_rate": _rate(ceiling, total),
                           "without_tier_prefix_token_hit_rate": _rate(tier["no_tier_hit_tokens"], total),

@@ -162,7 +162,7 @@ def _lru_kernel(key, off, P, hits, n_keys, B, C, out_hit, stats):  # type: ignor
     nx[root] = root
     pv[root] = root
     rank = np.full(n_keys, -1, np.int64)  # (counter, -position) of a held block; -1 = not held
-    seen = np.full((2, n_keys), -1, np.int64)  # blocks the request touched (by parity: two live requests)
+    seen = np.full((2, n_keys), -1, np.int32)  # blocks the request touched (by parity: two live requests)
     prot = np.full(n_keys, -1, np.int64)  # the offered set of store call number `call`
     held = 0
     counter = 0
@@ -336,7 +336,7 @@ def _arc_kernel(key, off, P, hits, n_keys, B, C, out_hit, stats):  # type: ignor
         nx[n_keys + w] = n_keys + w
         pv[n_keys + w] = n_keys + w
     size = np.zeros(5, np.int64)
-    stamps = np.full((2, 4, n_keys), -1, np.int64)
+    stamps = np.full((2, 4, n_keys), -1, np.int32)
     prot = np.full(n_keys, -1, np.int64)
     n = len(P)
     widest = 1
