@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from stackdist.output import write_json  # noqa: E402
+from stackdist.output import write_json
 
 TRACE = ROOT / "data" / "traces" / "mooncake_conversation_trace.jsonl"
 RESULTS = Path(__file__).resolve().parent / "results" / "bench_offload.json"

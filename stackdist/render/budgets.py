@@ -48,7 +48,9 @@ def budget_lines(section: Budgets) -> list[str]:
                 lines.append(f"  {what:<22} unreachable" + (f" ({r['unreachable']['reason']})" if "unreachable" in r else ""))
                 continue
             lines.append(f"  {what:<22} {r['gib']:10.2f} GiB = {r['replicas']} replica(s), or one replica plus "
-                         f"{r['behind_one_replica_gib']:.2f} GiB of CPU/SSD behind it")
+                         f"{r['behind_one_replica_gib']:.2f} GiB of CPU/SSD behind it if that tier is exclusive (one "
+                         "LRU stack with the GPU); the engines' write-through tiers need more: their offload models "
+                         "size them")
     ttft_model = section.get("ttft_model")
     if ttft_model:
         lines.append(f"TTFT    an ESTIMATE ({ttft_model['kind']} model, one request at a time, inputs in the JSON)")
