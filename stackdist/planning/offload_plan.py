@@ -14,7 +14,8 @@ serial schedule. The plan reports
   the per-request CSV. The **write traffic** of each tier: units written over the whole trace (warm-up
   included: the engine writes them), in bytes (units x unit tokens x KV bytes per token) and per
   second of the trace's span (which sizes an SSD's endurance).
-- **sizing**: for each finite feasible GPU pool and each ``--targets`` fraction t, the smallest
+- **sizing**: for each finite feasible GPU pool named (with the default pools, the smallest
+  feasible one) and each target fraction t, the smallest
   tier size (in the model's units, tokens and GiB) whose hits reach t x the *ceiling*, the hits
   with that tier never evicting (at the same GPU pool; for the second tier of two, behind the
   first tier's smallest size). Found by bisection in log space to within ``precision``
@@ -121,9 +122,11 @@ def run_offload(trace: RequestTrace, options: EngineOptions, results: dict[str, 
                   f"{len(gpu.pools)} GPU pool(s)")
         result = _simulate(model, pages, gpu.pools, hits, configs, options.decode, threads)
         run = OffloadRun(spec, model, result, pages)
-        for i, pool in enumerate(gpu.pools):
-            if pool is None or not result.feasible(i) or not targets:
-                continue
+        finite = [i for i, pool in enumerate(gpu.pools) if pool is not None and result.feasible(i)]
+        for i in finite if options.pools else finite[:1]:  # default pools: the smallest feasible one only
+            if not targets:
+                break
+            pool = gpu.pools[i]
             if stage is not None:
                 stage(f"{model.name}: sizing the tiers for {', '.join(f'{t:g}' for t in targets)} of the ceiling at "
                       f"GPU pool {pool}")
