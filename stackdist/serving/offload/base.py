@@ -162,7 +162,7 @@ def offload_model(name: str | OffloadModel) -> OffloadModel:
 
     >>> offload_model("kvbm")
     Traceback (most recent call last):
-    ValueError: no offload model named 'kvbm'; the offload models are vllm-native
+    ValueError: no offload model named 'kvbm'; the offload models are lmcache, vllm-native
     """
     if isinstance(name, OffloadModel):
         return name

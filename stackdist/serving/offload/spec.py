@@ -70,6 +70,8 @@ def parse_offload(text: str) -> OffloadSpec:
 
     >>> parse_offload("vllm-native:cpu=8blocks").options
     (('policy', 'lru'),)
+    >>> parse_offload("lmcache:cpu=8chunks,disk=32chunks").options
+    (('chunk', '256'),)
     >>> parse_offload("vllm-native:dram=8blocks")
     Traceback (most recent call last):
     ValueError: vllm-native: unknown key 'dram'; its tiers are cpu (sizes in blocks) and its options policy=lru|arc
@@ -119,6 +121,8 @@ def resolve_offload(spec: OffloadSpec, bytes_per_token: int, page_tokens: int) -
 
     >>> [c.sizes for c in resolve_offload(parse_offload("vllm-native:cpu=1/2blocks/inf"), 1, 16)]
     [(('cpu', 1),), (('cpu', 2),), (('cpu', None),)]
+    >>> [c.sizes for c in resolve_offload(parse_offload("lmcache:cpu=1/2chunks,disk=inf"), 1, 16)]
+    [(('cpu', 1), ('disk', None)), (('cpu', 2), ('disk', None))]
     """
     model = offload_model(spec.model)
     options = dict(spec.options)
