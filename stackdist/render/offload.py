@@ -17,12 +17,14 @@ def _bytes_rate(value: float | None) -> str:
     return f"{value:.0f} B/s"
 
 
-def _size(sizes: dict[str, Any], unit: str) -> str:
+def _size(sizes: dict[str, Any]) -> str:
     parts = []
     for tier, s in sizes.items():
-        n = s[unit]
-        parts.append(f"{tier} inf" if n == "inf" else f"{tier} {n:,} {unit} ({s['gib']:.2f} GiB)")
-    return ", ".join(parts)
+        if s["gib"] is None:
+            parts.append(f"{tier} inf")
+        elif s["gib"]:
+            parts.append(f"{tier} {s['gib']:,.1f} GiB")
+    return ", ".join(parts) or "none"
 
 
 def offload_lines(section: dict[str, Any]) -> list[str]:
@@ -38,12 +40,14 @@ def offload_lines(section: dict[str, Any]) -> list[str]:
              f"organisation: {section['organisation']}",
              f"validation: {section['validation']}",
              f"units: {section['conversion']}; schedule serial; {section['requests']:,} requests counted",
-             f"  {'GPU pool':>9} {'tiers':<34} {'hit rate':>9} {'GPU':>8} {'by tier':<24} written (per s of trace)"]
+             f"  {'GPU pool':>9} {'tiers (sizes in the JSON in ' + unit + ')':<34} {'hit rate':>9} {'GPU':>8} "
+             f"{'by tier':<26} written (per s of trace)"]
     for row in section["rows"]:
-        tiers = ", ".join(f"{t} {r:.2%}" for t, r in row["tier_token_hit_rate"].items())
-        written = ", ".join(f"{t} {w['bytes'] / 2**30:,.1f} GiB ({_bytes_rate(w['bytes_per_s'])})" for t, w in row["written"].items())
-        lines.append(f"  {row['gpu_blocks']!s:>9} {_size(row['sizes'], unit):<34} {row['prefix_token_hit_rate']:>9.2%} "
-                     f"{row['gpu_token_hit_rate']:>8.2%} {tiers:<24} {written}")
+        tiers = ", ".join(f"{t} {r:.2%}" for t, r in row["tier_token_hit_rate"].items() if row["sizes"][t]["gib"] != 0)
+        written = ", ".join(f"{t} {w['bytes'] / 2**30:,.1f} GiB ({_bytes_rate(w['bytes_per_s'])})"
+                            for t, w in row["written"].items() if row["sizes"][t]["gib"] != 0)
+        lines.append(f"  {row['gpu_blocks']!s:>9} {_size(row['sizes']):<34} {row['prefix_token_hit_rate']:>9.2%} "
+                     f"{row['gpu_token_hit_rate']:>8.2%} {tiers or '-':<26} {written or '-'}")
         if row["refused_stores"]:
             lines.append(f"  {'':>9} {row['refused_stores']:,} store(s) found no room and stored nothing")
     for s in section["sizing"]:

@@ -298,53 +298,53 @@ def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float
 
 
 def plot_offload(path: str | os.PathLike[str], report: Any) -> None:
-    """The offload tiers' hit rate against the tier's size in GiB, stacked by tier (GPU, then
-    each offload tier), one panel per specification and GPU pool: every exact point the plan
-    simulated (the ladder and the sizing search), with the ceiling and the sizing answers."""
+    """The offload tiers' hit rate against a tier's size in GiB, stacked by tier (the GPU, then
+    each offload tier in lookup order): one panel per specification, GPU pool and sized tier
+    (a second tier behind the first tier's size), every exact point the plan simulated (the
+    ladder and the sizing search), with the ceiling and the sizes each target needs."""
     plt = pyplot()
-    panels = []
-    for section in report["offload"]:
-        for s in section["sizing"] or [{"gpu_blocks": r["gpu_blocks"], "tiers": []} for r in section["rows"][:1]]:
-            panels.append((section, s))
+    panels = [(section, s, tier) for section in report["offload"] for s in section["sizing"] for tier in s["tiers"]]
     if not panels:
         raise UsageError("the offload plot needs a finite feasible GPU pool to size the tiers at.")
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False)
-    for ax, (section, s) in zip(axes[:, 0], panels):
-        tier = section["model"] and (s["tiers"][0]["tier"] if s["tiers"] else next(iter(section["rows"][0]["sizes"])))
-        pts = [p for p in section["sizing_points"] if p["gpu_blocks"] == s["gpu_blocks"] and p["tier"] == tier
-               and not p["behind"]]
-        pts += [{"gib": r["sizes"][tier]["gib"], "prefix_token_hit_rate": r["prefix_token_hit_rate"],
-                 "tier_token_hit_rate": r["tier_token_hit_rate"]}
-                for r in section["rows"] if r["gpu_blocks"] == s["gpu_blocks"] and r["sizes"][tier]["gib"] is not None
-                and all(v.get("gib") in (None, 0.0) or t == tier for t, v in r["sizes"].items())]
-        pts.sort(key=lambda p: p["gib"])
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.4 * len(panels)), squeeze=False)
+    for ax, (section, s, tier) in zip(axes[:, 0], panels):
+        name = tier["tier"]
+        behind = "+".join(f"{t}{v}" for t, v in tier["behind"].items()) or None
+        pts = sorted((p for p in section["sizing_points"] if p["gpu_blocks"] == s["gpu_blocks"] and p["tier"] == name
+                      and p["behind"] == behind), key=lambda p: p["gib"])
         x = np.array([p["gib"] for p in pts], float)
         total = np.array([p["prefix_token_hit_rate"] for p in pts], float)
-        tiers = np.array([sum(p["tier_token_hit_rate"].values()) for p in pts], float)
-        gpu = total - tiers
-        ax.fill_between(x, 0, gpu, step=None, color="C0", alpha=0.5, label="GPU prefix cache")
-        ax.fill_between(x, gpu, total, color="C1", alpha=0.5, label=f"{tier} tier ({section['model']})")
-        ax.plot(x, total, "o-", color="C1", ms=3, lw=1)
-        top = float(total.max(initial=0.05))
-        levels = []
-        for t in s["tiers"][:1]:
-            ceiling = t["ceiling_prefix_token_hit_rate"]
-            top = max(top, ceiling)
-            levels.append((f"ceiling {ceiling:.1%}", ceiling))
-            for a in t["answers"]:
-                ax.axvline(a["gib"], color="grey", lw=0.7, ls="--")
-                ax.annotate(f"{a['fraction_of_ceiling']:.0%}: {a['gib']:,.3g} GiB", xy=(a["gib"], 0.02),
-                            xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color="dimgrey", va="bottom")
+        layers = [total - np.array([sum(p["tier_token_hit_rate"].values()) for p in pts], float)]
+        labels = ["GPU prefix cache"]
+        for t in next(iter(pts))["tier_token_hit_rate"] if pts else ():
+            layers.append(np.array([p["tier_token_hit_rate"][t] for p in pts], float))
+            labels.append(f"{t} tier")
+        base = np.zeros_like(x)
+        for k, (layer, label) in enumerate(zip(layers, labels)):
+            ax.fill_between(x, base, base + layer, color=f"C{k}", alpha=0.5, label=label, lw=0)
+            base = base + layer
+        ax.plot(x, total, "o-", color="black", ms=2.5, lw=0.8, label="total (each point simulated)")
+        ceiling = tier["ceiling_prefix_token_hit_rate"]
+        top = max(float(total.max(initial=0.05)), ceiling)
+        for n, a in enumerate(tier["answers"]):
+            gib = a["gib"]
+            ax.axvline(gib, color="grey", lw=0.7, ls="--")
+            ax.annotate(f"{a['fraction_of_ceiling']:.0%}: {gib:,.0f} GiB" if gib >= 100 else
+                        f"{a['fraction_of_ceiling']:.0%}: {gib:.3g} GiB", xy=(gib, 0.03 + 0.22 * n),
+                        xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color="dimgrey", va="bottom",
+                        ha="right")
         _percent_axis(ax, top)
-        _target_lines(ax, levels, top)
-        ax.set_xscale("symlog", linthresh=max(float(x[x > 0].min(initial=1.0)), 1e-3))
-        ax.set_xlabel(f"{tier} tier size (GiB = 2^30 bytes; symlog axis)")
+        _target_lines(ax, [(f"ceiling {ceiling:.1%}", ceiling)], top)
+        ax.set_xscale("symlog", linthresh=max(float(x[x > 0].min(initial=1.0)), 1e-3), linscale=0.25)
+        ax.set_xlim(left=0, right=float(x.max(initial=1.0)) * 1.05)
+        where = f" behind {', '.join(f'{t} {v}' for t, v in tier['behind'].items())} {section['unit']}" if behind else ""
+        ax.set_xlabel(f"{name} tier size{where} (GiB = 2^30 bytes; symlog axis)")
         ax.set_ylabel("prefix token hit rate")
         ax.set_title(f"{section['spec']} behind {section['behind']} at GPU pool {s['gpu_blocks']} "
                      f"({'driven' if section['validation'].startswith('driven') else 'followed, not driven'})", fontsize=9)
-        ax.legend(loc="upper left", fontsize=8)
+        ax.legend(loc="upper left", fontsize=7)
     fig.suptitle(f"Offload tiers: {os.path.basename(str(report['trace']['source']))}, model {report['model']['name']}, "
-                 "serial schedule; every point an exact simulation", fontsize=10)
+                 "serial schedule", fontsize=10)
     fig.tight_layout()
     save_png(fig, path)
     plt.close(fig)
