@@ -471,8 +471,8 @@ class HiCacheOffload(OffloadModel):
     """SGLang's HiCache host tier as an offload model (module docstring)."""
 
     name = "hicache"
-    follows = ("SGLang 0.5.23 HiCache: UnifiedRadixCache with its HybridCacheController and host pool "
-               "(--enable-hierarchical-cache), Python UnifiedTreeCore")
+    follows = ("SGLang 0.5.23 HiCache: UnifiedRadixCache with its HybridCacheController and host pool, "
+               "the hierarchical cache as read in the Python UnifiedTreeCore")
     behind = "sglang"
     driven = False
     tiers = ("host",)
