@@ -98,7 +98,7 @@ def effective_tier_hits(P: np.ndarray, gpu: np.ndarray, tiers: Sequence[np.ndarr
 
 def _counted_hits(model: OffloadModel, result: OffloadResult, pages: EnginePages, i: int, j: int,
                   counted: np.ndarray) -> tuple[int, dict[str, int]]:
-    gpu = result.gpu_hit_tokens[i]
+    gpu = result.gpu_hits(i, j)
     tiers = effective_tier_hits(pages.input_tokens, gpu, [result.tier_hit_tokens[t][i, j] for t in model.tiers])
     by_tier = {t: int(x[counted].sum()) for t, x in zip(model.tiers, tiers)}
     return int(gpu[counted].sum()) + sum(by_tier.values()), by_tier
@@ -166,7 +166,8 @@ def _simulate(model: OffloadModel, pages: EnginePages, pools: Sequence[int | Non
                          cat([p.offload_hit_tokens for p in parts]),
                          {t: cat([p.written[t] for p in parts]) for t in first.written},
                          {t: cat([p.evicted[t] for p in parts]) for t in first.evicted},
-                         cat([p.failed_stores for p in parts]), first.unit_tokens)
+                         cat([p.failed_stores for p in parts]), first.unit_tokens,
+                         None if first.config_gpu_hit_tokens is None else cat([p.config_gpu_hit_tokens for p in parts]))
 
 
 def _sizing(run: OffloadRun, i: int, configs: Sequence[TierConfig], counted: np.ndarray, targets: Sequence[float],
@@ -277,8 +278,8 @@ def offload_section(run: OffloadRun, trace: RequestTrace, counted: np.ndarray, b
     for i, pool in enumerate(result.gpu_pools):
         if not result.feasible(i):
             continue
-        gpu = int(result.gpu_hit_tokens[i][counted].sum())
         for j, config in enumerate(result.configs):
+            gpu = int(result.gpu_hits(i, j)[counted].sum())
             hits, by_tier = _counted_hits(model, result, pages, i, j, counted)
             written = {t: int(result.written[t][i, j]) for t in model.tiers}
             rows.append({
@@ -354,7 +355,8 @@ def offload_section(run: OffloadRun, trace: RequestTrace, counted: np.ndarray, b
 def offload_columns(run: OffloadRun, suffix: bool, prefix: str = "") -> list[tuple[str, np.ndarray]]:
     """Per-request columns: per feasible GPU pool N and configuration, ``offload_hit_tokens_<N>``
     (the connector's number beyond the GPU hit) and, with several tiers, ``offload_<tier>_hit_tokens_<N>``;
-    ``_<label>`` is appended (``prefix`` + the configuration's label) when ``suffix``."""
+    when the tier changes the GPU hits (``config_gpu_hit_tokens``), ``offload_gpu_hit_tokens_<N>``
+    (the GPU hits with the tier, which the offload hits extend); ``_<label>`` is appended (``prefix`` + the configuration's label) when ``suffix``."""
     result = run.result
     columns = []
     for i, pool in enumerate(result.gpu_pools):
@@ -363,6 +365,8 @@ def offload_columns(run: OffloadRun, suffix: bool, prefix: str = "") -> list[tup
         name = "inf" if pool is None else str(pool)
         for j, config in enumerate(result.configs):
             tail = f"_{prefix}{config.label}" if suffix else ""
+            if result.config_gpu_hit_tokens is not None:
+                columns.append((f"offload_gpu_hit_tokens_{name}{tail}", result.config_gpu_hit_tokens[i, j]))
             columns.append((f"offload_hit_tokens_{name}{tail}", result.offload_hit_tokens[i, j]))
             if len(run.model.tiers) > 1:
                 columns += [(f"offload_{t}_hit_tokens_{name}{tail}", result.tier_hit_tokens[t][i, j])

@@ -19,10 +19,11 @@ from .base import (
     offload_model_names,
     register_offload_model,
 )
+from .hicache import HICACHE
 from .lmcache import LMCACHE
 from .spec import OffloadSpec, describe_sizes, parse_offload, resolve_offload
 from .vllm_native import VLLM_NATIVE
 
-__all__ = ["LMCACHE", "OFFLOAD_MODELS", "VLLM_NATIVE", "OffloadModel", "OffloadResult", "OffloadSpec", "TierConfig",
+__all__ = ["HICACHE", "LMCACHE", "OFFLOAD_MODELS", "VLLM_NATIVE", "OffloadModel", "OffloadResult", "OffloadSpec", "TierConfig",
            "describe_sizes", "offload_model", "offload_model_names", "parse_offload", "register_offload_model",
            "resolve_offload"]

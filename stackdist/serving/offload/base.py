@@ -78,7 +78,10 @@ class OffloadResult:
     (``P - min(gpu + offload, P - 1)``: the last prompt token is always computed). ``written[tier]``
     (int64 ``(pools, configs)``) counts the units written into the tier, ``evicted[tier]`` those
     evicted from it; ``failed_stores`` (``(pools, configs)``) counts store attempts the tier refused.
-    Rows of an infeasible GPU pool are -1.
+    Rows of an infeasible GPU pool are -1. ``config_gpu_hit_tokens`` (``(pools, configs, requests)``)
+    is set by a model whose tier changes the GPU hits themselves (HiCache keeps host-backed nodes
+    in the device tree): the GPU hits at each configuration, which :meth:`gpu_hits` reads instead
+    of the engine model's ``gpu_hit_tokens``.
     """
 
     model: str
@@ -91,10 +94,15 @@ class OffloadResult:
     evicted: Mapping[str, np.ndarray]
     failed_stores: np.ndarray
     unit_tokens: int
+    config_gpu_hit_tokens: np.ndarray | None = None
 
     def feasible(self, i: int) -> bool:
         """Whether GPU pool ``i`` is feasible (its hits are not -1)."""
         return bool((self.gpu_hit_tokens[i] >= 0).all())
+
+    def gpu_hits(self, i: int, j: int) -> np.ndarray:
+        """The GPU hits per request at GPU pool ``i`` and configuration ``j``. O(1)."""
+        return self.gpu_hit_tokens[i] if self.config_gpu_hit_tokens is None else self.config_gpu_hit_tokens[i, j]
 
 
 class OffloadModel(ABC):
@@ -162,7 +170,7 @@ def offload_model(name: str | OffloadModel) -> OffloadModel:
 
     >>> offload_model("kvbm")
     Traceback (most recent call last):
-    ValueError: no offload model named 'kvbm'; the offload models are lmcache, vllm-native
+    ValueError: no offload model named 'kvbm'; the offload models are hicache, lmcache, vllm-native
     """
     if isinstance(name, OffloadModel):
         return name
