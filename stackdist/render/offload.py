@@ -40,8 +40,8 @@ def offload_lines(section: dict[str, Any]) -> list[str]:
              f"organisation: {section['organisation']}",
              f"validation: {section['validation']}",
              f"units: {section['conversion']}; schedule serial; {section['requests']:,} requests counted",
-             f"  {'GPU pool':>9} {'tiers (sizes in the JSON in ' + unit + ')':<34} {'hit rate':>9} {'GPU':>8} "
-             f"{'by tier':<26} written (per s of trace)"]
+             (f"  {'GPU pool':>9} {'tiers (sizes in the JSON in ' + unit + ')':<34} {'hit rate':>9} {'GPU':>8} "
+              f"{'by tier':<26} written (per s of trace)")]
     for row in section["rows"]:
         tiers = ", ".join(f"{t} {r:.2%}" for t, r in row["tier_token_hit_rate"].items() if row["sizes"][t]["gib"] != 0)
         written = ", ".join(f"{t} {w['bytes'] / 2**30:,.1f} GiB ({_bytes_rate(w['bytes_per_s'])})"

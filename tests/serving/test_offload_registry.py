@@ -60,7 +60,7 @@ def test_every_model_keeps_the_contract(model: OffloadModel, seed: int) -> None:
     for i in range(len(pools)):
         assert (result.offload_hit_tokens[i, 0] == 0).all() and result.written[tier0][i, 0] == 0
         for j in range(len(configs)):
-            total = gpu.hit_tokens[i] + result.offload_hit_tokens[i, j]
+            total = result.gpu_hits(i, j) + result.offload_hit_tokens[i, j]
             assert (result.offload_hit_tokens[i, j] >= 0).all() and (total <= trace.input_length).all()
             assert sum(result.tier_hit_tokens[t][i, j] for t in model.tiers).tolist() == result.offload_hit_tokens[i, j].tolist()
         assert result.offload_hit_tokens[i, 3].sum() >= result.offload_hit_tokens[i, 1].sum()
