@@ -78,6 +78,7 @@ class OffloadRun:
     pages: EnginePages
     sizing: list[dict[str, Any]] = field(default_factory=list)
     points: dict[tuple[int, str, int | None], tuple[int, dict[str, int]]] = field(default_factory=dict)
+    reasons: dict[tuple[int, str, int | None], str] = field(default_factory=dict)
 
 
 def effective_tier_hits(P: np.ndarray, gpu: np.ndarray, tiers: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -98,6 +99,8 @@ def effective_tier_hits(P: np.ndarray, gpu: np.ndarray, tiers: Sequence[np.ndarr
 
 def _counted_hits(model: OffloadModel, result: OffloadResult, pages: EnginePages, i: int, j: int,
                   counted: np.ndarray) -> tuple[int, dict[str, int]]:
+    if not result.config_feasible(i, j):
+        return -1, {}
     gpu = result.gpu_hits(i, j)
     tiers = effective_tier_hits(pages.input_tokens, gpu, [result.tier_hit_tokens[t][i, j] for t in model.tiers])
     by_tier = {t: int(x[counted].sum()) for t, x in zip(model.tiers, tiers)}
@@ -167,7 +170,8 @@ def _simulate(model: OffloadModel, pages: EnginePages, pools: Sequence[int | Non
                          {t: cat([p.written[t] for p in parts]) for t in first.written},
                          {t: cat([p.evicted[t] for p in parts]) for t in first.evicted},
                          cat([p.failed_stores for p in parts]), first.unit_tokens,
-                         None if first.config_gpu_hit_tokens is None else cat([p.config_gpu_hit_tokens for p in parts]))
+                         None if first.config_gpu_hit_tokens is None else cat([p.config_gpu_hit_tokens for p in parts]),
+                         {(i, j): why for j, p in enumerate(parts) for (i, _), why in p.infeasible.items()})
 
 
 def _sizing(run: OffloadRun, i: int, configs: Sequence[TierConfig], counted: np.ndarray, targets: Sequence[float],
@@ -195,13 +199,20 @@ def _sizing(run: OffloadRun, i: int, configs: Sequence[TierConfig], counted: np.
             if key not in run.points:
                 sizes = (*fixed, (tier, size), *((t, 0) for t in model.tiers[len(fixed) + 1:]))
                 one = model.simulate(pages, [result.gpu_pools[i]], gpu_hits, [TierConfig(sizes, options)], decode)
+                if not one.config_feasible(0, 0):
+                    run.reasons[key] = one.infeasible[(0, 0)]
                 run.points[key] = _counted_hits(model, one, pages, 0, 0, counted)
             return run.points[key][0]
 
+        entry: dict[str, Any] = {"tier": tier, "behind": dict(fixed), "never_evicting_size": upper}
+        if evaluate(None) < 0 or evaluate(0) < 0:  # the engine cannot serve the trace even so
+            entry["infeasible"] = run.reasons.get((i, label, None)) or run.reasons.get((i, label, 0))
+            out["tiers"].append(entry)
+            continue
         seeds = {size: v[0] for (pi, lab, size), v in run.points.items() if pi == i and lab == label and size is not None}
         answers = _search(evaluate, targets, upper, precision, threads, seeds)
-        out["tiers"].append({"tier": tier, "behind": dict(fixed), "ceiling_hit_tokens": evaluate(None),
-                             "no_tier_hit_tokens": evaluate(0), "never_evicting_size": upper, "answers": answers})
+        out["tiers"].append({**entry, "ceiling_hit_tokens": evaluate(None), "no_tier_hit_tokens": evaluate(0),
+                             "answers": answers})
     return out
 
 
@@ -274,17 +285,23 @@ def offload_section(run: OffloadRun, trace: RequestTrace, counted: np.ndarray, b
     span = float(np.ptp(trace.timestamps_s)) if trace.n_requests > 1 else 0.0
     unit_tokens = model.chunk_tokens(dict(result.configs[0].options), page_tokens)
     unit_bytes = unit_tokens * bytes_per_token
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, pool in enumerate(result.gpu_pools):
         if not result.feasible(i):
             continue
         for j, config in enumerate(result.configs):
+            if not result.config_feasible(i, j):
+                rows.append({"gpu_blocks": _pool_label(pool), "config": config.label,
+                             "sizes": describe_sizes(config, model, bytes_per_token, page_tokens), "feasible": False,
+                             "infeasible": result.infeasible[(i, j)]})
+                continue
             gpu = int(result.gpu_hits(i, j)[counted].sum())
             hits, by_tier = _counted_hits(model, result, pages, i, j, counted)
             written = {t: int(result.written[t][i, j]) for t in model.tiers}
             rows.append({
                 "gpu_blocks": _pool_label(pool),
                 "config": config.label,
+                "feasible": True,
                 "sizes": describe_sizes(config, model, bytes_per_token, page_tokens),
                 "hit_tokens": hits,
                 "prefix_token_hit_rate": _rate(hits, total),
@@ -302,6 +319,10 @@ def offload_section(run: OffloadRun, trace: RequestTrace, counted: np.ndarray, b
         pool = result.gpu_pools[s["gpu_pool_index"]]
         tiers = []
         for tier in s["tiers"]:
+            if "infeasible" in tier:
+                tiers.append({"tier": tier["tier"], "behind": {t: "inf" if v is None else v for t, v in tier["behind"].items()},
+                              "infeasible": tier["infeasible"]})
+                continue
             ceiling = tier["ceiling_hit_tokens"]
             answers = [{"fraction_of_ceiling": a["fraction_of_ceiling"],
                         model.unit: a["size"], "tokens": a["size"] * unit_tokens,
@@ -346,7 +367,8 @@ def offload_section(run: OffloadRun, trace: RequestTrace, counted: np.ndarray, b
                           "never evicting); the hit rate is not proved monotone in the tier size"),
         "sizing_points": [{"gpu_blocks": _pool_label(result.gpu_pools[i]),
                            "tier": tier.split("|")[-1], "behind": tier.split("|")[0] or None, model.unit: size,
-                           "gib": size * unit_bytes / 2**30, "prefix_token_hit_rate": _rate(v[0], total),
+                           "gib": size * unit_bytes / 2**30,
+                           "prefix_token_hit_rate": _rate(v[0], total) if v[0] >= 0 else None,
                            "tier_token_hit_rate": {t: _rate(x, total) for t, x in v[1].items()}}
                           for i, tier, size, v in curve],
     }
@@ -364,6 +386,8 @@ def offload_columns(run: OffloadRun, suffix: bool, prefix: str = "") -> list[tup
             continue
         name = "inf" if pool is None else str(pool)
         for j, config in enumerate(result.configs):
+            if not result.config_feasible(i, j):
+                continue
             tail = f"_{prefix}{config.label}" if suffix else ""
             if result.config_gpu_hit_tokens is not None:
                 columns.append((f"offload_gpu_hit_tokens_{name}{tail}", result.config_gpu_hit_tokens[i, j]))

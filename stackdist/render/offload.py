@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["offload_lines"]
+__all__ = ["gib", "offload_lines"]
 
 
 def _bytes_rate(value: float | None) -> str:
@@ -17,13 +17,22 @@ def _bytes_rate(value: float | None) -> str:
     return f"{value:.0f} B/s"
 
 
+def gib(value: float) -> str:
+    """GiB with the digits that matter: ``1,914`` / ``64.0`` / ``0.0898``.
+
+    >>> gib(1913.7), gib(64), gib(0.08984)
+    ('1,914', '64.0', '0.0898')
+    """
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 1 else f"{value:.3g}"
+
+
 def _size(sizes: dict[str, Any]) -> str:
     parts = []
     for tier, s in sizes.items():
         if s["gib"] is None:
             parts.append(f"{tier} inf")
         elif s["gib"]:
-            parts.append(f"{tier} {s['gib']:,.1f} GiB")
+            parts.append(f"{tier} {gib(s['gib'])} GiB")
     return ", ".join(parts) or "none"
 
 
@@ -43,6 +52,9 @@ def offload_lines(section: dict[str, Any]) -> list[str]:
              (f"  {'GPU pool':>9} {'tiers (sizes in the JSON in ' + unit + ')':<34} {'hit rate':>9} {'GPU':>8} "
               f"{'by tier':<26} written (per s of trace)")]
     for row in section["rows"]:
+        if not row["feasible"]:
+            lines.append(f"  {row['gpu_blocks']!s:>9} {_size(row['sizes']):<34} infeasible: {row['infeasible']}")
+            continue
         tiers = ", ".join(f"{t} {r:.2%}" for t, r in row["tier_token_hit_rate"].items() if row["sizes"][t]["gib"] != 0)
         written = ", ".join(f"{t} {w['bytes'] / 2**30:,.1f} GiB ({_bytes_rate(w['bytes_per_s'])})"
                             for t, w in row["written"].items() if row["sizes"][t]["gib"] != 0)
@@ -53,13 +65,17 @@ def offload_lines(section: dict[str, Any]) -> list[str]:
     for s in section["sizing"]:
         for tier in s["tiers"]:
             behind = ", ".join(f"{t} {v:,} {unit}" if v != "inf" else f"{t} inf" for t, v in tier["behind"].items())
+            if "infeasible" in tier:
+                lines.append(f"  at GPU pool {s['gpu_blocks']}{' behind ' + behind if behind else ''}: the {tier['tier']} "
+                             f"tier cannot be sized: {tier['infeasible']}")
+                continue
             lines.append(f"  at GPU pool {s['gpu_blocks']}{' behind ' + behind if behind else ''}: the {tier['tier']} tier "
                          f"lifts {tier['without_tier_prefix_token_hit_rate']:.2%} to a ceiling of "
                          f"{tier['ceiling_prefix_token_hit_rate']:.2%} (never evicting at "
-                         f"{tier['never_evicting'][unit]:,} {unit}, {tier['never_evicting']['gib']:,.2f} GiB)")
+                         f"{tier['never_evicting'][unit]:,} {unit}, {gib(tier['never_evicting']['gib'])} GiB)")
             for a in tier["answers"]:
                 lines.append(f"    {a['fraction_of_ceiling']:>6.1%} of the ceiling needs {tier['tier']} = "
-                             f"{a[unit]:,} {unit} = {a['gib']:,.2f} GiB ({a['prefix_token_hit_rate']:.2%} hit rate)")
+                             f"{a[unit]:,} {unit} = {gib(a['gib'])} GiB ({a['prefix_token_hit_rate']:.2%} hit rate)")
     if section["sizing"]:
         lines.append(f"  (sizes: {section.get('sizing_method', '')})")
     return lines

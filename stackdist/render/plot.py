@@ -303,7 +303,8 @@ def plot_offload(path: str | os.PathLike[str], report: Any) -> None:
     (a second tier behind the first tier's size), every exact point the plan simulated (the
     ladder and the sizing search), with the ceiling and the sizes each target needs."""
     plt = pyplot()
-    panels = [(section, s, tier) for section in report["offload"] for s in section["sizing"] for tier in s["tiers"]]
+    panels = [(section, s, tier) for section in report["offload"] for s in section["sizing"] for tier in s["tiers"]
+              if "infeasible" not in tier]
     if not panels:
         raise UsageError("the offload plot needs a finite feasible GPU pool to size the tiers at.")
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.4 * len(panels)), squeeze=False)
@@ -311,7 +312,7 @@ def plot_offload(path: str | os.PathLike[str], report: Any) -> None:
         name = tier["tier"]
         behind = "+".join(f"{t}{v}" for t, v in tier["behind"].items()) or None
         pts = sorted((p for p in section["sizing_points"] if p["gpu_blocks"] == s["gpu_blocks"] and p["tier"] == name
-                      and p["behind"] == behind), key=lambda p: p["gib"])
+                      and p["behind"] == behind and p["prefix_token_hit_rate"] is not None), key=lambda p: p["gib"])
         x = np.array([p["gib"] for p in pts], float)
         total = np.array([p["prefix_token_hit_rate"] for p in pts], float)
         layers = [total - np.array([sum(p["tier_token_hit_rate"].values()) for p in pts], float)]
@@ -336,7 +337,7 @@ def plot_offload(path: str | os.PathLike[str], report: Any) -> None:
         _percent_axis(ax, top)
         _target_lines(ax, [(f"ceiling {ceiling:.1%}", ceiling)], top)
         ax.set_xscale("symlog", linthresh=max(float(x[x > 0].min(initial=1.0)), 1e-3), linscale=0.25)
-        ax.set_xlim(left=0, right=float(x.max(initial=1.0)) * 1.05)
+        ax.set_xlim(left=0, right=(float(x.max()) if x.size else 1.0) * 1.05)
         where = f" behind {', '.join(f'{t} {v}' for t, v in tier['behind'].items())} {section['unit']}" if behind else ""
         ax.set_xlabel(f"{name} tier size{where} (GiB = 2^30 bytes; symlog axis)")
         ax.set_ylabel("prefix token hit rate")

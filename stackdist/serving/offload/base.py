@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -37,8 +37,13 @@ import numpy as np
 if TYPE_CHECKING:
     from ..pages import EnginePages
 
-__all__ = ["OFFLOAD_MODELS", "OffloadModel", "OffloadResult", "TierConfig", "offload_model", "offload_model_names",
+__all__ = ["OFFLOAD_MODELS", "OffloadInfeasible", "OffloadModel", "OffloadResult", "TierConfig", "offload_model", "offload_model_names",
            "register_offload_model"]
+
+
+class OffloadInfeasible(ValueError):
+    """A configuration the engine cannot serve the trace with (it would wait forever, or do
+    something the model does not follow); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -95,10 +100,17 @@ class OffloadResult:
     failed_stores: np.ndarray
     unit_tokens: int
     config_gpu_hit_tokens: np.ndarray | None = None
+    infeasible: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    """(GPU pool index, configuration index) -> why the engine cannot serve the trace there (its
+    rows are -1)."""
 
     def feasible(self, i: int) -> bool:
         """Whether GPU pool ``i`` is feasible (its hits are not -1)."""
         return bool((self.gpu_hit_tokens[i] >= 0).all())
+
+    def config_feasible(self, i: int, j: int) -> bool:
+        """Whether GPU pool ``i`` and configuration ``j`` are both feasible."""
+        return self.feasible(i) and (i, j) not in self.infeasible
 
     def gpu_hits(self, i: int, j: int) -> np.ndarray:
         """The GPU hits per request at GPU pool ``i`` and configuration ``j``. O(1)."""

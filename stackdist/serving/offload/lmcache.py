@@ -58,7 +58,13 @@ import numpy as np
 from stackdist.engine.kernels import njit
 
 from ..pages import EnginePages
-from .base import OffloadModel, OffloadResult, TierConfig, register_offload_model
+from .base import (
+    OffloadInfeasible,
+    OffloadModel,
+    OffloadResult,
+    TierConfig,
+    register_offload_model,
+)
 
 __all__ = ["LMCACHE", "LMCacheOffload", "lmcache_tiers"]
 
@@ -231,9 +237,9 @@ def _run(pages: EnginePages, hits: np.ndarray, K: int, cpu: int | None, disk: in
     stuck = _lmcache_kernel(pages.key, pages.offsets, pages.input_tokens, np.asarray(hits, np.int64),
                             max(pages.n_keys, 1), K // pages.page_tokens, K, C, D, out_cpu, out_disk, out_ext, stats)
     if stuck >= 0:
-        raise ValueError(f"lmcache: request {stuck} reads chunks from disk but the CPU tier of {C} chunks has no "
-                         "room to stage them (every chunk pinned by the lookup); LMCache's behaviour there is not "
-                         "modelled: give the CPU tier more chunks than the longest prompt's")
+        raise OffloadInfeasible(f"request {stuck} reads chunks from disk but the CPU tier of {C} chunks has no room "
+                                "to stage them (every chunk pinned by its lookup): LMCache's retrieve would wait for "
+                                "CPU memory forever (busy loop, local_cpu_backend.py:649-700)")
     return out_cpu, out_disk, out_ext, stats
 
 
@@ -282,16 +288,20 @@ class LMCacheOffload(OffloadModel):
         shape = (len(gpu_pools), len(configs), pages.n_requests)
         cpu, disk, ext = (np.full(shape, -1, np.int64) for _ in range(3))
         stats = np.full((len(gpu_pools), len(configs), 5), -1, np.int64)
+        infeasible = {}
         for j, config in enumerate(configs):
             K = self.chunk_tokens(dict(config.options), pages.page_tokens)
             for i in range(len(gpu_pools)):
                 if (gpu_hits[i] < 0).any():
                     continue
-                cpu[i, j], disk[i, j], ext[i, j], stats[i, j] = _run(pages, gpu_hits[i], K, config.size("cpu"),
-                                                                     config.size("disk"))
+                try:
+                    cpu[i, j], disk[i, j], ext[i, j], stats[i, j] = _run(pages, gpu_hits[i], K, config.size("cpu"),
+                                                                         config.size("disk"))
+                except OffloadInfeasible as exc:
+                    infeasible[(i, j)] = str(exc)
         return OffloadResult(self.name, tuple(gpu_pools), tuple(configs), np.asarray(gpu_hits), {"cpu": cpu, "disk": disk},
                              ext, {"cpu": stats[..., 0], "disk": stats[..., 1]}, {"cpu": stats[..., 2], "disk": stats[..., 3]},
-                             stats[..., 4], pages.page_tokens)
+                             stats[..., 4], pages.page_tokens, infeasible=infeasible)
 
 
 LMCACHE = register_offload_model(LMCacheOffload())
