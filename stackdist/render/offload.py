@@ -55,9 +55,10 @@ def offload_lines(section: dict[str, Any]) -> list[str]:
         if not row["feasible"]:
             lines.append(f"  {row['gpu_blocks']!s:>9} {_size(row['sizes']):<34} infeasible: {row['infeasible']}")
             continue
-        tiers = ", ".join(f"{t} {r:.2%}" for t, r in row["tier_token_hit_rate"].items() if row["sizes"][t]["gib"] != 0)
-        written = ", ".join(f"{t} {w['bytes'] / 2**30:,.1f} GiB ({_bytes_rate(w['bytes_per_s'])})"
-                            for t, w in row["written"].items() if row["sizes"][t]["gib"] != 0)
+        present = [t for t, s in row["sizes"].items() if s["gib"] != 0]  # the tiers this configuration has
+        tiers = ", ".join(f"{t} {row['tier_token_hit_rate'][t]:.2%}" for t in present)
+        written = ", ".join(f"{t} {gib(row['written'][t]['bytes'] / 2**30)} GiB "
+                            f"({_bytes_rate(row['written'][t]['bytes_per_s'])})" for t in present)
         lines.append(f"  {row['gpu_blocks']!s:>9} {_size(row['sizes']):<34} {row['prefix_token_hit_rate']:>9.2%} "
                      f"{row['gpu_token_hit_rate']:>8.2%} {tiers or '-':<26} {written or '-'}")
         if row["refused_stores"]:
