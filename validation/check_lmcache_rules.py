@@ -211,6 +211,20 @@ def main() -> int:
         trace = common.read_trace(os.path.join(ROOT, "tests", "data", "engines", run["trace"]))
         with open(os.path.join(ROOT, "tests", "data", "engines", "offload", run["file"])) as fh:
             rows = list(csv.DictReader(fh))
+        # The GPU hits do not depend on LMCache (loaded blocks become ordinary GPU blocks):
+        # equal to drive_vllm.py's committed serial columns (no connector at all).
+        dtag = "decode" if run["decode"] else "nodecode"
+        ref_path = os.path.join(ROOT, "tests", "data", "engines", "results",
+                                f"{run['trace'][:-len('.jsonl')]}.vllm.serial.{dtag}.csv")
+        with open(ref_path) as fh:
+            ref = list(csv.DictReader(fh))
+        for prun in run["runs"]:
+            if prun["feasible"]:
+                col = f"hit_tokens_{prun['pool']}"
+                nd = sum(1 for a, b in zip(ref, rows) if a[col] != b[col])
+                if nd:
+                    print(f"{run['file']}: {col} differs from {os.path.relpath(ref_path, ROOT)} on {nd} requests")
+                    bad += 1
         for prun in run["runs"]:
             if not prun["feasible"]:
                 continue
