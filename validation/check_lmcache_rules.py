@@ -1,6 +1,7 @@
 """Check LMCACHE_NOTES.md's rules for LMCache 0.5.6 behind vLLM (serial) against the engine's CSVs.
 
     python3 validation/check_lmcache_rules.py          # every LMCache CSV in tests/data/engines/offload/
+    python3 validation/check_lmcache_rules.py --ablate # also: which rule details the numbers depend on
 
 Standard library only; not engine code and not the planner: a restatement of the rules read in
 LMCache 0.5.6 (LMCACHE_NOTES.md) for the serial schedule, with LMCache's defaults
@@ -71,8 +72,9 @@ class Stuck(Exception):
     pass
 
 
-def simulate(trace, bh: int, chunk: int, cpu: int, disk: int, gpu_hits: list[int]):
-    """Every observed column per request, and per-tier write / eviction counts."""
+def simulate(trace, bh: int, chunk: int, cpu: int, disk: int, gpu_hits: list[int], variant: frozenset = frozenset()):
+    """Every observed column per request, and per-tier write / eviction counts. ``variant``: rules
+    deliberately changed (ABLATIONS), to see which details the engine's numbers depend on."""
     hot: OrderedDict = OrderedDict()  # CPU tier, LRU first
     dsk: OrderedDict = OrderedDict()  # disk tier, LRU first
     st = {"cpu_puts": 0, "disk_puts": 0, "cpu_evictions": 0, "disk_evictions": 0, "promotions": 0,
@@ -87,18 +89,22 @@ def simulate(trace, bh: int, chunk: int, cpu: int, disk: int, gpu_hits: list[int
         while c < n and keys[c] in hot:
             c += 1
         d = 0
-        if disk:
+        if disk and "either_tier_run" in variant:  # the run of chunks held by either tier
+            while c + d < n and (keys[c + d] in dsk or keys[c + d] in hot):
+                d += 1
+        elif disk:
             while c + d < n and keys[c + d] in dsk:
                 d += 1
         L = (c + d) * chunk
         pinned = set(keys[:c])
-        for k in reversed(keys[:c]):
+        order = (lambda ks: ks) if "touch_head_first" in variant else reversed
+        for k in order(keys[:c]):
             hot.move_to_end(k)
-        for k in reversed(keys[c:c + d]):
+        for k in order([k for k in keys[c:c + d] if k in dsk]):
             dsk.move_to_end(k)
         row.update(lmcache_hit_tokens=L, lookup_cpu_tokens=c * chunk, lookup_disk_tokens=d * chunk)
         # 2. the connector's number
-        ext = L - g - (1 if L == r.input_length else 0)
+        ext = L - g - (1 if L == r.input_length and "no_last_token_rule" not in variant else 0)
         row["offload_hit_tokens"] = max(ext, 0)
         inflight = 0  # CPU allocations not (yet) in the CPU tier
 
@@ -142,6 +148,8 @@ def simulate(trace, bh: int, chunk: int, cpu: int, disk: int, gpu_hits: list[int
                 row["loaded_disk_tokens"] += len(ks) * chunk
                 for k in ks:  # write-back into the CPU tier
                     inflight -= 1
+                    if "no_promotion" in variant:
+                        continue
                     if k in hot:
                         st["cpu_put_skipped_present"] += 1
                     else:
@@ -150,15 +158,24 @@ def simulate(trace, bh: int, chunk: int, cpu: int, disk: int, gpu_hits: list[int
                         st["promotions"] += 1
         pinned = set()
         # 4. store
-        if not (L > 0 and n * chunk == L):
+        skip = max(L, g - g % chunk) if "store_skips_gpu_hit" in variant else L
+        if not (skip > 0 and n * chunk <= skip):
             todo = []
-            for k in keys[L // chunk:]:
+            for k in keys[skip // chunk:]:
+                if "no_alloc_for_held" in variant and k in hot:
+                    todo.append(k)
+                    inflight += 1
+                    continue
                 if not allocate(set()):
                     break
                 todo.append(k)
+            if "store_head_last" in variant:
+                todo = todo[::-1]
             for k in todo:
                 inflight -= 1
                 if k in hot:
+                    if "cpu_restore_refreshes" in variant:
+                        hot.move_to_end(k)
                     st["cpu_put_skipped_present"] += 1
                 else:
                     hot[k] = True
@@ -198,6 +215,46 @@ def model(trace, hash_block_size: int, chunk_tokens: int, cpu_chunks: int, disk_
     return per_req, {"cpu_written_chunks": st["cpu_puts"], "disk_written_chunks": st["disk_puts"],
                      "cpu_evictions": st["cpu_evictions"], "disk_evictions": st["disk_evictions"],
                      "promotions": st["promotions"]}
+
+
+ABLATIONS = {
+    "touch_head_first": "a lookup hit leaves the last chunk most recent (touch in chunk order)",
+    "store_head_last": "a store puts its chunks last chunk first (chunk 0 most recent)",
+    "no_alloc_for_held": "a store allocates (and evicts) only for chunks the CPU does not hold",
+    "cpu_restore_refreshes": "re-storing a chunk the CPU holds refreshes its CPU recency",
+    "no_promotion": "a disk hit is not written back into the CPU tier",
+    "either_tier_run": "the lookup's run continues through chunks held by either tier",
+    "store_skips_gpu_hit": "a store also skips the chunks the GPU hit covers",
+    "no_last_token_rule": "no -1 on a full-prompt hit",
+}
+
+
+def ablate(manifest) -> None:
+    """For each changed rule: in how many committed pool columns some request then differs."""
+    runs = []
+    for run in manifest["runs"]:
+        if run["engine"]["name"] != "lmcache":
+            continue
+        trace = common.read_trace(os.path.join(ROOT, "tests", "data", "engines", run["trace"]))
+        with open(os.path.join(ROOT, "tests", "data", "engines", "offload", run["file"])) as fh:
+            rows = list(csv.DictReader(fh))
+        for prun in run["runs"]:
+            if prun["feasible"]:
+                runs.append((run, trace, rows, prun["pool"]))
+    for name, what in ABLATIONS.items():
+        ncol = nreq = 0
+        for run, trace, rows, pool in runs:
+            hits = [int(x[f"hit_tokens_{pool}"]) for x in rows]
+            try:
+                want, _ = simulate(trace, run["hash_block_size"], run["chunk_tokens"], run["cpu_chunks"],
+                                   run["disk_chunks"], hits, frozenset([name]))
+            except Stuck:
+                ncol += 1
+                continue
+            d = {i for col in COLS for i, x in enumerate(want) if x[col] != int(rows[i][f"{col}_{pool}"])}
+            ncol += bool(d)
+            nreq += len(d)
+        print(f"ablation {name} ({what}): {ncol} of {len(runs)} pool columns differ, {nreq} requests")
 
 
 def main() -> int:
@@ -257,6 +314,8 @@ def main() -> int:
                   + (f"  DIFF {{{', '.join(f'{k}: {len(v)} {v[:6]}' for k, v in diffs.items())}}}" if diffs else "")
                   + (f"  STATS (engine, model) {stat_diff}" if stat_diff else ""))
     print(f"{checked} pool columns checked, {bad} differing")
+    if "--ablate" in sys.argv:
+        ablate(manifest)
     return 1 if bad or not checked else 0
 
 
