@@ -188,6 +188,8 @@ def simulate(trace, bh: int, chunk: int, cpu: int, disk: int, gpu_hits: list[int
                         dsk.move_to_end(k)
                         st["disk_put_refresh_present"] += 1
                         continue
+                    if len(dsk) + len(pending) + 1 > disk and not dsk:
+                        continue  # nothing written to evict (the rest is in flight): not admitted (disk.py:383-395)
                     while len(dsk) + len(pending) + 1 > disk:
                         victim = next(iter(dsk))
                         del dsk[victim]
