@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from naive import run_stackdist
 from traces_random import random_trace
@@ -142,3 +143,26 @@ def test_a_cpu_too_small_to_stage_a_disk_read_is_reported(capsys, tmp_path: Path
     section = json.loads((tmp_path / "p.json").read_text())["offload"][0]
     assert not section["rows"][0]["feasible"] and "busy loop" in section["rows"][0]["infeasible"]
     assert "infeasible: request" in text and "Traceback" not in err
+
+
+
+def test_real_trace_never_evicting_cpu_is_the_seen_chunk_prefix() -> None:
+    """On the real trace (the first 1,500 requests of the bundled conversation trace, 256-token
+    chunks): with a CPU tier that never evicts, LMCache's hit is the longest run of leading full
+    chunks some earlier prompt had (a set of chunk ids, kept by hand here), and the connector's
+    number is that minus the GPU hit (minus the last token on a whole-prompt hit)."""
+    trace = read_as_requests([str(ROOT / "data" / "traces" / "mooncake_conversation_trace.jsonl")], "mooncake", None,
+                             False, True)
+    pages = engine_pages(trace.select(np.arange(1500)), 16)
+    small = int(((pages.input_tokens + pages.output_tokens + 15) // 16).max()) + 2
+    gpu = engine_model("vllm").simulate(pages, [small], "serial", True)
+    result = MODEL.simulate(pages, [small], gpu.hit_tokens, [_config(None, 0, 256)], True)
+    seen: set[int] = set()
+    want = []
+    for r in range(pages.n_requests):
+        ids = [int(pages.key[pages.offsets[r] + 16 * (c + 1) - 1]) for c in range(int(pages.input_tokens[r]) // 256)]
+        run = next((c for c, k in enumerate(ids) if k not in seen), len(ids))
+        hit = 256 * run
+        want.append(max(0, hit - int(gpu.hit_tokens[0, r]) - (hit == pages.input_tokens[r])))
+        seen.update(ids)
+    assert result.offload_hit_tokens[0, 0].tolist() == want and sum(want) > 10**6

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from naive import run_stackdist
 from traces_random import random_trace
@@ -173,3 +174,28 @@ def test_plan_ladder_json_and_errors(capsys, tmp_path: Path) -> None:
                         (["--offload", "vllm-native:cpu=8blocks", "--workers", "2"], "--workers is not modelled")):
         code, _, err = run_stackdist(capsys, "plan", trace, "--block-size", 16, "--gpu-blocks", "77", *argv)
         assert code == 2 and match in err and "Traceback" not in err
+
+
+
+@pytest.fixture(scope="module")
+def real_pages():
+    """The first 1,500 requests of the bundled Mooncake conversation trace at 16-token pages."""
+    trace = read_as_requests([str(ROOT / "data" / "traces" / "mooncake_conversation_trace.jsonl")], "mooncake", None,
+                             False, True)
+    return engine_pages(trace.select(np.arange(1500)), 16)
+
+
+@pytest.mark.parametrize("policy", ["lru", "arc"])
+def test_real_trace_never_evicting_tier_is_the_infinite_pool(real_pages, policy: str) -> None:
+    """On the real trace: behind a GPU pool that evicts, a CPU tier that never evicts serves
+    exactly what the GPU lost (the infinite pool's hit), plus the block the last-token cap kept
+    out where the whole 16-aligned prompt is held; and a small tier serves less."""
+    pages = real_pages
+    small = int(((pages.input_tokens + pages.output_tokens + 15) // 16).max()) + 2
+    gpu = engine_model("vllm").simulate(pages, [small, None], "serial", True)
+    configs = [TierConfig((("cpu", c),), (("policy", policy),)) for c in (None, 20000)]
+    result = MODEL.simulate(pages, [small], gpu.hit_tokens[:1], configs, True)
+    extra = gpu.hit_tokens[0] + result.offload_hit_tokens[0, 0] - gpu.hit_tokens[1]
+    assert set(extra.tolist()) <= {0, 16} and not extra[pages.input_tokens % 16 != 0].any()
+    assert result.offload_hit_tokens[0, 0].sum() > 10**6
+    assert 0 < result.offload_hit_tokens[0, 1].sum() < result.offload_hit_tokens[0, 0].sum()
