@@ -16,7 +16,12 @@ from naive import run_stackdist
 from traces_random import random_trace
 
 from stackdist.serving import engine_model
-from stackdist.serving.offload import TierConfig, offload_model, parse_offload, resolve_offload
+from stackdist.serving.offload import (
+    TierConfig,
+    offload_model,
+    parse_offload,
+    resolve_offload,
+)
 from stackdist.serving.pages import engine_pages
 from stackdist.traces.stream_input import read_as_requests
 
@@ -26,8 +31,8 @@ OFFLOAD = DATA / "offload"
 MANIFEST = json.loads((OFFLOAD / "manifest.json").read_text())
 RUNS = [run for run in MANIFEST["runs"] if run["engine"]["name"] == "lmcache"]
 sys.path.insert(0, str(ROOT / "validation"))
-import check_lmcache_rules as rules  # noqa: E402
-import common  # noqa: E402
+import check_lmcache_rules as rules
+import common
 
 MODEL = offload_model("lmcache")
 
