@@ -4,9 +4,10 @@
 
 Runs validation/drive_lmcache.py (under the given vLLM interpreter; LMCache's site-packages is
 appended by the driver) on the committed traces: the GPU pools of the vLLM-native offload runs
-(run_offload.py), LMCache chunk sizes 64 and 256, a CPU ladder (tiny / medium / never evicting,
-in chunks' worth of bytes) and two CPU + disk configurations (disk smaller and larger than the
-CPU tier), with and without decode. One CSV per (trace, chunk, CPU, disk, decode); entries are
+(run_offload.py) plus gen_edges_b32 and conversation_first80, LMCache chunk sizes 64 and 256, a
+CPU ladder (tiny / medium / the native runs' CPU bytes / never evicting, in chunks' worth of
+bytes) and two CPU + disk configurations (disk smaller and larger than the CPU tier), with and
+without decode. One CSV per (trace, chunk, CPU, disk, decode); entries are
 appended to manifest.json (shared with the vLLM-native runs; files already listed are skipped)
 with the command line, per-pool totals and LMCache's stats, and sha256.
 Standard library only.
