@@ -31,6 +31,10 @@ What runs, all in this one process:
   ``extra_config.disk_io_threads = 1`` (default 4) makes the disk writes land in submission
   order, so the disk tier's LRU order does not depend on thread timing.
 
+If LMCache's ``LocalCPUBackend.allocate`` starts its endless wait for an evictable chunk (a disk
+read that cannot stage, LMCACHE_NOTES.md), the pool is reported infeasible at that request
+(set DRIVE_LMCACHE_LET_IT_WAIT=1 to let it wait instead).
+
 Serial schedule only. Per request and GPU pool N the driver records, from the engines' own
 calls (wrappers that only observe): ``hit_tokens_<N>`` (``Scheduler._get_local_prefix_cache_hit``,
 the GPU hit), ``offload_hit_tokens_<N>`` (what ``LMCacheConnectorV1.get_num_new_matched_tokens``
@@ -39,8 +43,8 @@ hit from token 0 that the lookup server's ``LMCacheEngine.lookup`` returns),
 ``lookup_cpu_tokens_<N>`` / ``lookup_disk_tokens_<N>`` (that hit split by the tier that held each
 chunk: the ``block_mapping`` the lookup pinned), ``loaded_cpu_tokens_<N>`` /
 ``loaded_disk_tokens_<N>`` (tokens the worker's ``retrieve`` read from each tier:
-``StorageManager.batched_get`` per location) and ``stored_chunks_<N>`` (new chunks the request's
-store put into the CPU tier). Per pool (manifest stats): chunks written into each tier,
+``StorageManager.batched_get`` per location) and ``stored_chunks_<N>`` / ``stored_disk_chunks_<N>``
+(new chunks the request's store put into the CPU / disk tier). Per pool (manifest stats): chunks written into each tier,
 evictions per tier, promotions (disk -> CPU write-backs), final occupancy.
 
 Each GPU pool runs in its own child process (LMCache keeps process-wide singletons: its config,

@@ -4,9 +4,10 @@
 
 Runs validation/drive_lmcache.py (under the given vLLM interpreter; LMCache's site-packages is
 appended by the driver) on the committed traces: the GPU pools of the vLLM-native offload runs
-(run_offload.py), LMCache chunk sizes 64 and 256, a CPU ladder (tiny / medium / never evicting,
-in chunks' worth of bytes) and two CPU + disk configurations (disk smaller and larger than the
-CPU tier), with and without decode. One CSV per (trace, chunk, CPU, disk, decode); entries are
+(run_offload.py) plus gen_edges_b32 and conversation_first80, LMCache chunk sizes 64 and 256, a
+CPU ladder (tiny / medium / the native runs' CPU bytes / never evicting, in chunks' worth of
+bytes) and two CPU + disk configurations (disk smaller and larger than the CPU tier), with and
+without decode. One CSV per (trace, chunk, CPU, disk, decode); entries are
 appended to manifest.json (shared with the vLLM-native runs; files already listed are skipped)
 with the command line, per-pool totals and LMCache's stats, and sha256.
 Standard library only.
@@ -28,16 +29,17 @@ DATA = os.path.join(ROOT, "tests", "data", "engines")
 OUT = os.path.join(DATA, "offload")
 
 # trace, hash block size, GPU pools, {chunk: [(cpu chunks, disk chunks), ...]}
+# (K = 64, C = 32 / 64 / 64: the same bytes as the vLLM-native runs' CPU tiers of 128 / 256 / 256 blocks)
 # Disk runs: CPU larger than one request's chunks (a disk read stages every chunk it loads in
 # the CPU tier while the request's CPU chunks stay pinned; with less room LocalCPUBackend.allocate
 # would wait forever) and disk at least one request's chunks (a store never has to evict its own
 # in-flight writes, whose completion time would decide the outcome).
 RUNS = [
-    ("gen_chat_b16", 16, [58, 77, 136], {64: [(4, 0), (16, 0), (256, 0), (16, 12), (16, 64)],
+    ("gen_chat_b16", 16, [58, 77, 136], {64: [(4, 0), (16, 0), (32, 0), (256, 0), (16, 12), (16, 64)],
                                           256: [(1, 0), (4, 0), (64, 0), (4, 2), (4, 16)]}),
-    ("gen_chat_b64", 64, [222, 433], {64: [(16, 0), (48, 0), (256, 0), (48, 36), (48, 256)],
+    ("gen_chat_b64", 64, [222, 433], {64: [(16, 0), (48, 0), (64, 0), (256, 0), (48, 36), (48, 256)],
                                        256: [(4, 0), (12, 0), (64, 0), (12, 8), (12, 64)]}),
-    ("gen_mixed_b32", 32, [107, 210], {64: [(8, 0), (24, 0), (256, 0), (24, 21), (24, 128)],
+    ("gen_mixed_b32", 32, [107, 210], {64: [(8, 0), (24, 0), (64, 0), (256, 0), (24, 21), (24, 128)],
                                         256: [(2, 0), (6, 0), (64, 0), (6, 5), (6, 32)]}),
     # small prompts, identical prompts of 64 and 128 tokens: the full-prompt hit (L == P) case
     ("gen_edges_b32", 32, [47, 104], {64: [(2, 0), (8, 0), (64, 0), (16, 12), (16, 64)]}),
