@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from naive import run_stackdist
-from traces_random import random_trace
+from traces_random import random_trace, write_mooncake
 
 from stackdist.serving import engine_model
 from stackdist.serving.offload import (
@@ -75,20 +75,11 @@ def test_the_committed_runs_cover_what_matters() -> None:
     assert any(r["disk_chunks"] > r["cpu_chunks"] for r in RUNS)
 
 
-def _write_trace(path: Path, trace) -> None:
-    lines = []
-    for r in range(trace.n_requests):
-        ids = trace.block_ids[trace.offsets[r]:trace.offsets[r + 1]].tolist()
-        lines.append(json.dumps({"timestamp": r, "input_length": int(trace.input_length[r]),
-                                 "output_length": int(trace.output_length[r]), "hash_ids": ids}))
-    path.write_text("\n".join(lines) + "\n")
-
-
 @pytest.mark.parametrize("seed", range(16))
 def test_equal_to_the_restatement_on_random_traces(seed: int, tmp_path: Path) -> None:
     trace = random_trace(seed, n_requests=40, pages_per_block=1 + seed % 4)
     path = tmp_path / "t.jsonl"
-    _write_trace(path, trace)
+    write_mooncake(path, trace)
     reference = common.read_trace(str(path))
     pages = engine_pages(trace, 16)
     peak = int(((trace.input_length + trace.output_length + 15) // 16).max())

@@ -60,3 +60,16 @@ def random_trace(seed: int, n_requests: int = 30, pages_per_block: int | None = 
         np.array(block_ids, np.int64), np.array(offsets, np.int64), np.array(tokens, np.int64),
         ts, np.array(inp, np.int64), out.astype(np.int64), block_size=bs,
     )
+
+
+def write_mooncake(path, trace: stackdist.RequestTrace) -> None:
+    """``trace`` as Mooncake JSONL (one request per line, timestamps = positions), for the
+    validation restatements, which read that format."""
+    import json
+
+    lines = []
+    for r in range(trace.n_requests):
+        ids = trace.block_ids[trace.offsets[r]:trace.offsets[r + 1]].tolist()
+        lines.append(json.dumps({"timestamp": r, "input_length": int(trace.input_length[r]),
+                                 "output_length": int(trace.output_length[r]), "hash_ids": ids}))
+    path.write_text("\n".join(lines) + "\n")
