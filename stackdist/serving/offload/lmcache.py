@@ -65,24 +65,9 @@ from .base import (
     TierConfig,
     register_offload_model,
 )
+from .linked import append, unlink
 
 __all__ = ["LMCACHE", "LMCacheOffload", "lmcache_tiers"]
-
-
-@njit(cache=True, nogil=True)
-def _append(k, nx, pv, root):  # type: ignore[no-untyped-def]
-    t = pv[root]
-    nx[t] = k
-    pv[k] = t
-    nx[k] = root
-    pv[root] = k
-
-
-@njit(cache=True, nogil=True)
-def _unlink(k, nx, pv):  # type: ignore[no-untyped-def]
-    nx[pv[k]] = nx[k]
-    pv[nx[k]] = pv[k]
-    nx[k] = -1
 
 
 @njit(cache=True, nogil=True)
@@ -96,7 +81,7 @@ def _allocate(r, hnx, hpv, root, pin, busy, state, C, stats):  # type: ignore[no
             v = hnx[v]
         if v == root:
             return False
-        _unlink(v, hnx, hpv)
+        unlink(v, hnx, hpv)
         state[0] -= 1
         stats[2] += 1
     state[1] += 1
@@ -139,12 +124,12 @@ def _lmcache_kernel(key, off, P, hits, n_keys, per, K, C, D, out_cpu, out_disk, 
         for i in range(c - 1, -1, -1):  # pin and touch, last chunk first: chunk 0 ends most recent
             k = key[base + (i + 1) * per - 1]
             pin[k] = r
-            _unlink(k, hnx, hpv)
-            _append(k, hnx, hpv, root)
+            unlink(k, hnx, hpv)
+            append(k, hnx, hpv, root)
         for i in range(c + d - 1, c - 1, -1):
             k = key[base + (i + 1) * per - 1]
-            _unlink(k, dnx, dpv)
-            _append(k, dnx, dpv, root)
+            unlink(k, dnx, dpv)
+            append(k, dnx, dpv, root)
         g = hits[r]
         ext = L - g - (1 if L == P[r] else 0)
         ext = max(ext, 0)
@@ -176,13 +161,13 @@ def _lmcache_kernel(key, off, P, hits, n_keys, per, K, C, D, out_cpu, out_disk, 
                     return r
             for i in range(lo + cc, lo + cc + dd):
                 k = key[base + (i + 1) * per - 1]
-                _unlink(k, dnx, dpv)
-                _append(k, dnx, dpv, root)
+                unlink(k, dnx, dpv)
+                append(k, dnx, dpv, root)
             for i in range(lo + cc, lo + cc + dd):  # promotion: written back into the CPU tier
                 k = key[base + (i + 1) * per - 1]
                 state[1] -= 1
                 if hnx[k] < 0:
-                    _append(k, hnx, hpv, root)
+                    append(k, hnx, hpv, root)
                     state[0] += 1
                     stats[0] += 1
         state[3] = 0  # every pin released
@@ -198,7 +183,7 @@ def _lmcache_kernel(key, off, P, hits, n_keys, per, K, C, D, out_cpu, out_disk, 
                 k = todo[j]
                 state[1] -= 1
                 if hnx[k] < 0:
-                    _append(k, hnx, hpv, root)
+                    append(k, hnx, hpv, root)
                     state[0] += 1
                     stats[0] += 1
             if D > 0:
@@ -206,20 +191,20 @@ def _lmcache_kernel(key, off, P, hits, n_keys, per, K, C, D, out_cpu, out_disk, 
                 for j in range(m):
                     k = todo[j]
                     if dnx[k] >= 0:
-                        _unlink(k, dnx, dpv)
-                        _append(k, dnx, dpv, root)
+                        unlink(k, dnx, dpv)
+                        append(k, dnx, dpv, root)
                         continue
                     if state[2] + pending + 1 > D and state[2] == 0:
                         continue  # nothing written is evictable (the rest is in flight): not admitted
                     while state[2] + pending + 1 > D:
                         v = dnx[root]
-                        _unlink(v, dnx, dpv)
+                        unlink(v, dnx, dpv)
                         state[2] -= 1
                         stats[3] += 1
                     todo[pending], todo[j] = todo[j], todo[pending]  # the writes land in order
                     pending += 1
                 for j in range(pending):
-                    _append(todo[j], dnx, dpv, root)
+                    append(todo[j], dnx, dpv, root)
                     state[2] += 1
                     stats[1] += 1
     return -1

@@ -55,27 +55,11 @@ from stackdist.engine.kernels import njit
 
 from ..pages import EnginePages
 from .base import OffloadModel, OffloadResult, TierConfig, register_offload_model
+from .linked import append, link_after, unlink
 
 __all__ = ["VLLM_NATIVE", "VllmNativeOffload", "cpu_lookup_arc", "cpu_lookup_lru"]
 
 _POS = 1 << 31  # rank = counter << 32 | (_POS - position): (counter, -position) in one int64
-
-
-@njit(cache=True, nogil=True)
-def _link_after(k, at, nx, pv):  # type: ignore[no-untyped-def]
-    """Insert node ``k`` right after node ``at`` of the recency list."""
-    n = nx[at]
-    nx[at] = k
-    pv[k] = at
-    nx[k] = n
-    pv[n] = k
-
-
-@njit(cache=True, nogil=True)
-def _unlink_node(k, nx, pv):  # type: ignore[no-untyped-def]
-    nx[pv[k]] = nx[k]
-    pv[nx[k]] = pv[k]
-    nx[k] = -1
 
 
 @njit(cache=True, nogil=True)
@@ -88,8 +72,8 @@ def _regroup(q, key, off, f, rq, rank, nx, pv, sentinel):  # type: ignore[no-unt
         if rank[k] >= 0 and (rank[k] >> 32) == rq:
             if pv[k] != cur or nx[k] < 0:
                 if nx[k] >= 0:
-                    _unlink_node(k, nx, pv)
-                _link_after(k, cur, nx, pv)
+                    unlink(k, nx, pv)
+                link_after(k, cur, nx, pv)
             cur = k
 
 
@@ -102,7 +86,7 @@ def _lru_store(q, key, off, P, B, C, offer_from, req_rank, seen, prot, rank, nx,
     if req_rank[q] < 0:
         counter += 1
         req_rank[q] = counter
-        _link_after(root + 1 + q, pv[root], nx, pv)  # the group's sentinel at the most recent end
+        link_after(root + 1 + q, pv[root], nx, pv)  # the group's sentinel at the most recent end
     new = 0
     held_offered = 0
     for j in range(offer_from[q], qf):
@@ -129,7 +113,7 @@ def _lru_store(q, key, off, P, B, C, offer_from, req_rank, seen, prot, rank, nx,
             c = nx[c]
             if k > root or prot[k] == call:
                 continue
-            _unlink_node(k, nx, pv)
+            unlink(k, nx, pv)
             rank[k] = -1
             held -= 1
             ev += 1
@@ -182,7 +166,7 @@ def _lru_kernel(key, off, P, hits, n_keys, B, C, out_hit, stats):  # type: ignor
         if run > 0:  # prepare_load: the loaded blocks are accessed at the request's rank
             counter += 1
             req_rank[r] = counter
-            _link_after(root + 1 + r, pv[root], nx, pv)
+            link_after(root + 1 + r, pv[root], nx, pv)
             for j in range(h, h + run):
                 k = key[base + j]
                 seen[r & 1, k] = r
@@ -207,10 +191,10 @@ def _lru_kernel(key, off, P, hits, n_keys, B, C, out_hit, stats):  # type: ignor
                 if rank[k] >= 0 and seen[prev & 1, k] == prev:
                     counter += 1
                     rank[k] = counter << 32
-                    _unlink_node(k, nx, pv)
-                    _link_after(k, pv[root], nx, pv)
+                    unlink(k, nx, pv)
+                    link_after(k, pv[root], nx, pv)
             if nx[root + 1 + prev] >= 0:
-                _unlink_node(root + 1 + prev, nx, pv)
+                unlink(root + 1 + prev, nx, pv)
         if run > 0:  # step 2 computes the rest of the prompt: its stores
             call += 1
             ok, held, counter = _lru_store(r, key, off, P, B, C, offer_from, req_rank, seen, prot, rank, nx, pv, root,
@@ -225,20 +209,14 @@ _T1, _T2, _B1, _B2 = 1, 2, 3, 4
 @njit(cache=True, nogil=True)
 def _unlink(k, lst, nx, pv, size):  # type: ignore[no-untyped-def]
     size[lst[k]] -= 1
-    nx[pv[k]] = nx[k]
-    pv[nx[k]] = pv[k]
+    unlink(k, nx, pv)
     lst[k] = 0
 
 
 @njit(cache=True, nogil=True)
 def _append(k, which, lst, nx, pv, size, n_keys):  # type: ignore[no-untyped-def]
     """Append ``k`` at the MRU end (tail) of list ``which`` (sentinel ``n_keys + which``)."""
-    s = n_keys + which
-    t = pv[s]
-    nx[t] = k
-    pv[k] = t
-    nx[k] = s
-    pv[s] = k
+    append(k, nx, pv, n_keys + which)
     lst[k] = which
     size[which] += 1
 
