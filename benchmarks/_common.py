@@ -352,6 +352,20 @@ class PeakRSS:
         self.retained_bytes = max(0, (_proc_status_kib("VmRSS") or 0) * 1024 - self._before)
 
 
+def run_stackdist(argv: Sequence[str], cwd: Path = REPO_ROOT) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB, from ``wait4``) of one whole ``python -m stackdist ARGV``
+    process; SystemExit with its stderr when it fails."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "stackdist", *argv], cwd=cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if status != 0:
+        raise SystemExit(f"stackdist {' '.join(argv)} failed ({status}): {err}")
+    return wall, int(usage.ru_maxrss)
+
+
 def run_probe(script: Path, args: Sequence[str], timeout: float = 1800) -> dict[str, Any]:
     """Run ``script --probe ...`` in a fresh interpreter and return the JSON object it prints last."""
     command = [sys.executable, str(script), *args]

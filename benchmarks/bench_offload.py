@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _common import run_stackdist as run
 
 from stackdist.output import write_json
 
@@ -43,19 +43,6 @@ SPECS = {  # offload model -> (GPU engine model, --offload text); only the regis
     "lmcache": ("vllm", f"lmcache:cpu={LADDER}"),
     "hicache": ("sglang", f"hicache:host={LADDER}"),
 }
-
-
-def run(argv: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one ``stackdist`` process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "stackdist", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if status != 0:
-        raise SystemExit(f"stackdist {' '.join(argv)} failed ({status}): {err}")
-    return wall, int(usage.ru_maxrss)
 
 
 def per_size_seconds(engine: str, spec_text: str) -> list[dict[str, Any]]:

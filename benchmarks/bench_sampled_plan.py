@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _common import run_stackdist as run
 
 from stackdist.output import write_json  # noqa: E402
 
@@ -46,19 +45,6 @@ def repeated_trace(path: Path, repeat: int) -> None:
         for k in range(repeat):
             for r in rows:
                 out.write(json.dumps(dict(r, timestamp=r["timestamp"] + k * span)) + "\n")
-
-
-def run(argv: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one ``stackdist`` process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "stackdist", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if status != 0:
-        raise SystemExit(f"stackdist {' '.join(argv)} failed ({status}): {err}")
-    return wall, int(usage.ru_maxrss)
 
 
 def errors(exact: dict[str, Any], sampled: dict[str, Any]) -> dict[str, Any]:
