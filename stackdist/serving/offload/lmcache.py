@@ -95,16 +95,16 @@ def _lmcache_kernel(key, off, P, hits, n_keys, per, K, C, D, out_cpu, out_disk, 
     ``stats`` += [cpu written, disk written, cpu evicted, disk evicted, stores cut short].
     Returns -1, or the request whose disk read found no CPU memory to stage in."""
     root = n_keys
-    hnx = np.full(n_keys + 1, -1, np.int64)  # CPU tier: LRU first after the root; nx = -1: not held
-    hpv = np.full(n_keys + 1, -1, np.int64)
-    dnx = np.full(n_keys + 1, -1, np.int64)  # disk tier
-    dpv = np.full(n_keys + 1, -1, np.int64)
+    hnx = np.full(n_keys + 1, -1, np.int32)  # CPU tier: LRU first after the root; nx = -1: not held
+    hpv = np.full(n_keys + 1, -1, np.int32)
+    dnx = np.full(n_keys + 1, -1, np.int32)  # disk tier
+    dpv = np.full(n_keys + 1, -1, np.int32)
     hnx[root] = root
     hpv[root] = root
     dnx[root] = root
     dpv[root] = root
-    pin = np.full(n_keys, -1, np.int64)
-    busy = np.full(n_keys, -1, np.int64)
+    pin = np.full(n_keys, -1, np.int32)
+    busy = np.full(n_keys, -1, np.int32)
     state = np.zeros(4, np.int64)  # cpu held, cpu allocations in flight, disk held, pins active
     widest = 1
     for r in range(len(P)):
@@ -216,6 +216,8 @@ def _run(pages: EnginePages, hits: np.ndarray, K: int, cpu: int | None, disk: in
     stats = np.zeros(5, np.int64)
     if cpu == 0 and not disk:
         return out_cpu, out_disk, out_ext, stats
+    if pages.n_keys >= 2**31 - 2:
+        raise ValueError(f"page ids must fit in int32; got {pages.n_keys:,}")
     never = int((pages.input_tokens // K).sum()) + 1
     C = never if cpu is None else int(cpu)
     D = never if disk is None else int(disk)

@@ -141,13 +141,13 @@ def _lru_kernel(key, off, P, hits, n_keys, B, C, out_hit, stats):  # type: ignor
     (:func:`_regroup` after every change), so the list's head is always the lowest rank."""
     n = len(P)
     root = n_keys  # the list's root; request q's sentinel is node n_keys + 1 + q
-    nx = np.full(n_keys + n + 1, -1, np.int64)
-    pv = np.full(n_keys + n + 1, -1, np.int64)
+    nx = np.full(n_keys + n + 1, -1, np.int32)  # int32: ids < 2**31 (checked by the caller)
+    pv = np.full(n_keys + n + 1, -1, np.int32)
     nx[root] = root
     pv[root] = root
     rank = np.full(n_keys, -1, np.int64)  # (counter, -position) of a held block; -1 = not held
     seen = np.full((2, n_keys), -1, np.int32)  # blocks the request touched (by parity: two live requests)
-    prot = np.full(n_keys, -1, np.int64)  # the offered set of store call number `call`
+    prot = np.full(n_keys, -1, np.int32)  # the offered set of store call number `call`
     held = 0
     counter = 0
     call = 0
@@ -307,15 +307,15 @@ def _arc_store(q, key, off, P, B, C, offer_from, lst, nx, pv, size, n_keys, targ
 @njit(cache=True, nogil=True)
 def _arc_kernel(key, off, P, hits, n_keys, B, C, out_hit, stats):  # type: ignore[no-untyped-def]
     """The serial replay at tier size ``C`` blocks (arc); as :func:`_lru_kernel`."""
-    lst = np.zeros(n_keys + 5, np.int64)
-    nx = np.empty(n_keys + 5, np.int64)
-    pv = np.empty(n_keys + 5, np.int64)
+    lst = np.zeros(n_keys + 5, np.int8)
+    nx = np.empty(n_keys + 5, np.int32)
+    pv = np.empty(n_keys + 5, np.int32)
     for w in range(1, 5):
         nx[n_keys + w] = n_keys + w
         pv[n_keys + w] = n_keys + w
     size = np.zeros(5, np.int64)
     stamps = np.full((2, 4, n_keys), -1, np.int32)
-    prot = np.full(n_keys, -1, np.int64)
+    prot = np.full(n_keys, -1, np.int32)
     n = len(P)
     widest = 1
     for r in range(n):
@@ -378,6 +378,8 @@ def _kernel_run(pages: EnginePages, hits: np.ndarray, cpu: int | None, policy: s
     stats = np.zeros(3, np.int64)
     if cpu == 0:  # no connector: plain prefix caching
         return out, stats
+    if pages.n_keys + pages.n_requests >= 2**31 - 8:
+        raise ValueError(f"page ids and requests must fit in int32; got {pages.n_keys:,} ids and {pages.n_requests:,} requests")
     C = int(pages.full_pages.sum()) + 1 if cpu is None else int(cpu)
     kernel = _lru_kernel if policy == "lru" else _arc_kernel
     kernel(pages.key, pages.offsets, pages.input_tokens, np.asarray(hits, np.int64), max(pages.n_keys, 1),
