@@ -61,7 +61,7 @@ steps in runs of one page); memory O(nodes).
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
@@ -127,11 +127,14 @@ class _Sim:
     def _hleaf(self, n: _Node) -> bool:
         return n.alive and not n.dev and n.host and n.nchild == 0 and n.lock == 0
 
-    def _push(self, n: _Node) -> None:
-        if self._dleaf(n):
-            heapq.heappush(self.dev_heap, (n.time, n.id))
-        elif self._hleaf(n):
-            heapq.heappush(self.host_heap, (n.time, n.id))
+    def _push(self, n: _Node) -> None:  # _dleaf / _hleaf, tested once each (the hottest call)
+        if n.lock or not n.alive:
+            return
+        if n.dev:
+            if n.ndev == 0 and n is not self.root:
+                heappush(self.dev_heap, (n.time, n.id))
+        elif n.host and n.nchild == 0:
+            heappush(self.host_heap, (n.time, n.id))
 
     def _tick(self) -> int:
         self.clock += 1
@@ -143,9 +146,13 @@ class _Sim:
 
     # -- tree --
     def _common(self, c: _Node, base: int, i: int, L: int, plen: int) -> int:
+        hi = c.length
+        if L - i < hi:
+            hi = L - i
         if c.gen >= 0:
-            return min(c.length, L - i)
-        hi = min(c.length, L - i, plen - i)
+            return hi
+        if plen - i < hi:
+            hi = plen - i
         key, src, at = self.key, c.src, base + i
         if key[src + hi - 1] == key[at + hi - 1]:  # page ids are prefix-chained: a match is a prefix
             return hi
@@ -229,7 +236,7 @@ class _Sim:
                     freed += n.length
                     self.duplicates.pop(nid, None)
         while freed < need and self.host_heap:
-            t, nid = heapq.heappop(self.host_heap)
+            t, nid = heappop(self.host_heap)
             n = self.nodes[nid]
             if not (self._hleaf(n) and n.time == t):
                 continue
@@ -312,7 +319,7 @@ class _Sim:
     def _evict(self, tokens: int) -> None:
         done = 0
         while done < tokens and self.dev_heap:
-            t, nid = heapq.heappop(self.dev_heap)
+            t, nid = heappop(self.dev_heap)
             n = self.nodes[nid]
             if not (self._dleaf(n) and n.time == t):
                 continue
