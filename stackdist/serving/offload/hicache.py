@@ -47,8 +47,9 @@ Every write and load is taken as finished before the next event (the scheduler's
 acknowledges them: ``urc.py:3472, 3530``), so write and load locks are not modelled; nor is
 the admission budget (``policy.py:1478-1508``), as for the GPU model.
 
-Complexity: per configuration O(events + nodes walked x log(nodes)) in pure Python (decode
-steps in runs of one page); memory O(nodes).
+Complexity: per configuration O(events + nodes walked x log(nodes)) in pure Python (a request's
+decode pages at once when no step can evict, else page by page); memory O(nodes) (page keys are
+read through a zero-copy view).
 
 >>> import numpy as np
 >>> key = [0, 1, 2, 3, 0, 1, 2, 3]; off = [0, 4, 8]
@@ -61,8 +62,8 @@ steps in runs of one page); memory O(nodes).
 
 from __future__ import annotations
 
-from heapq import heappop, heappush
 from collections.abc import Mapping, Sequence
+from heapq import heappop, heappush
 from typing import ClassVar
 
 import numpy as np
@@ -103,7 +104,7 @@ class _Sim:
 
     def __init__(self, pages: EnginePages, num_pages: int, host_pages: int, write: str) -> None:
         # a zero-copy view (indexing it gives ints): a list of the ~9 M keys would cost a third of a run
-        self.key = memoryview(np.ascontiguousarray(pages.key, dtype=np.int64))
+        self.key: memoryview = np.ascontiguousarray(pages.key, dtype=np.int64).data
         self.B = pages.page_tokens
         self.n_keys = max(pages.n_keys, 1)
         self.free = num_pages
@@ -146,13 +147,9 @@ class _Sim:
 
     # -- tree --
     def _common(self, c: _Node, base: int, i: int, L: int, plen: int) -> int:
-        hi = c.length
-        if L - i < hi:
-            hi = L - i
         if c.gen >= 0:
-            return hi
-        if plen - i < hi:
-            hi = plen - i
+            return min(c.length, L - i)
+        hi = min(c.length, L - i, plen - i)
         key, src, at = self.key, c.src, base + i
         if key[src + hi - 1] == key[at + hi - 1]:  # page ids are prefix-chained: a match is a prefix
             return hi
