@@ -6,13 +6,17 @@ GPU model's run, the offload model at every CPU size of the ladder, and the sizi
 90 / 95 / 99 % of the ceiling (every point an exact simulation). Each run is a separate process
 (wall time and peak resident memory from ``wait4``), ``--runs`` times per offload model,
 interleaved; medians reported. The target is under 30 s per plan. Also, in this process, the
-time of one offload simulation per CPU size (the unit of the plan's cost). Prints a table and
-writes ``results/bench_offload.json``.
+time of one offload simulation per CPU size (the unit of the plan's cost). With ``--versus N``, a naive
+competitor too: on the first N requests, one simulation by the compiled kernels against the
+standard-library restatements in ``validation/`` (``check_offload_rules.model``,
+``check_lmcache_rules.simulate``: OrderedDicts and a sort per eviction), side by side, checking
+they agree. Prints a table and writes ``results/bench_offload.json``.
 
 Usage::
 
     python benchmarks/bench_offload.py               # 3 runs per model
     python benchmarks/bench_offload.py --runs 1      # a smoke test
+    python benchmarks/bench_offload.py --versus 150  # also against the restatements on 150 requests
 """
 
 from __future__ import annotations
@@ -67,11 +71,57 @@ def per_size_seconds(engine: str, spec_text: str) -> list[dict[str, Any]]:
     return out
 
 
+def versus(n: int) -> list[dict[str, Any]]:
+    """The kernels against the validation restatements on the first ``n`` requests (one run each,
+    after a warm-up call of the kernel), and whether they agree request by request."""
+    sys.path.insert(0, str(ROOT / "validation"))
+    import check_lmcache_rules
+    import check_offload_rules
+    import common
+
+    from stackdist.serving import engine_model
+    from stackdist.serving.offload import TierConfig, offload_model
+    from stackdist.serving.pages import engine_pages
+    from stackdist.traces.stream_input import read_as_requests
+
+    sys.setrecursionlimit(100_000)  # the restatements' prefix-chained keys are nested tuples
+    lines = TRACE.read_text().splitlines()[:n]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "head.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        reference = common.read_trace(str(path))
+        pages = engine_pages(read_as_requests([str(path)], "mooncake", 512, False, True), 16)
+    pool = int(((pages.input_tokens + pages.output_tokens) // 16).max()) + 2
+    gpu = engine_model("vllm").simulate(pages, [pool], "serial", True).hit_tokens
+    rows = []
+    cpu = int(pages.full_pages.sum()) // 4
+    chunks = int((pages.input_tokens // 256).sum())
+    cases = [("vllm-native lru", TierConfig((("cpu", cpu),), (("policy", "lru"),)),
+              lambda: check_offload_rules.model(reference, 512, cpu, gpu[0].tolist())),
+             ("lmcache", TierConfig((("cpu", chunks // 8), ("disk", chunks // 4)), (("chunk", "256"),)),
+              lambda: [x["offload_hit_tokens"] for x in check_lmcache_rules.simulate(
+                  reference, 512, 256, chunks // 8, chunks // 4, gpu[0].tolist())[0]])]
+    for name, config, naive in cases:
+        model = offload_model(name.split()[0])
+        model.simulate(pages, [pool], gpu, [config], True)
+        start = time.perf_counter()
+        got = model.simulate(pages, [pool], gpu, [config], True).offload_hit_tokens[0, 0].tolist()
+        fast = time.perf_counter() - start
+        start = time.perf_counter()
+        want = naive()
+        slow = time.perf_counter() - start
+        rows.append({"model": name, "requests": n, "pages": int(pages.full_pages.sum()), "config": config.label,
+                     "kernel_s": fast, "restatement_s": slow, "ratio": slow / fast, "equal": got == want,
+                     "offload_hit_tokens": int(sum(want))})
+    return rows
+
+
 def main() -> int:
     from stackdist.serving.offload import OFFLOAD_MODELS
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--versus", type=int, default=0, metavar="N", help="also time the restatements on N requests")
     args = p.parse_args()
     if args.runs < 1:
         print("bench_offload: --runs must be at least 1", file=sys.stderr)
@@ -112,6 +162,12 @@ def main() -> int:
         result["per_size"][name] = per_size_seconds(engine, text)
         for row in result["per_size"][name]:
             print(f"{name:<18}{row['config']:>16}{row['seconds']:>18.2f}")
+    if args.versus:
+        result["versus"] = versus(args.versus)
+        print(f"{'model':<18}{'requests':>9}{'kernel s':>10}{'restatement s':>15}{'ratio':>9}  equal")
+        for row in result["versus"]:
+            print(f"{row['model']:<18}{row['requests']:>9}{row['kernel_s']:>10.4f}{row['restatement_s']:>15.2f}"
+                  f"{row['ratio']:>9.0f}  {row['equal']}")
     write_json(str(RESULTS), result)
     return 0
 
