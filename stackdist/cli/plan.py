@@ -67,6 +67,8 @@ EXAMPLES = """examples:
   stackdist plan tokens.jsonl --format tokens --block-size 16 --json plan.json --plot plan.png
   stackdist plan trace.jsonl --json - | jq '.semantics.engine.working_set'
   stackdist plan trace.jsonl --model qwen3-8b --gpu h200 --capacity 40GiB,80GiB --kv-dtype fp8
+  stackdist plan trace.jsonl --semantics vllm --gpu-blocks 60000 --offload vllm-native:cpu=256/512GiB,policy=arc
+  stackdist plan trace.jsonl --gpu-blocks 60000 --offload lmcache:cpu=512GiB,disk=4TiB --per-request hits.csv
 
 Capacities are exact for every size (one replay per semantics). --targets are prefix token
 hit rates; each is answered both as an absolute rate and as a fraction of the infinite-cache
@@ -409,7 +411,7 @@ def _models(text: str) -> tuple[str, ...]:
 
 
 def _offload_help() -> str:
-    return "; ".join(f"{m.name}:{','.join(f'{t}=N{m.unit}' for t in m.tiers)}"
+    return "; ".join(f"{m.name}:{m.tiers[0]}=N{m.unit}" + "".join(f"[,{t}=N{m.unit}]" for t in m.tiers[1:])
                      + "".join(f"[,{k}={'|'.join(v) if v else 'N'}]" for k, v in m.options.items())
                      + f" (behind {m.behind}{'' if m.driven else '; followed, not driven'})"
                      for m in OFFLOAD_MODELS.values())
