@@ -30,6 +30,7 @@ from stackdist.serving.offload import (
     OffloadSpec,
     offload_model,
     parse_offload,
+    resolve_offload,
 )
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.semantics import SEMANTICS
@@ -285,6 +286,11 @@ def run_plan(args: argparse.Namespace) -> int:
                   [args.trace, args.model_config, args.schedule])
     specs = _offload_specs(args)
     options = _options(args)
+    for spec in specs:  # sizes resolve with the model's bytes and the page: a bad one is a usage error, before any work
+        try:
+            resolve_offload(spec, int(options.geometry.kv_bytes_per_token), max(args.engine_block_size, 1))
+        except ValueError as exc:
+            raise UsageError(f"--offload {spec.text}: {exc}.") from None
     if args.plot and not options.semantics and not specs:  # before any work
         raise UsageError("--plot draws the hit curves: it needs --semantics engine or per-access (or both) too.")
     trace = _load(args)

@@ -162,7 +162,9 @@ def test_plan_ladder_json_and_errors(capsys, tmp_path: Path) -> None:
     assert [a["blocks"] for a in answers] == sorted(a["blocks"] for a in answers)
     for argv, match in ((["--offload", "vllm-native:cpu=8"], "not a size"),
                         (["--offload", "vllm-native:cpu=8blocks", "--schedule", "model"], "serial schedule only"),
-                        (["--offload", "vllm-native:cpu=8blocks", "--workers", "2"], "--workers is not modelled")):
+                        (["--offload", "vllm-native:cpu=8blocks", "--workers", "2"], "--workers is not modelled"),
+                        (["--offload", "vllm-native:cpu=9999999999blocks"], "too large"),
+                        (["--offload", "lmcache:cpu=8chunks,chunk=24"], "multiple of the engine's 16-token page")):
         code, _, err = run_stackdist(capsys, "plan", trace, "--block-size", 16, "--gpu-blocks", "77", *argv)
         assert code == 2 and match in err and "Traceback" not in err
 

@@ -140,7 +140,7 @@ def resolve_offload(spec: OffloadSpec, bytes_per_token: int, page_tokens: int) -
             else:
                 n = model.units_for_bytes(int(value), bytes_per_token, options, page_tokens)
             if n is not None and not 0 <= n < 2**31:
-                raise ValueError(f"{model.name}: {tier} size {value:g} {kind} is {n:,} {model.unit}; at most {2**31 - 1:,}")
+                raise ValueError(f"{model.name}: a {tier} tier of {n:,} {model.unit} is too large (at most {2**31 - 1:,})")
             if n not in units:
                 units.append(n)
         ladders.append([(tier, n) for n in units])
