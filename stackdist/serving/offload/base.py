@@ -79,8 +79,8 @@ class OffloadResult:
     ``gpu_pools[i]`` and ``configs[j]`` index the first two axes of ``tier_hit_tokens[tier]``
     (int64 ``(pools, configs, requests)``: prompt tokens served by that tier beyond the GPU hit)
     and ``offload_hit_tokens`` (what the engine's connector reports as loadable beyond the GPU hit,
-    the sum over tiers); ``recomputed_tokens`` are the prompt tokens the engine still computes
-    (``P - min(gpu + offload, P - 1)``: the last prompt token is always computed). ``written[tier]``
+    the sum over tiers; the engine still computes the last prompt token when GPU + offload cover
+    the prompt, which the plan accounts for: :func:`stackdist.planning.offload_plan.effective_tier_hits`). ``written[tier]``
     (int64 ``(pools, configs)``) counts the units written into the tier, ``evicted[tier]`` those
     evicted from it; ``failed_stores`` (``(pools, configs)``) counts store attempts the tier refused.
     Rows of an infeasible GPU pool are -1. ``config_gpu_hit_tokens`` (``(pools, configs, requests)``)

@@ -16,7 +16,7 @@ committed runs (``tests/serving/test_offload_vllm_native.py``).
   ``gpu_hit / 16``, the run of consecutive blocks the tier holds, up to the whole prompt (no
   last-token cap, ``off/scheduler.py:862``); reported as tokens beyond the GPU hit (the
   ``offload_hit_tokens``). When GPU + CPU cover the prompt, the scheduler recomputes the last
-  token (``sched.py:3515``), which :class:`~.base.OffloadResult`'s ``recomputed_tokens`` counts.
+  token (``sched.py:3515``): the plan counts ``min(gpu + cpu, P - 1)`` as served.
 - **Store** (``_build_store_jobs``, ``off/scheduler.py:1815-2100``; ``prepare_store``,
   ``manager.py:261-360``): in the step that computes them (write-through, not on GPU eviction),
   the request offers its full prompt blocks (after a CPU load only those past the loaded ones:
