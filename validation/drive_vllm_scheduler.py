@@ -36,7 +36,8 @@ Observed (instance wrappers around the scheduler's own methods that call through
 Per run (summary JSON): steps (schedule() calls that scheduled tokens), idle schedule() calls,
 total simulated time, max waiting queue length (len(waiting) + len(kv_holding_waiting) just
 before a schedule(), arrivals of that instant included; and just after it: requests left waiting),
-total preemptions, re-admissions after preemption and their lookup hits.
+total preemptions, partial prefill chunks scheduled (no token sampled), re-admissions after
+preemption and their lookup hits.
 """
 
 from __future__ import annotations
@@ -147,6 +148,7 @@ class SchedEngine:
         nxt = 0
         steps = idle = 0
         max_wait = max_wait_after = 0
+        partial = 0
         requests = {}
         while True:
             while nxt < n and arrival[order[nxt]] <= clock:
@@ -197,6 +199,7 @@ class SchedEngine:
                     produced.append((i, req))
                 else:
                     sampled.append([])
+                    partial += 1
             s.update_from_output(out, self._mro(req_ids, sampled))
             for i, req in produced:
                 if first_tok[i] is None:
@@ -210,7 +213,7 @@ class SchedEngine:
             "hit": hit, "preemptions": pre, "queue": queue, "first_token": first_tok, "finish": finish,
             "stats": {"num_gpu_blocks": self.num_gpu_blocks, "steps": steps, "idle_schedule_calls": idle,
                       "total_sim_s": clock, "max_waiting": max_wait, "max_waiting_after_schedule": max_wait_after, "total_preemptions": sum(pre),
-                      "readmissions": readmissions, "readmission_hit_tokens": resume_hits,
+                      "partial_prefill_chunks": partial, "readmissions": readmissions, "readmission_hit_tokens": resume_hits,
                       "total_hit_tokens": sum(hit)},
         }
 

@@ -31,6 +31,12 @@ RUNS = [
     ("gen_chat_b16", 16, "48,84,126,168,252,inf"),  # largest request 42 blocks
     ("gen_mixed_b32", 32, "90,170,250,340,500,inf"),  # largest request 84 blocks
 ]
+# The same with a small token budget, so that prefills are split into chunks (with 8192 no
+# prompt of these traces is): extra arguments, file tag.
+BUDGET_RUNS = [
+    ("gen_burst_b32", 32, "40,70,105,140,210,inf", ["--max-num-batched-tokens", "256", "--max-num-seqs", "256"], "budget256"),
+    ("gen_mixed_b32", 32, "90,170,250,340,500,inf", ["--max-num-batched-tokens", "256", "--max-num-seqs", "256"], "budget256"),
+]
 DEFAULTS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "step_fixed_s": 0.020,
             "step_per_token_s": 0.00001}
 
@@ -53,15 +59,17 @@ def main(argv: list[str]) -> int:
         "defaults": DEFAULTS,
         "runs": [],
     }
-    for trace, bh, pools in RUNS:
-        for decode in (True, False):
+    todo = [(t, b, p, [], "", d) for t, b, p in RUNS for d in (True, False)]
+    todo += [(t, b, p, x, tag, d) for t, b, p, x, tag in BUDGET_RUNS for d in (True, False)]
+    for trace, bh, pools, extra, tag, decode in todo:
+        if True:
             dtag = "decode" if decode else "nodecode"
-            name = f"{trace}.vllm-scheduler.{dtag}.csv"
+            name = f"{trace}.vllm-scheduler{'.' + tag if tag else ''}.{dtag}.csv"
             rel_trace = os.path.join("tests", "data", "engines", trace + ".jsonl")
             rel_out = os.path.join("tests", "data", "engines", "scheduler", name)
             summ = os.path.join(tempfile.gettempdir(), name + ".summary.json")
             cmd = [py, "validation/drive_vllm_scheduler.py", "--trace", rel_trace, "--hash-block-size", str(bh),
-                   "--pools", pools, "--out", rel_out] + ([] if decode else ["--no-decode"])
+                   "--pools", pools, "--out", rel_out] + extra + ([] if decode else ["--no-decode"])
             print(" ".join(cmd), file=sys.stderr, flush=True)
             subprocess.run(cmd + ["--summary", summ], cwd=ROOT, check=True)
             with open(summ) as fh:
