@@ -217,6 +217,112 @@ class SchedEngine:
                       "total_hit_tokens": sum(hit)},
         }
 
+    def run_async(self, max_batches: int = 2_000_000) -> dict:
+        """AsyncScheduler stepped as EngineCore.step_with_batch_queue (v1/engine/core.py:708) does
+        with a batch queue of 2 (max_concurrent_batches under async scheduling): schedule the next
+        batch while the previous one executes; process the oldest batch's output only when the
+        queue is full or nothing more can be scheduled. Simulated time: the CPU clock ``c`` (when
+        schedule() and update_from_output() run, both instantaneous) and one GPU, which executes
+        batches back to back: a batch starts at max(c at its schedule(), end of the previous
+        batch) and lasts fixed + T * per_token (T > 0) or 0 (empty batch). Popping a batch
+        advances c to its end. Which requests sample a token is fixed at schedule() time: those
+        whose scheduled tokens are not a partial prefill chunk (``is_prefill_chunk`` False after
+        schedule(), async_scheduler.py:24-36)."""
+        s = self.sched
+        trace = self.trace
+        t0 = trace[0].timestamp
+        arrival = [(r.timestamp - t0) / 1000.0 for r in trace]
+        order = sorted(range(len(trace)), key=lambda i: (arrival[i], i))
+        n = len(trace)
+        hit, queue, first_tok, finish = [None] * n, [None] * n, [None] * n, [None] * n
+        resume_hits = readmissions = 0
+        c = 0.0
+        gpu_free = 0.0
+        nxt = 0
+        steps = idle = partial = 0
+        max_wait = max_wait_after = 0
+        empty_run = 0
+        requests = {}
+        bq: list = []  # oldest last, as EngineCore's deque with appendleft/pop
+        while True:
+            while nxt < n and arrival[order[nxt]] <= c:
+                i = order[nxt]
+                req = vllm_request(trace[i], self.hash_block_size, self.decode, ignore_eos=True)
+                requests[req.request_id] = (i, req)
+                s.add_request(req)
+                nxt += 1
+            if s.has_requests():
+                max_wait = max(max_wait, len(s.waiting) + len(s.kv_holding_waiting))
+                self.last_lookup.clear()
+                out = s.schedule()
+                max_wait_after = max(max_wait_after, len(s.waiting) + len(s.kv_holding_waiting))
+                total = out.total_num_scheduled_tokens
+                start = max(c, gpu_free)
+                end = start + (self.fixed_s + total * self.per_token_s if total else 0.0)
+                gpu_free = end
+                samplers = []
+                for rid, k in out.num_scheduled_tokens.items():
+                    i, req = requests[rid]
+                    if rid in self.last_lookup:
+                        h = self.last_lookup[rid]
+                        assert req.num_computed_tokens - k == h, (rid, req.num_computed_tokens, k, h)
+                        if hit[i] is None:
+                            hit[i] = h
+                            queue[i] = start - arrival[i]
+                        else:
+                            resume_hits += h
+                            readmissions += 1
+                    if req.is_prefill_chunk:
+                        partial += 1
+                    else:
+                        samplers.append(rid)
+                if total:
+                    steps += 1
+                    empty_run = 0
+                else:
+                    idle += 1
+                    empty_run += 1
+                if steps > max_batches or empty_run > 10_000:
+                    raise common.Infeasible(-1, "arrival", 0, f"no progress: {steps} batches, {empty_run} empty")
+                bq.insert(0, (out, end, samplers))
+                if len(bq) < 2 and (total > 0 or s.has_requests()):
+                    continue
+            elif not bq:
+                if nxt >= n:
+                    break
+                c = max(c, arrival[order[nxt]])
+                continue
+            out, end, samplers = bq.pop()
+            c = max(c, end)
+            req_ids, sampled, produced = [], [], []
+            for rid in out.num_scheduled_tokens:
+                i, req = requests[rid]
+                req_ids.append(rid)
+                if rid in samplers:
+                    sampled.append([common.output_token(trace[i], req.num_output_tokens + 1)])
+                    produced.append((i, req))
+                else:
+                    sampled.append([])
+            s.update_from_output(out, self._mro(req_ids, sampled))
+            for i, req in produced:
+                if first_tok[i] is None and req.num_output_tokens > 0:
+                    first_tok[i] = end - arrival[i]
+                if req.is_finished() and finish[i] is None:
+                    finish[i] = end - arrival[i]
+            if not out.total_num_scheduled_tokens and not bq and nxt < n and not any(
+                    r.status.name == "RUNNING" for _, r in requests.values() if not r.is_finished()):
+                c = max(c, arrival[order[nxt]])
+        assert all(x is not None for x in finish), "unfinished requests"
+        pre = [self.preempt.get(str(r.index), 0) for r in trace]
+        return {
+            "hit": hit, "preemptions": pre, "queue": queue, "first_token": first_tok, "finish": finish,
+            "stats": {"num_gpu_blocks": self.num_gpu_blocks, "steps": steps, "idle_schedule_calls": idle,
+                      "total_sim_s": c, "max_waiting": max_wait, "max_waiting_after_schedule": max_wait_after,
+                      "total_preemptions": sum(pre), "partial_prefill_chunks": partial,
+                      "readmissions": readmissions, "readmission_hit_tokens": resume_hits,
+                      "total_hit_tokens": sum(hit)},
+        }
+
     @staticmethod
     def _mro(req_ids, sampled) -> ModelRunnerOutput:
         return ModelRunnerOutput(req_ids=req_ids, req_id_to_index={rid: k for k, rid in enumerate(req_ids)},
@@ -234,12 +340,10 @@ def main(argv=None) -> int:
     ap.add_argument("--step-fixed-s", type=float, default=0.020)
     ap.add_argument("--step-per-token-s", type=float, default=0.00001)
     ap.add_argument("--async-scheduling", action="store_true",
-                    help="NOT SUPPORTED YET: AsyncScheduler needs a one-step-behind output loop")
+                    help="vLLM's AsyncScheduler, stepped as EngineCore.step_with_batch_queue (batch queue 2)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--summary")
     args = ap.parse_args(argv)
-    if args.async_scheduling:
-        ap.error("--async-scheduling is not implemented (see SCHEDULER_NOTES.md)")
     trace = common.read_trace(args.trace)
     common.check_trace(trace, args.hash_block_size)
     decode = not args.no_decode
@@ -249,9 +353,9 @@ def main(argv=None) -> int:
         n = common.inf_pool_size(trace, decode) if common.is_inf(pool) else int(pool)
         t = time.perf_counter()
         eng = SchedEngine(trace, args.hash_block_size, n, decode, args.max_num_seqs, args.max_num_batched_tokens,
-                          args.step_fixed_s, args.step_per_token_s, False)
+                          args.step_fixed_s, args.step_per_token_s, args.async_scheduling)
         try:
-            res = eng.run()
+            res = eng.run_async() if args.async_scheduling else eng.run()
         except common.Infeasible as e:
             runs.append({"pool": pool, "num_gpu_blocks": n, "feasible": False,
                          "failure": {"request": e.request, "event": e.event, "detail": e.detail}})
@@ -275,7 +379,7 @@ def main(argv=None) -> int:
             w.writerow(row)
     if args.summary:
         with open(args.summary, "w") as fh:
-            json.dump({"engine": {"name": "vllm", "version": vllm.__version__, "scheduler": "Scheduler (sync)"},
+            json.dump({"engine": {"name": "vllm", "version": vllm.__version__, "scheduler": "AsyncScheduler (batch queue 2)" if args.async_scheduling else "Scheduler (sync)"},
                        "trace": args.trace, "hash_block_size": args.hash_block_size, "decode": decode,
                        "max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
                        "step_fixed_s": args.step_fixed_s, "step_per_token_s": args.step_per_token_s,

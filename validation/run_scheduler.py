@@ -36,6 +36,9 @@ RUNS = [
 BUDGET_RUNS = [
     ("gen_burst_b32", 32, "40,70,105,140,210,inf", ["--max-num-batched-tokens", "256", "--max-num-seqs", "256"], "budget256"),
     ("gen_mixed_b32", 32, "90,170,250,340,500,inf", ["--max-num-batched-tokens", "256", "--max-num-seqs", "256"], "budget256"),
+    # vLLM's AsyncScheduler, stepped as EngineCore.step_with_batch_queue (batch queue 2)
+    ("gen_burst_b32", 32, "40,70,105,140,210,inf", ["--async-scheduling"], "async"),
+    ("gen_chat_b16", 16, "48,84,126,168,252,inf", ["--async-scheduling"], "async"),
 ]
 DEFAULTS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "step_fixed_s": 0.020,
             "step_per_token_s": 0.00001}
@@ -52,7 +55,7 @@ def main(argv: list[str]) -> int:
     py = args[0] if args else os.environ.get("VLLM_PY", "/work/engines/venv-vllm/bin/python")
     os.makedirs(OUT, exist_ok=True)
     manifest = {
-        "what": "vLLM 0.33.0 v1 Scheduler (sync) driven in simulated time; see validation/SCHEDULER_NOTES.md",
+        "what": "vLLM 0.33.0 v1 Scheduler (sync; AsyncScheduler in *.async.* files) driven in simulated time; see validation/SCHEDULER_NOTES.md",
         "columns": "request,id,arrival_s,worker,input_tokens,output_tokens, then per pool N: hit_tokens_N, "
                    "preemptions_N, queue_s_N, first_token_s_N, finish_s_N (groups in that order)",
         "step_time": "fixed + T * per_token seconds for a step scheduling T > 0 tokens",
