@@ -111,10 +111,22 @@ def add_plan_parser(sub: Any) -> None:
     eng.add_argument("--decode", action=argparse.BooleanOptionalAction, default=None,
                      help="generated tokens occupy and are cached in blocks as the engine writes them "
                      "(default: on when the trace gives output lengths)")
-    eng.add_argument("--schedule", type=InputPath, metavar="serial|model|recorded|FILE.csv",
+    eng.add_argument("--schedule", type=InputPath, metavar="serial|model|scheduler|recorded|FILE.csv",
                      help="when requests run: serial (one at a time), model (arrival from the trace, prefill and "
-                     "decode at the rates below), recorded (the trace's own times, e.g. Dynamo's) or a CSV "
-                     "request,arrival_s,prefill_end_s,finish_s (default: recorded when the trace has it, else model)")
+                     "decode at the rates below), scheduler (the engine's own scheduler under load, arrivals from the "
+                     "trace: waiting queue, token budget and chunked prefill, preemption; "
+                     f"{', '.join(_able('scheduler'))} model; see --step-time), recorded (the trace's own times, "
+                     "e.g. Dynamo's) or a CSV request,arrival_s,prefill_end_s,finish_s (default: recorded when the "
+                     "trace has it, else model)")
+    eng.add_argument("--step-time", default="0.020,0.00001", metavar="FIXED_S,PER_TOKEN_S",
+                     help="--schedule scheduler: a step that schedules T tokens lasts FIXED_S + T x PER_TOKEN_S seconds "
+                     "(default 0.020,0.00001: an assumption, not a measurement of your GPU)")
+    eng.add_argument("--max-num-seqs", type=bounded_int("--max-num-seqs", 1, 2**20), default=1024,
+                     help="--schedule scheduler: vLLM's max_num_seqs (default 1024)")
+    eng.add_argument("--max-num-batched-tokens", type=bounded_int("--max-num-batched-tokens", 1, 2**30), default=8192,
+                     help="--schedule scheduler: vLLM's max_num_batched_tokens, the token budget per step (default 8192)")
+    eng.add_argument("--async-scheduling", action="store_true",
+                     help="--schedule scheduler: vLLM's async scheduling (not modelled yet: refused)")
     _add_routing_arguments(eng)
     eng.add_argument("--decode-reuse", action="store_true",
                      help="a later request of the same session that extends an earlier prompt and its answer reuses "
@@ -465,7 +477,8 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     schedule: Any = args.schedule or ("recorded" if trace.recorded_schedule_s is not None else "model")
-    if schedule not in ("serial", "model", "recorded"):
+    scheduler = _scheduler_settings(args, models) if schedule == "scheduler" else None
+    if schedule not in ("serial", "model", "recorded", "scheduler"):
         schedule = Schedule.read_csv(schedule, trace.n_requests)
     workers: Any = args.workers
     if args.router_overlap_weight != args.router_overlap_weight or args.router_overlap_weight < 0:
@@ -482,12 +495,36 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     options = EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
                             args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
                             router=args.router, decode_reuse=args.decode_reuse, overlap_weight=args.router_overlap_weight,
-                            shared_blocks=shared, offload=offload)
+                            shared_blocks=shared, offload=offload, scheduler=scheduler)
     try:
         check_models(options, {"decode_reuse": "--decode-reuse", "tiers": "--shared-blocks", "routing": "--router kv-aware"})
     except ValueError as exc:
         raise UsageError(f"{exc}.") from None
     return options
+
+
+def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...]) -> Any:
+    """``--schedule scheduler``'s settings; refused for models without a scheduler model, with
+    workers, a shared tier, offload tiers, decode reuse or async scheduling (not modelled)."""
+    from stackdist.serving.scheduler import SchedulerSettings
+
+    able = _able("scheduler")
+    bad = [m for m in models if m not in able]
+    if bad or not models:
+        raise UsageError(f"--schedule scheduler models the engine's own scheduler for the {_either(able)} model; "
+                         f"got --semantics {','.join(args.semantics)}.")
+    for flag, asked in (("--workers", args.workers != "one"), ("--shared-blocks", args.shared_blocks is not None),
+                        ("--offload", bool(args.offload)), ("--decode-reuse", args.decode_reuse),
+                        ("--async-scheduling", args.async_scheduling)):
+        if asked:
+            raise UsageError(f"--schedule scheduler: {flag} is not modelled with the scheduler yet.")
+    try:
+        fixed, per_token = (float(x) for x in args.step_time.split(","))
+    except ValueError:
+        raise UsageError(f"--step-time must be FIXED_S,PER_TOKEN_S (two numbers of seconds); got {args.step_time!r}.") from None
+    if not (0 <= fixed < float("inf") and 0 <= per_token < float("inf") and fixed + per_token > 0):
+        raise UsageError(f"--step-time must be two non-negative finite seconds, not both 0; got {args.step_time!r}.")
+    return SchedulerSettings(args.max_num_seqs, args.max_num_batched_tokens, fixed, per_token)
 
 
 def _routing_options(args: argparse.Namespace, options: PlanOptions) -> RoutingOptions | None:
@@ -527,8 +564,10 @@ def _write_per_request(path: str, trace: Any, options: PlanOptions, results: dic
     if not names:
         raise UsageError(f"--per-request needs an engine model (--semantics {_either(list(ENGINE_MODELS))}) or --semantics engine "
                          "with --workers K or --shared-blocks.")
-    schedule = schedule_for(trace, options.engine)
-    arrival = None if schedule.is_serial else schedule.arrival_s
+    arrival = None  # the trace's own arrivals (serial, or under the scheduler)
+    if options.engine.schedule != "scheduler":
+        schedule = schedule_for(trace, options.engine)
+        arrival = None if schedule.is_serial else schedule.arrival_s
     for name in names:
         target = path if len(names) == 1 else _suffixed(path, name)
         recorded = name == "engine" and options.routing is not None and options.routing.workers == "recorded"

@@ -37,6 +37,7 @@ from stackdist.serving.routed import (
     simulate_routed,
 )
 from stackdist.serving.schedule import Schedule
+from stackdist.serving.scheduler import SchedulerResult, SchedulerSettings
 from stackdist.traces import RequestTrace
 
 from .schema import ClusterPlan, ClusterPoolRow, ClusterWorkerRow, RoutingWorthRow
@@ -45,12 +46,14 @@ __all__ = [
     "ONE_CACHE",
     "ROUTERS",
     "EngineOptions",
+    "LoadResult",
     "ModelCluster",
     "assign_workers",
     "check_models",
     "cluster_pool_row",
     "default_pools",
     "engine_section",
+    "load_summary",
     "model_cluster_section",
     "parse_pools",
     "per_request_columns",
@@ -82,6 +85,8 @@ class EngineOptions:
     compare_routers: bool = True
     offload: Sequence[OffloadSpec] = ()
     """Offload tiers behind the models (:mod:`.offload_plan`), serial schedule."""
+    scheduler: SchedulerSettings | None = None
+    """With ``schedule="scheduler"``: the engine's own scheduler under load (:mod:`stackdist.serving.scheduler`)."""
 
 
 ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded")
@@ -189,6 +194,8 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
     K pools jointly (:mod:`stackdist.serving.routed`); with K > 1 and ``compare_routers`` also
     every router and one pool of K x N (what routing is worth)."""
     pools = tuple(options.pools) or default_pools(trace, options.engine_block_size)
+    if options.schedule == "scheduler":  # the engine's own scheduler under load, one worker
+        return {model: _scheduler_run(model, trace, options, pools, progress) for model in options.models}
     schedule = schedule_for(trace, options)
     kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
     workers = np.zeros(0, np.int64) if kv_aware else assign_workers(trace, options, schedule)
@@ -211,6 +218,30 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
             worth = _worth_runs(model, trace, options, schedule, pools, {options.router: cluster}, progress)
         out[model] = result if cluster is None else ModelCluster(**vars(result), cluster=cluster, worth=worth)
     return out
+
+
+@dataclass(frozen=True)
+class LoadResult(ServingResult):
+    """An engine model's result under its own scheduler: :class:`ServingResult` (the hit at first
+    admission per pool) plus the scheduler's per-request ``load`` (preemptions, queue, first token,
+    finish)."""
+
+    load: SchedulerResult | None = None
+
+
+def _scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools: tuple[int | None, ...],
+                   progress: Any) -> LoadResult:
+    spec = engine_model(model)
+    if progress is not None:
+        progress(f"{model} model under its scheduler, {len(pools)} pool sizes")
+    settings = options.scheduler or SchedulerSettings()
+    load = spec.simulate_scheduler(trace, pools, options.decode, settings)
+    assert isinstance(load, SchedulerResult)
+    written = trace.input_length + (np.maximum(trace.output_length, 1) - 1 if options.decode else 0)
+    smallest = int((-(-written // options.engine_block_size)).max(initial=0)) + 1
+    failed = load.failed_request
+    return LoadResult(model, load.pools, load.hit_tokens, failed, smallest if (failed >= 0).any() else None,
+                      "scheduler", True, load=load)
 
 
 CAPABILITIES = {"decode_reuse": "decode reuse", "tiers": "a shared tier", "routing": "the kv-aware router"}
@@ -471,6 +502,9 @@ def engine_section(
             hits = result.hit_tokens[i][mask]
             row.update(hit_tokens=int(hits.sum()), prefix_token_hit_rate=int(hits.sum()) / input_tokens if input_tokens else 0.0,
                        requests_with_hits=int(np.count_nonzero(hits)), failed_request=None)
+            load = getattr(result, "load", None)
+            if load is not None:
+                row["load"] = load_summary(load, i, mask, trace)
         rows.append(row)
     minimum = None
     if result.min_feasible_pool is not None:
@@ -492,7 +526,8 @@ def engine_section(
         "pool_unit": engine_model(result.engine).pool_unit,
         "engine_block_size_tokens": options.engine_block_size,
         "decode": options.decode,
-        "schedule": {"kind": schedule, "prefill_tokens_per_s": options.prefill_tokens_per_s,
+        "schedule": {"kind": schedule, **vars(options.scheduler or SchedulerSettings())} if schedule == "scheduler" else
+        {"kind": schedule, "prefill_tokens_per_s": options.prefill_tokens_per_s,
                      "decode_tokens_per_s": options.decode_tokens_per_s} if schedule == "model" else {"kind": schedule},
         "method": result.method,
         "requests": int(mask.sum()),
@@ -503,6 +538,34 @@ def engine_section(
         "cluster": model_cluster_section(result, trace, options, mask, block_bytes)
         if isinstance(result, ModelCluster) and result.cluster is not None else None,
     }
+
+
+def load_summary(load: SchedulerResult, i: int, mask: np.ndarray, trace: RequestTrace) -> dict[str, Any]:
+    """Pool ``i`` under the scheduler, over the counted requests: preemptions, queueing and time to
+    first token (seconds; p50 / p90 / p99 and mean), the span from the first arrival to the last
+    finish, and whether the queue keeps growing (the last tenth of the requests queues over ten
+    times as long as the first tenth, and over a second: the deployment does not keep up).
+
+    >>> from stackdist.serving.scheduler import simulate_scheduler
+    >>> t = RequestTrace.from_blocks([[1], [1]], block_size=16, last_tokens=[8, 8])
+    >>> load_summary(simulate_scheduler(t, [4], False), 0, np.ones(2, bool), t)["preemptions"]
+    0
+    """
+    queue, ttft = load.queue_s[i][mask], load.first_token_s[i][mask]
+    arrival = trace.timestamps_s - (trace.timestamps_s[0] if trace.n_requests else 0.0)
+    tenth = max(1, int(mask.sum()) // 10)
+    early, late = float(queue[:tenth].mean()), float(queue[-tenth:].mean())
+
+    def pct(x: np.ndarray) -> dict[str, float]:
+        return {"p50": float(np.percentile(x, 50)), "p90": float(np.percentile(x, 90)),
+                "p99": float(np.percentile(x, 99)), "mean": float(x.mean())}
+
+    return {"preemptions": int(load.preemptions[i][mask].sum()),
+            "requests_preempted": int(np.count_nonzero(load.preemptions[i][mask])),
+            "queue_s": pct(queue), "ttft_s": pct(ttft),
+            "span_s": float((arrival + load.finish_s[i]).max()) if trace.n_requests else 0.0,
+            "queue_first_tenth_mean_s": early, "queue_last_tenth_mean_s": late,
+            "keeps_up": not (late > 10 * early and late > 1.0)}
 
 
 def per_request_columns(result: ServingResult | ClusterResult) -> list[tuple[str, np.ndarray]]:
@@ -519,8 +582,14 @@ def per_request_columns(result: ServingResult | ClusterResult) -> list[tuple[str
     cluster = result if isinstance(result, ClusterResult) else getattr(result, "cluster", None)
     if cluster is None:
         assert isinstance(result, ServingResult)
-        return [(f"hit_tokens_{_pool_label(pool)}", result.hit_tokens[i])
-                for i, pool in enumerate(result.pools) if result.failed_request[i] < 0]
+        ok = [(i, _pool_label(pool)) for i, pool in enumerate(result.pools) if result.failed_request[i] < 0]
+        plain = [(f"hit_tokens_{label}", result.hit_tokens[i]) for i, label in ok]
+        load = getattr(result, "load", None)
+        if load is not None:  # under the scheduler: per pool its preemptions and times
+            for name in ("preemptions", "queue_s", "first_token_s", "finish_s"):
+                plain += [(f"{name}_{label}", np.round(getattr(load, name)[i], 6) if name != "preemptions"
+                           else getattr(load, name)[i]) for i, label in ok]
+        return plain
     columns: list[tuple[str, np.ndarray]] = []
     for pool in dict.fromkeys(g for g, _ in cluster.pools):
         rows = [j for j, (g, _) in enumerate(cluster.pools) if g == pool]

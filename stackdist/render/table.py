@@ -173,6 +173,10 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
     sched = section["schedule"]
     how = sched["kind"] if sched["kind"] != "model" else (
         f"service model ({sched['prefill_tokens_per_s']:g} prefill, {sched['decode_tokens_per_s']:g} decode tokens/s)")
+    if sched["kind"] == "scheduler":
+        how = (f"the engine's scheduler under load (max_num_seqs {sched['max_num_seqs']}, max_num_batched_tokens "
+               f"{sched['max_num_batched_tokens']}; a step lasts {sched['step_fixed_s']:g} s + {sched['step_per_token_s']:g} s "
+               "per scheduled token: an assumed step time; hits are at first admission)")
     lines = [f"== {section['model']} (the engine's own cache rules: {section['follows']}) ==",
              (f"pool unit: {section['pool_unit']}; {section['engine_block_size_tokens']}-token blocks; schedule {how}; "
               f"decode {'on' if section['decode'] else 'off'}; {section['requests']:,} requests counted"),
@@ -195,6 +199,15 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
             continue
         lines.append(f"  {row['gpu_blocks']!s:>12} {gib:>9} {row['hit_tokens']:>14,} {row['prefix_token_hit_rate']:>22.2%} "
                      f"{row['requests_with_hits']:>13,}")
+        load: Any = dict(row).get("load")
+        if load:
+            lines.append(f"  {'':>12} TTFT p50 {load['ttft_s']['p50']:.3f} s, p90 {load['ttft_s']['p90']:.3f} s, p99 "
+                         f"{load['ttft_s']['p99']:.3f} s; queue mean {load['queue_s']['mean']:.3f} s, p99 "
+                         f"{load['queue_s']['p99']:.3f} s; {load['preemptions']:,} preemption(s) of "
+                         f"{load['requests_preempted']:,} request(s)"
+                         + ("" if load["keeps_up"] else f"; DOES NOT KEEP UP: the last tenth of the requests queues "
+                            f"{load['queue_last_tenth_mean_s']:.1f} s on average, the first tenth "
+                            f"{load['queue_first_tenth_mean_s']:.2f} s"))
         vs = row.get("vs_engine")
         if vs:
             lines.append(f"  {'':>12} vs the engine's own count: {vs['engine_cached_tokens']:,} tokens reported, "

@@ -69,6 +69,8 @@ class EngineModel(ABC):
     supports_tiers: bool = False
     supports_hybrid_groups: bool = False
     supports_routing: bool = False
+    supports_scheduler: bool = False
+    """Whether :meth:`simulate_scheduler` models the engine's own scheduler under load."""
 
     @abstractmethod
     def pool_for_pages(self, pages: int) -> int:
@@ -102,6 +104,12 @@ class EngineModel(ABC):
 
         ``trace`` is a :class:`~stackdist.traces.RequestTrace` or its engine pages;
         ``schedule`` a :class:`.Schedule`, ``"serial"`` or ``"model"``. Complexity: the model's."""
+
+    def simulate_scheduler(self, trace: RequestTrace, pools: Sequence[int | None], decode: bool,
+                           settings: object) -> object:
+        """The engine's own scheduler under load at each pool (a :class:`.scheduler.SchedulerResult`);
+        only for models with ``supports_scheduler``."""
+        raise NotImplementedError(f"the {self.name} model has no scheduler model")
 
     def __repr__(self) -> str:
         return f"<engine model {self.name}: {self.follows}>"

@@ -545,9 +545,18 @@ class VllmModel(EngineModel):
     def pages_in_pool(self, pool: int) -> int:
         return pool - 1
 
+    supports_scheduler = True
+
     def simulate(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str = "serial",
                  decode: bool = False, page_tokens: int = _B, threads: int = 2) -> ServingResult:
         return simulate_vllm(trace, pools, schedule, decode, page_tokens, threads)
+
+    def simulate_scheduler(self, trace: RequestTrace, pools: Sequence[int | None], decode: bool,
+                           settings: object) -> object:
+        from .scheduler import SchedulerSettings, simulate_scheduler
+
+        assert isinstance(settings, SchedulerSettings)
+        return simulate_scheduler(trace, pools, decode, settings)
 
 
 VLLM = register_engine_model(VllmModel())

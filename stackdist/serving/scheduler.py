@@ -1,0 +1,303 @@
+"""vLLM 0.33.0's own scheduler under load (sync), a direct simulation: who waits, who is preempted,
+what each request hits when it is admitted, and when its first token and its end come.
+
+Follows ``vllm/v1/core/sched/scheduler.py`` as read and driven in ``validation/SCHEDULER_NOTES.md``
+(``drive_vllm_scheduler.py`` runs vLLM's real ``Scheduler`` in simulated time; this module equals
+it on every request of the committed sync runs, ``tests/serving/test_scheduler.py``):
+
+- **A step**: arrivals up to the clock join the waiting queue (arrival order); if nothing is
+  waiting or running the clock jumps to the next arrival. ``schedule()`` gives each running
+  request, in order, its remaining tokens capped by the token budget
+  (``max_num_batched_tokens``: chunked prefill); when a block cannot be allocated the newest
+  running request is preempted (its blocks freed tail first, its computed tokens reset, it goes
+  back to the head of the queue) until it can, or the request itself was the victim. Only if no
+  request was preempted in the step, the head of the waiting queue is admitted while the budget
+  lasts and fewer than ``max_num_seqs`` run: its prefix hit is looked up **now** (capped at
+  ``num_tokens - 1``, whole blocks), the **whole current sequence** must fit in the free blocks,
+  and a head that does not fit blocks the queue. A chunk's full blocks are cached when allocated
+  (a request admitted in the same step can hit them).
+- **Time**: a step of T scheduled tokens lasts ``step_fixed_s + T x step_per_token_s``; every
+  request whose computed tokens reach its length samples one token at the end of the step; at
+  ``max_tokens`` (the trace's output length, or 1 without decode) it finishes and its blocks are
+  freed (reverse order; uncached to the free queue's head, cached to its tail).
+
+Per request: ``hit_tokens`` (the hit at first admission: what the engine reports as cached
+tokens), ``preemptions``, ``queue_s`` (first scheduled minus arrival), ``first_token_s`` and
+``finish_s`` (from arrival). Pure Python (a reference first; O(steps x running + blocks) per
+pool); the async scheduler is not modelled.
+
+>>> import numpy as np
+>>> from stackdist.traces import RequestTrace
+>>> t = RequestTrace.from_blocks([[1, 2], [1, 2]], block_size=16, last_tokens=[8, 8])
+>>> r = simulate_scheduler(t, [8], decode=False)
+>>> r.hit_tokens.tolist(), r.queue_s.tolist()
+([[0, 16]], [[0.0, 0.0]])
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from stackdist.traces import RequestTrace
+
+from .pages import EnginePages, engine_pages
+
+__all__ = ["SchedulerResult", "SchedulerSettings", "simulate_scheduler"]
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    """vLLM's scheduler settings and the step-time rule (seconds per step: fixed + per token)."""
+
+    max_num_seqs: int = 1024
+    max_num_batched_tokens: int = 8192
+    step_fixed_s: float = 0.020
+    step_per_token_s: float = 0.00001
+
+
+@dataclass(frozen=True)
+class SchedulerResult:
+    """Per pool (rows, ``pools`` order) and request: the hit at first admission, preemptions, and
+    times from arrival; a pool that cannot hold some request has -1 / NaN rows and
+    ``failed_request`` set (the engine would never admit it)."""
+
+    pools: tuple[int | None, ...]
+    hit_tokens: np.ndarray
+    preemptions: np.ndarray
+    queue_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    failed_request: np.ndarray
+    settings: SchedulerSettings
+
+
+class _Req:
+    __slots__ = (
+        "P",
+        "blocks",
+        "cached",
+        "computed",
+        "finish",
+        "first",
+        "first_hit",
+        "first_sched",
+        "generated",
+        "i",
+        "in_cached",
+        "keys",
+        "max_tokens",
+        "n_prompt_keys",
+        "preemptions",
+    )
+
+    def __init__(self, i: int, keys: list[int], P: int, max_tokens: int):
+        self.i, self.keys, self.P, self.max_tokens = i, keys, P, max_tokens
+        self.n_prompt_keys = len(keys)
+        self.generated = self.computed = self.cached = self.preemptions = 0
+        self.blocks: list[int] = []
+        self.in_cached = False
+        self.first_hit = -1
+        self.first_sched = self.first = self.finish = float("nan")
+
+    @property
+    def num_tokens(self) -> int:
+        return self.P + self.generated
+
+    def key(self, j: int) -> object:
+        return self.keys[j] if j < self.n_prompt_keys else (self.i, j)  # a block holding generated tokens: unique
+
+
+class _Pool:
+    """vLLM's BlockPool and KVCacheManager, one full-attention group (the rules of :mod:`.vllm`)."""
+
+    def __init__(self, n: int, page: int):
+        self.page = page
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, n))  # block 0: the null block
+        self.ref = [0] * n
+        self.hash: list[object] = [None] * n
+        self.map: dict[object, OrderedDict[int, None]] = {}
+
+    def lookup(self, q: _Req) -> list[int]:
+        out = []
+        for j in range((q.num_tokens - 1) // self.page):
+            blocks = self.map.get(q.key(j))
+            if not blocks:
+                break
+            out.append(next(iter(blocks)))
+        return out
+
+    def _need(self, q: _Req, tokens: int, comp: list[int]) -> int:
+        required = -(-tokens // self.page)
+        if q.in_cached:
+            return max(required - len(q.blocks), 0)
+        return max(required - len(comp) - len(q.blocks), 0) + sum(1 for b in comp if self.ref[b] == 0)
+
+    def allocate(self, q: _Req, num_new: int, comp: list[int], whole: bool) -> bool:
+        local = q.computed + len(comp) * self.page
+        if whole and self._need(q, q.num_tokens, comp) > len(self.free):
+            return False
+        if self._need(q, local + num_new, comp) > len(self.free):
+            return False
+        for b in comp:  # touch
+            if self.ref[b] == 0:
+                del self.free[b]
+            self.ref[b] += 1
+        q.blocks += comp
+        for _ in range(-(-(local + num_new) // self.page) - len(q.blocks)):
+            b = self.free.popitem(last=False)[0]
+            h = self.hash[b]
+            if h is not None:  # evicted from the prefix cache
+                del self.map[h][b]
+                if not self.map[h]:
+                    del self.map[h]
+                self.hash[b] = None
+            self.ref[b] = 1
+            q.blocks.append(b)
+        upto = min(local + num_new, q.num_tokens) // self.page  # cache_blocks
+        for j in range(q.cached, upto):
+            b = q.blocks[j]
+            if self.hash[b] is None:
+                self.hash[b] = q.key(j)
+                self.map.setdefault(q.key(j), OrderedDict())[b] = None
+        q.cached = max(q.cached, upto)
+        q.in_cached = True
+        return True
+
+    def release(self, q: _Req) -> None:
+        first: list[int] = []
+        last: list[int] = []
+        for b in reversed(q.blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                (first if self.hash[b] is None else last).append(b)
+        for b in reversed(first):  # prepend_n: the list's first block ends at the head
+            self.free[b] = None
+            self.free.move_to_end(b, last=False)
+        for b in last:
+            self.free[b] = None
+        q.blocks, q.cached, q.in_cached = [], 0, False
+
+
+def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool, s: SchedulerSettings) -> list[_Req]:
+    B = pages.page_tokens
+    reqs = []
+    for r in range(pages.n_requests):
+        P = int(pages.input_tokens[r])
+        keys = pages.key[pages.offsets[r]:pages.offsets[r] + P // B].tolist()
+        reqs.append(_Req(r, keys, P, max(int(pages.output_tokens[r]), 1) if decode else 1))
+    order = sorted(range(len(reqs)), key=lambda i: (float(arrival[i]), i))
+    pool = _Pool(n_blocks, B)
+    waiting: deque[_Req] = deque()
+    running: list[_Req] = []
+    clock, nxt, done = 0.0, 0, 0
+    while done < len(reqs):
+        while nxt < len(order) and arrival[order[nxt]] <= clock:
+            waiting.append(reqs[order[nxt]])
+            nxt += 1
+        if not waiting and not running:
+            clock = float(arrival[order[nxt]])
+            continue
+        budget = s.max_num_batched_tokens
+        scheduled: dict[_Req, int] = {}
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            q = running[i]
+            n = min(q.num_tokens - q.computed, budget)
+            if n == 0:
+                i += 1
+                continue
+            ok = pool.allocate(q, n, [], False)
+            while not ok:
+                victim = running.pop()
+                pool.release(victim)
+                victim.computed = 0
+                victim.preemptions += 1
+                waiting.appendleft(victim)
+                preempted = True
+                if victim is q:
+                    break
+                ok = pool.allocate(q, n, [], False)
+            if not ok:
+                break
+            scheduled[q] = n
+            budget -= n
+            i += 1
+        if not preempted:
+            while waiting and budget > 0 and len(running) < s.max_num_seqs:
+                q = waiting[0]
+                comp = pool.lookup(q)
+                hit = len(comp) * B
+                n = min(q.num_tokens - hit, budget)
+                if not pool.allocate(q, n, comp, True):
+                    break
+                waiting.popleft()
+                running.append(q)
+                q.computed = hit
+                if q.first_hit < 0:
+                    q.first_hit, q.first_sched = hit, clock
+                scheduled[q] = n
+                budget -= n
+        total = sum(scheduled.values())
+        if total == 0:
+            raise RuntimeError("the scheduler model scheduled nothing in a step (a request that cannot fit)")
+        end = clock + s.step_fixed_s + total * s.step_per_token_s
+        for q, n in scheduled.items():
+            q.computed += n
+        for q in scheduled:
+            if q.computed < q.num_tokens:
+                continue
+            q.generated += 1
+            if q.generated == 1:
+                q.first = end
+            if q.generated >= q.max_tokens:
+                q.finish = end
+                running.remove(q)
+                pool.release(q)
+                done += 1
+        clock = end
+    return reqs
+
+
+def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | None], decode: bool = True,
+                       settings: SchedulerSettings | None = None, arrival_s: np.ndarray | None = None,
+                       page_tokens: int = 16) -> SchedulerResult:
+    """vLLM's scheduler at each ``num_gpu_blocks`` (None: a pool that never evicts), arrivals from
+    the trace's timestamps (from its first request) unless ``arrival_s`` is given. A pool smaller
+    than some request's whole sequence (prompt, plus its output with decode) cannot admit it: that
+    row is -1 and ``failed_request`` names the request. O(steps x running + blocks) per pool."""
+    s = settings or SchedulerSettings()
+    if isinstance(trace, EnginePages):
+        pages = trace
+        if arrival_s is None:
+            raise ValueError("arrival_s is needed with engine pages (the trace has the timestamps)")
+    else:
+        pages = engine_pages(trace, page_tokens)
+        if arrival_s is None:
+            arrival_s = trace.timestamps_s - (trace.timestamps_s[0] if trace.n_requests else 0.0)
+    arrival = np.asarray(arrival_s, np.float64)
+    B = pages.page_tokens
+    written = pages.input_tokens + (np.maximum(pages.output_tokens, 1) - 1 if decode else 0)
+    need = (written + B - 1) // B
+    n, k = pages.n_requests, len(pools)
+    hits = np.full((k, n), -1, np.int64)
+    pre = np.full((k, n), -1, np.int64)
+    queue, first, finish = (np.full((k, n), np.nan) for _ in range(3))
+    failed = np.full(k, -1, np.int64)
+    for p, pool in enumerate(pools):
+        blocks = int(need.sum()) + 2 if pool is None else int(pool)
+        too_big = np.flatnonzero(need > blocks - 1)
+        if too_big.size:
+            failed[p] = int(too_big[0])
+            continue
+        reqs = _run(pages, arrival, blocks, decode, s)
+        hits[p] = [q.first_hit for q in reqs]
+        pre[p] = [q.preemptions for q in reqs]
+        queue[p] = [q.first_sched - arrival[q.i] for q in reqs]
+        first[p] = [q.first - arrival[q.i] for q in reqs]
+        finish[p] = [q.finish - arrival[q.i] for q in reqs]
+    return SchedulerResult(tuple(pools), hits, pre, queue, first, finish, failed, s)

@@ -1,0 +1,113 @@
+"""vLLM's scheduler under load: equal to vLLM 0.33.0's own ``Scheduler`` driven in simulated time
+(``tests/data/engines/scheduler/``, sync runs) on every request at every pool, far below the
+concurrency floor too; and to the standard-library restatement ``validation/check_scheduler_rules.py``
+on seeded random traces with bursty arrivals; the plan's interface and its refusals."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from naive import run_stackdist
+from traces_random import random_trace, write_mooncake
+
+from stackdist.serving.scheduler import SchedulerSettings, simulate_scheduler
+from stackdist.traces.stream_input import read_as_requests
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "engines"
+MANIFEST = json.loads((DATA / "scheduler" / "manifest.json").read_text())
+SYNC = [run for run in MANIFEST["runs"] if "async" not in run["file"]]
+sys.path.insert(0, str(ROOT / "validation"))
+import check_scheduler_rules as rules
+import common
+
+
+def _settings(run: dict) -> SchedulerSettings:
+    s = run["settings"]
+    return SchedulerSettings(s["max_num_seqs"], s["max_num_batched_tokens"], s["step_fixed_s"], s["step_per_token_s"])
+
+
+@pytest.mark.parametrize("run", SYNC, ids=lambda r: r["file"])
+def test_equal_to_the_engine_on_every_request(run: dict) -> None:
+    trace = read_as_requests([str(DATA / run["trace"])], "mooncake", run["hash_block_size"], False, True)
+    rows = list(csv.DictReader((DATA / "scheduler" / run["file"]).open()))
+    pools = [None if p["pool"] == "inf" else int(p["pool"]) for p in run["runs"]]
+    result = simulate_scheduler(trace, pools, run["decode"], _settings(run))
+    for i, pool in enumerate(p["pool"] for p in run["runs"]):
+        assert result.hit_tokens[i].tolist() == [int(r[f"hit_tokens_{pool}"]) for r in rows]
+        assert result.preemptions[i].tolist() == [int(r[f"preemptions_{pool}"]) for r in rows]
+        for name in ("queue_s", "first_token_s", "finish_s"):
+            want = np.array([float(r[f"{name}_{pool}"]) for r in rows])
+            assert np.abs(getattr(result, name)[i] - want).max() < 1e-6, name
+
+
+def test_the_committed_runs_cover_what_matters() -> None:
+    """Preemptions, queueing, chunked prefill (a budget smaller than prompts), decode on and off."""
+    stats = [p["stats"] for r in SYNC for p in r["runs"]]
+    assert any(s["total_preemptions"] for s in stats) and any(s["partial_prefill_chunks"] for s in stats)
+    assert any(s["max_waiting"] > 5 for s in stats) and {r["decode"] for r in SYNC} == {True, False}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_equal_to_the_restatement_on_random_traces(seed: int, tmp_path: Path) -> None:
+    trace = random_trace(seed, n_requests=40, pages_per_block=1 + seed % 3)
+    path = tmp_path / "t.jsonl"
+    write_mooncake(path, trace)
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rng = np.random.default_rng(seed)
+    stamps = np.cumsum(rng.exponential(30 if seed % 2 else 5, size=len(rows))).astype(int)  # bursty to overloaded
+    path.write_text("".join(json.dumps(dict(r, timestamp=int(t))) + "\n" for r, t in zip(rows, stamps)))
+    reference = common.read_trace(str(path))
+    ours = read_as_requests([str(path)], "mooncake", trace.block_size, False, True)
+    peak = int(((trace.input_length + trace.output_length + 15) // 16).max()) + 1
+    settings = SchedulerSettings(max_num_seqs=8, max_num_batched_tokens=64 if seed % 3 == 0 else 8192)
+    pools = [peak, 2 * peak, 6 * peak]
+    result = simulate_scheduler(ours, pools, True, settings)
+    for i, pool in enumerate(pools):
+        want = rules.simulate(reference, trace.block_size, pool, True, settings.max_num_seqs,
+                              settings.max_num_batched_tokens, settings.step_fixed_s, settings.step_per_token_s)
+        assert result.hit_tokens[i].tolist() == [q.first_hit for q in want]
+        assert result.preemptions[i].tolist() == [q.preemptions for q in want]
+        assert np.allclose(result.finish_s[i], [q.finish - q.arrival for q in want], atol=1e-9)
+
+
+def test_plan_interface_equals_the_engine(capsys, tmp_path: Path) -> None:
+    run = next(r for r in SYNC if r["file"] == "gen_burst_b32.vllm-scheduler.decode.csv")
+    pools = [p["pool"] for p in run["runs"]]
+    out = tmp_path / "pr.csv"
+    code, text, err = run_stackdist(capsys, "plan", DATA / run["trace"], "--block-size", 32, "--semantics", "vllm",
+                                    "--gpu-blocks", ",".join(pools), "--schedule", "scheduler", "--step-time",
+                                    "0.020,0.00001", "--max-num-seqs", 1024, "--max-num-batched-tokens", 8192,
+                                    "--per-request", out)
+    assert code == 0, err
+    got = list(csv.DictReader(out.open()))
+    want = list(csv.DictReader((DATA / "scheduler" / run["file"]).open()))
+    for name in ("hit_tokens", "preemptions"):
+        assert [[r[f"{name}_{p}"] for p in pools] for r in got] == [[r[f"{name}_{p}"] for p in pools] for r in want]
+    for name in ("queue_s", "first_token_s", "finish_s"):
+        assert all(abs(float(a[f"{name}_{p}"]) - float(b[f"{name}_{p}"])) < 1e-6 for a, b in zip(got, want) for p in pools)
+    assert "the engine's scheduler under load" in text and "TTFT p50" in text and "DOES NOT KEEP UP" in text
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    (["--semantics", "sglang"], "for the vllm model"),
+    (["--async-scheduling"], "--async-scheduling is not modelled"),
+    (["--step-time", "0.02"], "--step-time must be FIXED_S,PER_TOKEN_S"),
+    (["--workers", "2"], "--workers is not modelled"),
+])
+def test_plan_refusals(capsys, argv: list[str], match: str) -> None:
+    code, _, err = run_stackdist(capsys, "plan", DATA / "gen_chat_b16.jsonl", "--block-size", 16, "--gpu-blocks", 100,
+                                 "--schedule", "scheduler", *(["--semantics", "vllm"] if "--semantics" not in argv else []),
+                                 *argv)
+    assert code == 2 and match in err and "Traceback" not in err
+
+
+def test_a_pool_smaller_than_a_request_is_infeasible(capsys) -> None:
+    code, text, _err = run_stackdist(capsys, "plan", DATA / "gen_chat_b16.jsonl", "--block-size", 16, "--semantics", "vllm",
+                                    "--gpu-blocks", "10,100", "--schedule", "scheduler")
+    assert code == 1 and "infeasible" in text and "smallest feasible pool" in text
