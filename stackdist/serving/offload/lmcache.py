@@ -43,9 +43,10 @@ Complexity: O(prompt chunks + chunks skipped while evicting) per configuration a
 memory O(distinct pages).
 
 >>> import numpy as np
->>> key = np.array([0, 1, 0, 1, 2]); off = np.array([0, 2, 5]); P = np.array([32, 48])
->>> lmcache_tiers(key, off, P, np.array([0, 0]), 16, 4, 16, 0)[2].tolist()  # 16-token chunks, 4 on CPU
-[0, 32]
+>>> pages = EnginePages(np.array([0, 1, 0, 1, 2]), np.array([0, 2, 5]), np.array([32, 48]), np.zeros(2, int), 3)
+>>> config = TierConfig((("cpu", 4), ("disk", 0)), (("chunk", "16"),))  # 16-token chunks, 4 on CPU
+>>> LMCACHE.simulate(pages, [None], np.array([[0, 0]]), [config], False).offload_hit_tokens.tolist()
+[[[0, 32]]]
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ from .base import (
 )
 from .linked import append, unlink
 
-__all__ = ["LMCACHE", "LMCacheOffload", "lmcache_tiers"]
+__all__ = ["LMCACHE", "LMCacheOffload"]
 
 
 @njit(cache=True, nogil=True)
@@ -228,15 +229,6 @@ def _run(pages: EnginePages, hits: np.ndarray, K: int, cpu: int | None, disk: in
                                 "to stage them (every chunk pinned by its lookup): LMCache's retrieve would wait for "
                                 "CPU memory forever (busy loop, local_cpu_backend.py:649-700)")
     return out_cpu, out_disk, out_ext, stats
-
-
-def lmcache_tiers(key: np.ndarray, offsets: np.ndarray, input_tokens: np.ndarray, gpu_hits: np.ndarray, page_tokens: int,
-                  cpu_chunks: int | None, chunk_tokens: int, disk_chunks: int | None) -> tuple[np.ndarray, ...]:
-    """Per request the CPU and disk tokens beyond ``gpu_hits`` and the connector's number, and
-    [cpu written, disk written, cpu evicted, disk evicted, stores cut short], on raw page arrays."""
-    pages = EnginePages(np.asarray(key, np.int64), np.asarray(offsets, np.int64), np.asarray(input_tokens, np.int64),
-                        np.zeros(len(input_tokens), np.int64), int(np.max(key, initial=-1)) + 1, page_tokens)
-    return _run(pages, gpu_hits, chunk_tokens, cpu_chunks, disk_chunks)
 
 
 class LMCacheOffload(OffloadModel):

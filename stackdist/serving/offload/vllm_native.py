@@ -39,9 +39,10 @@ Complexity: O(prompt blocks + blocks skipped while evicting) per configuration a
 memory O(distinct blocks + requests).
 
 >>> import numpy as np
->>> key = np.array([0, 1, 0, 1, 2]); off = np.array([0, 2, 5]); P = np.array([32, 48])
->>> cpu_lookup_lru(key, off, P, np.array([0, 0]), 16, 8)[0].tolist()
-[0, 32]
+>>> pages = EnginePages(np.array([0, 1, 0, 1, 2]), np.array([0, 2, 5]), np.array([32, 48]), np.zeros(2, int), 3)
+>>> lru, arc = (TierConfig((("cpu", 8),), (("policy", p),)) for p in ("lru", "arc"))
+>>> VLLM_NATIVE.simulate(pages, [None], np.array([[0, 0]]), [lru, arc], False).offload_hit_tokens.tolist()
+[[[0, 32], [0, 32]]]
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from ..pages import EnginePages
 from .base import OffloadModel, OffloadResult, TierConfig, register_offload_model
 from .linked import append, link_after, unlink
 
-__all__ = ["VLLM_NATIVE", "VllmNativeOffload", "cpu_lookup_arc", "cpu_lookup_lru"]
+__all__ = ["VLLM_NATIVE", "VllmNativeOffload"]
 
 _POS = 1 << 31  # rank = counter << 32 | (_POS - position): (counter, -position) in one int64
 
@@ -385,28 +386,6 @@ def _kernel_run(pages: EnginePages, hits: np.ndarray, cpu: int | None, policy: s
     kernel(pages.key, pages.offsets, pages.input_tokens, np.asarray(hits, np.int64), max(pages.n_keys, 1),
            pages.page_tokens, C, out, stats)
     return out, stats
-
-
-def cpu_lookup_lru(key: np.ndarray, offsets: np.ndarray, input_tokens: np.ndarray, gpu_hits: np.ndarray, page_tokens: int,
-                   cpu_blocks: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """The lru tier's per-request hits beyond ``gpu_hits`` and its [written, evicted, refused]
-    counts, on raw page arrays (``key[offsets[r]:offsets[r+1]]`` = request r's page ids)."""
-    pages = EnginePages(np.asarray(key, np.int64), np.asarray(offsets, np.int64), np.asarray(input_tokens, np.int64),
-                        np.zeros(len(input_tokens), np.int64), int(np.max(key, initial=-1)) + 1, page_tokens)
-    return _kernel_run(pages, gpu_hits, cpu_blocks, "lru")
-
-
-def cpu_lookup_arc(key: np.ndarray, offsets: np.ndarray, input_tokens: np.ndarray, gpu_hits: np.ndarray, page_tokens: int,
-                   cpu_blocks: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """As :func:`cpu_lookup_lru`, policy arc.
-
-    >>> key = np.array([0, 1, 0, 1, 2]); off = np.array([0, 2, 5]); P = np.array([32, 48])
-    >>> cpu_lookup_arc(key, off, P, np.array([0, 16]), 16, 1)[0].tolist()
-    [0, 0]
-    """
-    pages = EnginePages(np.asarray(key, np.int64), np.asarray(offsets, np.int64), np.asarray(input_tokens, np.int64),
-                        np.zeros(len(input_tokens), np.int64), int(np.max(key, initial=-1)) + 1, page_tokens)
-    return _kernel_run(pages, gpu_hits, cpu_blocks, "arc")
 
 
 class VllmNativeOffload(OffloadModel):
