@@ -236,7 +236,6 @@ def _scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pool
         progress(f"{model} model under its scheduler, {len(pools)} pool sizes")
     settings = options.scheduler or SchedulerSettings()
     load = spec.simulate_scheduler(trace, pools, options.decode, settings)
-    assert isinstance(load, SchedulerResult)
     written = trace.input_length + (np.maximum(trace.output_length, 1) - 1 if options.decode else 0)
     smallest = int((-(-written // options.engine_block_size)).max(initial=0)) + 1
     failed = load.failed_request

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from .pages import EnginePages
     from .results import ServingResult
     from .schedule import Schedule
+    from .scheduler import SchedulerResult, SchedulerSettings
 
 __all__ = ["ENGINE_MODELS", "EngineModel", "engine_model", "engine_model_names", "register_engine_model"]
 
@@ -106,9 +107,8 @@ class EngineModel(ABC):
         ``schedule`` a :class:`.Schedule`, ``"serial"`` or ``"model"``. Complexity: the model's."""
 
     def simulate_scheduler(self, trace: RequestTrace, pools: Sequence[int | None], decode: bool,
-                           settings: object) -> object:
-        """The engine's own scheduler under load at each pool (a :class:`.scheduler.SchedulerResult`);
-        only for models with ``supports_scheduler``."""
+                           settings: SchedulerSettings) -> SchedulerResult:
+        """The engine's own scheduler under load at each pool; only for models with ``supports_scheduler``."""
         raise NotImplementedError(f"the {self.name} model has no scheduler model")
 
     def __repr__(self) -> str:

@@ -89,6 +89,7 @@ from .engine_model import EngineModel, register_engine_model
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
+from .scheduler import SchedulerResult, SchedulerSettings, simulate_scheduler
 
 __all__ = ["VLLM", "VllmModel", "pool_arrive", "pool_decode", "pool_finish", "pool_init", "pool_inputs", "simulate_vllm",
            "vllm_one_replay", "vllm_pool_run"]
@@ -552,10 +553,7 @@ class VllmModel(EngineModel):
         return simulate_vllm(trace, pools, schedule, decode, page_tokens, threads)
 
     def simulate_scheduler(self, trace: RequestTrace, pools: Sequence[int | None], decode: bool,
-                           settings: object) -> object:
-        from .scheduler import SchedulerSettings, simulate_scheduler
-
-        assert isinstance(settings, SchedulerSettings)
+                           settings: SchedulerSettings) -> SchedulerResult:
         return simulate_scheduler(trace, pools, decode, settings)
 
 
