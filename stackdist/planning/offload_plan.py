@@ -80,6 +80,7 @@ class OffloadRun:
     sizing: list[dict[str, Any]] = field(default_factory=list)
     points: dict[tuple[int, str, int | None], tuple[int, dict[str, int]]] = field(default_factory=dict)
     reasons: dict[tuple[int, str, int | None], str] = field(default_factory=dict)
+    precision: float = PRECISION
 
 
 def effective_tier_hits(P: np.ndarray, gpu: np.ndarray, tiers: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -125,7 +126,7 @@ def run_offload(trace: RequestTrace, options: EngineOptions, results: dict[str, 
             stage(f"{model.name} offload behind {model.behind}: {len(configs)} tier configuration(s) x "
                   f"{len(gpu.pools)} GPU pool(s)")
         result = _simulate(model, pages, gpu.pools, hits, configs, options.decode, threads)
-        run = OffloadRun(spec, model, result, pages)
+        run = OffloadRun(spec, model, result, pages, precision=precision)
         finite = [i for i, pool in enumerate(gpu.pools) if pool is not None and result.feasible(i)]
         for i in finite if options.pools else finite[:1]:  # default pools: the smallest feasible one only
             if not targets:
@@ -364,7 +365,7 @@ def offload_section(run: OffloadRun, trace: RequestTrace, counted: np.ndarray, b
         "span_s": span,
         "rows": rows,
         "sizing": sizing,
-        "sizing_method": (f"bisection in log space to within {PRECISION:.0%} (or one {model.unit[:-1]}), every point an "
+        "sizing_method": (f"bisection in log space to within {run.precision:.0%} (or one {model.unit[:-1]}), every point an "
                           "exact simulation; the target is a fraction of the ceiling (the same GPU pool with the tier "
                           "never evicting); the hit rate is not proved monotone in the tier size"),
         "sizing_points": [{"gpu_blocks": _pool_label(result.gpu_pools[i]),
