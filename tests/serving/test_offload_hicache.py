@@ -333,9 +333,7 @@ def test_no_host_is_plain_sglang_and_inf_host_holds_everything(seed: int) -> Non
 def test_no_host_equals_plain_sglang_on_the_engine_traces(path: Path) -> None:
     from stackdist.traces.formats import read_requests
 
-    info = json.loads((path.parent / "traces.json").read_text()).get(path.stem)
-    if info is None:
-        pytest.skip("not a generated engine trace")
+    info = json.loads((path.parent / "traces.json").read_text())[path.stem]  # every committed trace is listed
     trace = read_requests(path, block_size=int(info["hash_block_size"]))
     pages = engine_pages(trace)
     for decode in (False, True):
@@ -397,3 +395,21 @@ def test_plan_cli_per_request_columns(tmp_path: Path, capsys: pytest.CaptureFixt
         gpu, host = int(row["offload_gpu_hit_tokens_6"]), int(row["offload_hit_tokens_6"])
         assert 0 <= gpu + host <= p - 1 and host % 16 == 0
     assert sum(int(r["offload_hit_tokens_6"]) for r in rows) > 0
+
+
+def test_real_trace_inf_host_holds_everything() -> None:
+    """The first 1,500 requests of the bundled conversation trace (real shared prefixes): with a
+    host pool that never evicts, device + host hits are the never-evicting device pool's hits
+    (write_through, write_back); with no host, the device hits are plain SGLang's."""
+    from stackdist.traces.stream_input import read_as_requests
+
+    path = Path(__file__).resolve().parents[2] / "data" / "traces" / "mooncake_conversation_trace.jsonl"
+    trace = read_as_requests([str(path)], "mooncake", None, False, True)
+    pages = engine_pages(trace.select(np.arange(1500)))
+    small = int(((pages.input_tokens + pages.output_tokens + 15) // 16).max()) + 2
+    inf = simulate_sglang(pages, [None], "serial", decode=True).hit_tokens[0]
+    plain = simulate_sglang(pages, [small], "serial", decode=True).hit_tokens[0]
+    assert hicache_run(pages, small, 0, "write_through", True)[0] == plain.tolist()
+    for write in ("write_through", "write_back"):
+        dev, host, fail, _ = hicache_run(pages, small, None, write, True)
+        assert fail == -1 and np.add(dev, host).tolist() == inf.tolist() and sum(host) > 10**6
