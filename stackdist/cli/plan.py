@@ -305,6 +305,9 @@ def run_plan(args: argparse.Namespace) -> int:
             raise UsageError(f"--offload {spec.text}: {exc}.") from None
     if args.plot and not options.semantics and not specs:  # before any work
         raise UsageError("--plot draws the hit curves: it needs --semantics engine or per-access (or both) too.")
+    if args.plot and specs and not options.semantics and args.gpu_blocks and _only_infinite(args.gpu_blocks):
+        raise UsageError("--plot with --offload draws the tier sizes each target needs at a finite GPU pool; "
+                         f"--gpu-blocks {args.gpu_blocks} has none.")
     trace = _load(args)
     options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace, specs))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
@@ -426,6 +429,14 @@ def _models(text: str) -> tuple[str, ...]:
             if name not in names:
                 names.append(name)
     return tuple(names)
+
+
+def _only_infinite(text: str) -> bool:
+    """Whether ``--gpu-blocks`` names only the infinite pool (a bad value is left to the parser)."""
+    try:
+        return all(pool is None for pool in parse_pools(text))
+    except ValueError:
+        return False
 
 
 def _offload_help() -> str:

@@ -164,9 +164,12 @@ def test_plan_ladder_json_and_errors(capsys, tmp_path: Path) -> None:
                         (["--offload", "vllm-native:cpu=8blocks", "--schedule", "model"], "serial schedule only"),
                         (["--offload", "vllm-native:cpu=8blocks", "--workers", "2"], "--workers is not modelled"),
                         (["--offload", "vllm-native:cpu=9999999999blocks"], "too large"),
-                        (["--offload", "lmcache:cpu=8chunks,chunk=24"], "multiple of the engine's 16-token page")):
+                        (["--offload", "lmcache:cpu=8chunks,chunk=24"], "multiple of the engine's 16-token page"),
+                        (["--offload", "vllm-native:cpu=8blocks", "--semantics", "vllm", "--gpu-blocks", "inf", "--plot",
+                          tmp_path / "never.png", "--per-request", tmp_path / "never.csv"], "has none")):
         code, _, err = run_stackdist(capsys, "plan", trace, "--block-size", 16, "--gpu-blocks", "77", *argv)
         assert code == 2 and match in err and "Traceback" not in err
+    assert not (tmp_path / "never.png").exists() and not (tmp_path / "never.csv").exists()
 
 
 
