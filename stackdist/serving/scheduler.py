@@ -45,6 +45,7 @@ import numpy as np
 from stackdist.traces import RequestTrace
 
 from .pages import EnginePages, engine_pages
+from .scheduler_kernel import scheduler_run
 
 __all__ = ["SchedulerResult", "SchedulerSettings", "simulate_scheduler"]
 
@@ -265,11 +266,13 @@ def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool, s
 
 def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | None], decode: bool = True,
                        settings: SchedulerSettings | None = None, arrival_s: np.ndarray | None = None,
-                       page_tokens: int = 16) -> SchedulerResult:
+                       page_tokens: int = 16, reference: bool = False) -> SchedulerResult:
     """vLLM's scheduler at each ``num_gpu_blocks`` (None: a pool that never evicts), arrivals from
     the trace's timestamps (from its first request) unless ``arrival_s`` is given. A pool smaller
     than some request's whole sequence (prompt, plus its output with decode) cannot admit it: that
-    row is -1 and ``failed_request`` names the request. O(steps x running + blocks) per pool."""
+    row is -1 and ``failed_request`` names the request. Compiled
+    (:mod:`.scheduler_kernel`); ``reference=True`` runs the pure-Python model it is tested
+    against. O(steps x running + blocks) per pool."""
     s = settings or SchedulerSettings()
     if isinstance(trace, EnginePages):
         pages = trace
@@ -283,6 +286,7 @@ def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | 
     B = pages.page_tokens
     written = pages.input_tokens + (np.maximum(pages.output_tokens, 1) - 1 if decode else 0)
     need = (written + B - 1) // B
+    max_tokens = (np.maximum(pages.output_tokens, 1) if decode else np.ones(pages.n_requests)).astype(np.int64)
     n, k = pages.n_requests, len(pools)
     hits = np.full((k, n), -1, np.int64)
     pre = np.full((k, n), -1, np.int64)
@@ -294,10 +298,19 @@ def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | 
         if too_big.size:
             failed[p] = int(too_big[0])
             continue
-        reqs = _run(pages, arrival, blocks, decode, s)
-        hits[p] = [q.first_hit for q in reqs]
-        pre[p] = [q.preemptions for q in reqs]
-        queue[p] = [q.first_sched - arrival[q.i] for q in reqs]
-        first[p] = [q.first - arrival[q.i] for q in reqs]
-        finish[p] = [q.finish - arrival[q.i] for q in reqs]
+        if reference:
+            reqs = _run(pages, arrival, blocks, decode, s)
+            hits[p] = [q.first_hit for q in reqs]
+            pre[p] = [q.preemptions for q in reqs]
+            queue[p] = [q.first_sched - arrival[q.i] for q in reqs]
+            first[p] = [q.first - arrival[q.i] for q in reqs]
+            finish[p] = [q.finish - arrival[q.i] for q in reqs]
+            continue
+        err, hit, npre, sched, tok, fin = scheduler_run(
+            pages.key, pages.offsets[:-1].astype(np.int64), pages.input_tokens.astype(np.int64), max_tokens, arrival,
+            int(pages.n_keys), blocks, B, s.max_num_seqs, s.max_num_batched_tokens, s.step_fixed_s, s.step_per_token_s)
+        if err:
+            raise RuntimeError("the scheduler model scheduled nothing in a step (a request that cannot fit)")
+        hits[p], pre[p] = hit, npre
+        queue[p], first[p], finish[p] = sched - arrival, tok - arrival, fin - arrival
     return SchedulerResult(tuple(pools), hits, pre, queue, first, finish, failed, s)
