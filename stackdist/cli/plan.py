@@ -118,9 +118,11 @@ def add_plan_parser(sub: Any) -> None:
                      f"{', '.join(_able('scheduler'))} model; see --step-time), recorded (the trace's own times, "
                      "e.g. Dynamo's) or a CSV request,arrival_s,prefill_end_s,finish_s (default: recorded when the "
                      "trace has it, else model)")
-    eng.add_argument("--step-time", default="0.020,0.00001", metavar="FIXED_S,PER_TOKEN_S",
+    eng.add_argument("--step-time", metavar="FIXED_S,PER_TOKEN_S",
                      help="--schedule scheduler: a step that schedules T tokens lasts FIXED_S + T x PER_TOKEN_S seconds "
-                     "(default 0.020,0.00001: an assumption, not a measurement of your GPU)")
+                     "(default: the fit to --ttft-calibration; with --gpu h200 and the measured model (qwen2.5-1.5b), "
+                     "the fit to the bundled H200 measurements; with --gpu and --model, the roofline (weights read once "
+                     "per step, FLOPs and KV reads per token); else 0.020,0.00001, an assumption; the table says which)")
     eng.add_argument("--max-num-seqs", type=bounded_int("--max-num-seqs", 1, 2**20), default=1024,
                      help="--schedule scheduler: vLLM's max_num_seqs (default 1024)")
     eng.add_argument("--max-num-batched-tokens", type=bounded_int("--max-num-batched-tokens", 1, 2**30), default=8192,
@@ -309,7 +311,8 @@ def run_plan(args: argparse.Namespace) -> int:
         raise UsageError("--plot with --offload draws the tier sizes each target needs at a finite GPU pool; "
                          f"--gpu-blocks {args.gpu_blocks} has none.")
     trace = _load(args)
-    options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace, specs))
+    options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace, specs,
+                                                                                   options.budgets))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
     options = dataclasses.replace(options, routing=_routing_options(args, options))
     result = plan(trace, options, _method(args, options), Progress, _stage)
@@ -474,7 +477,8 @@ def _offload_specs(args: argparse.Namespace) -> tuple[OffloadSpec, ...]:
     return tuple(specs)
 
 
-def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[OffloadSpec, ...] = ()) -> EngineOptions:
+def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[OffloadSpec, ...] = (),
+                    budgets: Any = None) -> EngineOptions:
     """The engine models' options from the flags (decode defaults to whether outputs are known)."""
     models = tuple(m for m in args.semantics if m in ENGINE_MODELS)
     if args.engine_block_size < 1 or (models and trace.block_size % args.engine_block_size):
@@ -488,7 +492,9 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     schedule: Any = args.schedule or ("recorded" if trace.recorded_schedule_s is not None else "model")
-    scheduler = _scheduler_settings(args, models) if schedule == "scheduler" else None
+    decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
+    scheduler = (_scheduler_settings(args, models, trace, budgets.ttft if budgets is not None else None, decode)
+                 if schedule == "scheduler" else None)
     if schedule not in ("serial", "model", "recorded", "scheduler"):
         schedule = Schedule.read_csv(schedule, trace.n_requests)
     workers: Any = args.workers
@@ -502,7 +508,6 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
         if not str(workers).isdigit() or not 1 <= int(workers) <= 4096:
             raise UsageError(f"--workers must be recorded or a number of workers from 1 to 4096; got {workers!r}.")
         workers = int(workers)
-    decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
     options = EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
                             args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
                             router=args.router, decode_reuse=args.decode_reuse, overlap_weight=args.router_overlap_weight,
@@ -514,7 +519,7 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     return options
 
 
-def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...]) -> Any:
+def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...], trace: Any, ttft: Any, decode: bool) -> Any:
     """``--schedule scheduler``'s settings; refused for models without a scheduler model, with
     workers, a shared tier, offload tiers, decode reuse or async scheduling (not modelled)."""
     from stackdist.serving.scheduler import SchedulerSettings
@@ -529,13 +534,39 @@ def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...]) -> An
                         ("--async-scheduling", args.async_scheduling)):
         if asked:
             raise UsageError(f"--schedule scheduler: {flag} is not modelled with the scheduler yet.")
+    step = _step_time(args, trace, ttft, decode)
+    return SchedulerSettings(args.max_num_seqs, args.max_num_batched_tokens, step.fixed_s, step.per_token_s,
+                             step.source, step.detail)
+
+
+def _step_time(args: argparse.Namespace, trace: Any, ttft: Any, decode: bool) -> Any:
+    """The scheduler's step time and its source (``stackdist.planning.step_time``'s order)."""
+    from stackdist.planning.hardware import CalibratedTTFT, RooflineTTFT
+    from stackdist.planning.step_time import (
+        ASSUMED,
+        FIXTURE_GPU,
+        FIXTURE_MODEL,
+        bundled_h200_fit,
+        parse_step_time,
+        step_time_from_calibration,
+        step_time_from_roofline,
+    )
+
+    if args.step_time is not None:
+        return parse_step_time(args.step_time, "--step-time")
     try:
-        fixed, per_token = (float(x) for x in args.step_time.split(","))
-    except ValueError:
-        raise UsageError(f"--step-time must be FIXED_S,PER_TOKEN_S (two numbers of seconds); got {args.step_time!r}.") from None
-    if not (0 <= fixed < float("inf") and 0 <= per_token < float("inf") and fixed + per_token > 0):
-        raise UsageError(f"--step-time must be two non-negative finite seconds, not both 0; got {args.step_time!r}.")
-    return SchedulerSettings(args.max_num_seqs, args.max_num_batched_tokens, fixed, per_token)
+        if isinstance(ttft, CalibratedTTFT):
+            return step_time_from_calibration(ttft, f"--ttft-calibration {args.ttft_calibration}")
+        if isinstance(ttft, RooflineTTFT):
+            if args.gpu == FIXTURE_GPU and ttft.spec.name == FIXTURE_MODEL and ttft.tensor_parallel == 1:
+                fit = bundled_h200_fit()
+                if fit is not None:
+                    return step_time_from_calibration(fit, "the bundled H200 measurements (data/ttft.jsonl: HF eager, "
+                                                      "batch 1)", "h200-fixture")
+            return step_time_from_roofline(ttft, trace, decode)
+    except ValueError as exc:
+        raise UsageError(f"--schedule scheduler: {exc}; give --step-time FIXED_S,PER_TOKEN_S.") from None
+    return dataclasses.replace(ASSUMED, detail="an assumed step time (no --step-time, --gpu or --ttft-calibration)")
 
 
 def _routing_options(args: argparse.Namespace, options: PlanOptions) -> RoutingOptions | None:

@@ -189,6 +189,13 @@ def _engine_row(result: ServingResult, cap: dict[str, Any], counted: np.ndarray,
         row.update(hit_tokens=int(hits[counted].sum()),
                    prefix_token_hit_rate=int(hits[counted].sum()) / inputs if inputs else 0.0,
                    ttft=_ttft(options, trace, counted, hits))
+        load = getattr(result, "load", None)
+        if load is not None:  # under the engine's scheduler: its first-token times, queueing included
+            from .engine_plan import load_summary
+
+            summary = load_summary(load, i, counted, trace)
+            row["ttft"] = {**ttft_summary(load.first_token_s[i][counted]), "p90_ms": summary["ttft_s"]["p90"] * 1e3,
+                           "under_load": True, "keeps_up": summary["keeps_up"]}
     return row
 
 
@@ -246,6 +253,7 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
                 row["engine_models"][name] = engine_row
         rows.append(row)
     out["rows"] = rows
+    out["engine_ttft_under_load"] = any(getattr(r, "load", None) is not None for r in (engine_results or {}).values())
     if geometry.is_hybrid and any(not engine_model(name).supports_hybrid_groups for name in engine_results or {}):
         out["notes"].append("the engine models simulate the full-attention blocks only; vLLM also spends blocks of the "
                             "same pool on the sliding-window groups (up to one window per running request per group)")

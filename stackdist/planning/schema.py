@@ -32,6 +32,7 @@ __all__ = [
     "SamplingInfo",
     "SemanticsPlan",
     "TTFTSummary",
+    "TTFTUnderLoad",
     "TierPlan",
     "TierRow",
     "TraceInfo",
@@ -189,6 +190,14 @@ class TTFTSummary(TypedDict):
     mean_ms: float
 
 
+class TTFTUnderLoad(TTFTSummary, total=False):
+    """An engine model's first-token times under its own scheduler (queueing included)."""
+
+    p90_ms: float
+    under_load: bool
+    keeps_up: bool
+
+
 class BudgetSemanticsRow(TypedDict, total=False):
     capacity_blocks: int
     prefix_token_hit_rate: float
@@ -204,7 +213,7 @@ class BudgetEngineRow(TypedDict, total=False):
     feasible: bool
     hit_tokens: int
     prefix_token_hit_rate: float
-    ttft: TTFTSummary | None
+    ttft: TTFTSummary | TTFTUnderLoad | None
 
 
 class BudgetRow(TypedDict):
@@ -245,6 +254,7 @@ class Budgets(TypedDict, total=False):
     model: dict[str, Any] | None
     hardware: ReplicaPool | None
     ttft_model: dict[str, Any] | None
+    engine_ttft_under_load: bool
     sliding_window_accounting: str
     notes: list[str]
     requirements: dict[str, Any]

@@ -10,7 +10,12 @@ __all__ = ["budget_lines"]
 
 
 def _ttft(ttft: Any) -> str:
-    return "" if not ttft else f"  TTFT p50 {ttft['p50_ms']:8.1f} ms  p99 {ttft['p99_ms']:8.1f} ms"
+    if not ttft:
+        return ""
+    if ttft.get("under_load"):  # the engine's scheduler: queueing included
+        return (f"  TTFT under load p50 {ttft['p50_ms'] / 1e3:.3f} s  p99 {ttft['p99_ms'] / 1e3:.3f} s"
+                + ("" if ttft["keeps_up"] else "  (DOES NOT KEEP UP with the trace's arrivals)"))
+    return f"  TTFT p50 {ttft['p50_ms']:8.1f} ms  p99 {ttft['p99_ms']:8.1f} ms"
 
 
 def _hardware_lines(pool: Any) -> list[str]:
@@ -53,7 +58,9 @@ def budget_lines(section: Budgets) -> list[str]:
                          "size them")
     ttft_model = section.get("ttft_model")
     if ttft_model:
-        lines.append(f"TTFT    an ESTIMATE ({ttft_model['kind']} model, one request at a time, inputs in the JSON)")
+        lines.append(f"TTFT    an ESTIMATE ({ttft_model['kind']} model, one request at a time, inputs in the JSON)"
+                     + ("; the engine models' rows: under load, from the engine's scheduler (its step time in the "
+                        "engine section)" if section.get("engine_ttft_under_load") else ""))
     for note in section.get("notes", []):
         lines.append(f"note    {note}")
     for row in section["rows"]:

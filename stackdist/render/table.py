@@ -175,8 +175,8 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
         f"service model ({sched['prefill_tokens_per_s']:g} prefill, {sched['decode_tokens_per_s']:g} decode tokens/s)")
     if sched["kind"] == "scheduler":
         how = (f"the engine's scheduler under load (max_num_seqs {sched['max_num_seqs']}, max_num_batched_tokens "
-               f"{sched['max_num_batched_tokens']}; a step lasts {sched['step_fixed_s']:g} s + {sched['step_per_token_s']:g} s "
-               "per scheduled token: an assumed step time; hits are at first admission)")
+               f"{sched['max_num_batched_tokens']}; a step lasts {sched['step_fixed_s']:.4g} s + {sched['step_per_token_s']:.4g} s "
+               f"per scheduled token: {sched.get('step_time_detail', 'an assumed step time')}; hits are at first admission)")
     lines = [f"== {section['model']} (the engine's own cache rules: {section['follows']}) ==",
              (f"pool unit: {section['pool_unit']}; {section['engine_block_size_tokens']}-token blocks; schedule {how}; "
               f"decode {'on' if section['decode'] else 'off'}; {section['requests']:,} requests counted"),

@@ -52,12 +52,15 @@ __all__ = ["SchedulerResult", "SchedulerSettings", "simulate_scheduler"]
 
 @dataclass(frozen=True)
 class SchedulerSettings:
-    """vLLM's scheduler settings and the step-time rule (seconds per step: fixed + per token)."""
+    """vLLM's scheduler settings and the step-time rule (seconds per step: fixed + per token; where
+    the two numbers came from: :mod:`stackdist.planning.step_time`)."""
 
     max_num_seqs: int = 1024
     max_num_batched_tokens: int = 8192
     step_fixed_s: float = 0.020
     step_per_token_s: float = 0.00001
+    step_time_source: str = "assumed"
+    step_time_detail: str = "an assumed step time"
 
 
 @dataclass(frozen=True)
