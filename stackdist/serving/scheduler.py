@@ -325,7 +325,7 @@ def _schedule_async(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: S
       max_model_len is the largest prompt + output + 16);
     - preemption (``_preempt_request``, ``scheduler.py:1799-1843``) also sets
       ``num_stale_output_tokens = num_in_flight_tokens`` and ``num_output_placeholders = 0``
-      (``:1834-1835``); the victim's in-flight output is still delivered (``update_from_output``);
+      (``:1832-1836``); the victim's in-flight output is still delivered (``update_from_output``);
     - a waiting request with stale output in flight is skipped, not admitted (``:1084-1089``).
       With a batch queue of 2 this never happens: ``schedule()`` runs with at most one batch in
       flight (``v1/engine/core.py:730``, ``:764-769``), a preemption can only hit tokens of that
@@ -356,7 +356,7 @@ def _schedule_async(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: S
             victim = running.pop()
             pool.release(victim)
             victim.computed = 0
-            victim.stale = victim.in_flight  # its in-flight output: delivered, stale (scheduler.py:1834)
+            victim.stale = victim.in_flight  # its in-flight output: delivered, stale (scheduler.py:1835)
             victim.placeholders = 0
             victim.preemptions += 1
             waiting.appendleft(victim)
