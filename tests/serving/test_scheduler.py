@@ -132,11 +132,13 @@ def test_a_pool_smaller_than_a_request_is_infeasible(capsys) -> None:
     assert code == 1 and "infeasible" in text and "smallest feasible pool" in text
 
 
-def test_equal_to_the_engine_on_the_real_trace(tmp_path: Path) -> None:
-    """The first 1,000 requests of the bundled Mooncake conversation trace, vLLM's own Scheduler
-    (``manifest.json``'s ``real_trace_runs``; the model equals it at 8,193 and 16,385 blocks too,
-    docs/scheduler.md, left out here for time): every request's hit, preemptions and times."""
-    run, pool = MANIFEST["real_trace_runs"][0], "32769"
+@pytest.mark.parametrize("run", MANIFEST["real_trace_runs"], ids=lambda r: r["file"])
+def test_equal_to_the_engine_on_the_real_trace(run: dict, tmp_path: Path) -> None:
+    """The first 1,000 requests of the bundled Mooncake conversation trace, vLLM's own Scheduler and
+    AsyncScheduler (``manifest.json``'s ``real_trace_runs``; the model equals them at 8,193 and
+    16,385 blocks too, docs/scheduler.md, SCHEDULER_NOTES.md, left out here for time): every
+    request's hit, preemptions and times."""
+    pool = "32769"
     head = tmp_path / "head.jsonl"
     head.write_text("\n".join((ROOT / run["trace"]).read_text().splitlines()[: run["first_requests"]]) + "\n")
     trace = read_as_requests([str(head)], "mooncake", run["hash_block_size"], False, True)
