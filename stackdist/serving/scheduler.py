@@ -422,6 +422,8 @@ def _update_from_output(pool: _Pool, running: list[_Req], waiting: deque[_Req], 
             q.stale -= n
         if q not in samplers:  # a partial prefill chunk: no token
             continue
+        # (never a finished request: no batch after the one carrying its last token holds it,
+        # by the running loop's skip, and a stale request is not re-admitted before its output)
         q.generated += 1
         if q.generated == 1:
             q.first = end
@@ -492,8 +494,9 @@ def _run_async(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: b
 def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | None], decode: bool = True,
                        settings: SchedulerSettings | None = None, arrival_s: np.ndarray | None = None,
                        page_tokens: int = 16) -> SchedulerResult:
-    """vLLM's scheduler at each ``num_gpu_blocks`` (None: a pool that never evicts), arrivals from
-    the trace's timestamps (from its first request) unless ``arrival_s`` is given. A pool smaller
+    """vLLM's scheduler (``settings.async_scheduling``: its AsyncScheduler) at each
+    ``num_gpu_blocks`` (None: a pool that never evicts), arrivals from the trace's timestamps
+    (from its first request) unless ``arrival_s`` is given. A pool smaller
     than some request's whole sequence (prompt, plus its output with decode) cannot admit it: that
     row is -1 and ``failed_request`` names the request. O(steps x running + blocks) per pool."""
     s = settings or SchedulerSettings()
