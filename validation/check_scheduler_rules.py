@@ -1,6 +1,6 @@
-"""Check SCHEDULER_NOTES.md's rules for vLLM 0.33.0's sync scheduler against the engine's CSVs.
+"""Check SCHEDULER_NOTES.md's rules for vLLM 0.33.0's scheduler (sync and async) against the engine's CSVs.
 
-    python3 validation/check_scheduler_rules.py      # every sync CSV in tests/data/engines/scheduler/
+    python3 validation/check_scheduler_rules.py      # every CSV in tests/data/engines/scheduler/ (runs)
 
 Standard library only; not engine code and not the planner: a restatement of the rules read in
 vLLM 0.33.0 (SCHEDULER_NOTES.md; FCFS, chunked prefill with a token budget, ``max_num_seqs``,
@@ -11,7 +11,8 @@ queue: evicted from the head, a freed request's blocks in reverse order, uncache
 head, cached ones to the tail), in the driver's simulated time (a step of T tokens lasts
 ``fixed + T * per_token``). Compares ``hit_tokens``, ``preemptions``, ``queue_s``,
 ``first_token_s`` and ``finish_s`` (times to the microsecond) of every request at every pool.
-Async runs are skipped (not restated). Exit status 1 if any request differs.
+Async runs (``*.async.*``: vLLM's AsyncScheduler, batch queue 2) with ``simulate_async``, in the
+driver's ``run_async`` time. Exit status 1 if any request differs.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class Req:
         self.prompt_keys = keys
         self.first_hit = None
         self.preemptions = 0
+        # async scheduling: num_output_placeholders, num_in_flight_tokens, num_stale_output_tokens
+        self.placeholders = 0
+        self.in_flight = 0
+        self.stale = 0
         self.first_sched = None
         self.first_token = None
         self.finish = None
@@ -108,15 +113,18 @@ class Pool:
                 self.hash[b] = None
             self.ref[b] = 1
             q.blocks.append(b)
-        upto = min(local + num_new, q.num_tokens) // E  # cache_blocks
+        self.cache_blocks(q, local + num_new)
+        q.in_cached = True
+        return True
+
+    def cache_blocks(self, q: Req, num_tokens: int) -> None:
+        upto = min(num_tokens, q.num_tokens) // E  # only blocks whose tokens are known have a hash
         for i in range(q.cached, upto):
             b = q.blocks[i]
             if self.hash[b] is None:
                 self.hash[b] = q.key(i)
                 self.map.setdefault(q.key(i), OrderedDict())[b] = None
         q.cached = max(q.cached, upto)
-        q.in_cached = True
-        return True
 
     def release(self, q: Req) -> None:
         first, last = [], []
@@ -213,14 +221,142 @@ def simulate(trace, bh: int, pool: int, decode: bool, max_seqs: int, budget0: in
     return reqs
 
 
+def simulate_async(trace, bh: int, pool: int, decode: bool, max_seqs: int, budget0: int, fixed: float,
+                   per_token: float):
+    """vLLM's AsyncScheduler stepped as EngineCore.step_with_batch_queue with a batch queue of 2, in
+    drive_vllm_scheduler.py's ``run_async`` time (SCHEDULER_NOTES.md "Async scheduling"): a CPU
+    clock (schedule() and update_from_output() are instantaneous) and one GPU running batches back
+    to back, a batch starting at max(CPU clock at its schedule(), end of the previous batch).
+    Restated from vLLM's code: ``schedule()`` (running loop with the max_tokens skip and the
+    placeholder slot, preemption marking in-flight output stale, waiting loop skipping a request
+    with stale output in flight), ``_update_after_schedule`` of AsyncScheduler (a request that is
+    no longer a prefill chunk samples and gets a placeholder), ``update_from_output`` (stale
+    tokens still appended, placeholders resolved, blocks of processed tokens cached, finished
+    requests freed from the running or the waiting queue)."""
+    t0 = trace[0].timestamp
+    reqs = [Req(r, bh, decode, (r.timestamp - t0) / 1000) for r in trace]
+    order = sorted(range(len(reqs)), key=lambda i: (reqs[i].arrival, i))
+    pool_ = Pool(pool)
+    waiting: deque = deque()
+    running: list = []
+
+    def schedule(start: float) -> list:
+        budget = budget0
+        batch = []  # (request, tokens), vLLM's num_scheduled_tokens order
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            q = running[i]
+            if q.placeholders > 0 and q.computed + 2 - q.placeholders >= q.P + q.max_tokens:
+                i += 1  # the in-flight batch carries its last token
+                continue
+            n = min(q.num_tokens + q.placeholders - q.computed, budget)
+            if n == 0:
+                i += 1
+                continue
+            while not pool_.allocate(q, n, [], False):
+                victim = running.pop()
+                pool_.release(victim)
+                victim.computed = 0
+                victim.stale = victim.in_flight
+                victim.placeholders = 0
+                victim.preemptions += 1
+                waiting.appendleft(victim)
+                preempted = True
+                if victim is q:
+                    break
+            else:
+                batch.append((q, n))
+                budget -= n
+                i += 1
+                continue
+            break
+        if not preempted:
+            skipped = []
+            while waiting and budget > 0 and len(running) < max_seqs:
+                q = waiting[0]
+                if q.stale:  # its in-flight output would race the resumed request: skipped this step
+                    skipped.append(waiting.popleft())
+                    continue
+                comp = pool_.lookup(q)
+                hit = len(comp) * E
+                n = min(q.num_tokens - hit, budget)
+                if not pool_.allocate(q, n, comp, True):
+                    break
+                waiting.popleft()
+                running.append(q)
+                q.computed = hit
+                if q.first_hit is None:
+                    q.first_hit = hit
+                    q.first_sched = start
+                batch.append((q, n))
+                budget -= n
+            waiting.extendleft(reversed(skipped))
+        out = []
+        for q, n in batch:
+            q.computed += n
+            q.in_flight += n
+            samples = q.computed >= q.num_tokens + q.placeholders
+            if samples:
+                q.placeholders += 1
+            out.append((q, n, samples))
+        return out
+
+    def update_from_output(batch: list, end: float) -> int:
+        finished = 0
+        for q, n, samples in batch:
+            q.in_flight -= n
+            is_stale = q.stale > 0
+            if is_stale:
+                q.stale -= n
+            if q.finish is not None or not samples:
+                continue
+            q.generated += 1
+            if q.first_token is None:
+                q.first_token = end
+            if not is_stale:
+                q.placeholders -= 1
+                pool_.cache_blocks(q, q.computed - q.in_flight)
+            if q.generated >= q.max_tokens:
+                q.finish = end
+                (waiting if is_stale else running).remove(q)
+                pool_.release(q)
+                finished += 1
+        return finished
+
+    cpu = gpu_free = 0.0
+    nxt = done = 0
+    queue: deque = deque()  # EngineCore's batch_queue: appendleft, pop the oldest
+    while done < len(reqs):
+        while nxt < len(order) and reqs[order[nxt]].arrival <= cpu:
+            waiting.append(reqs[order[nxt]])
+            nxt += 1
+        if running or waiting:
+            start = max(cpu, gpu_free)
+            batch = schedule(start)
+            total = sum(n for _q, n, _s in batch)
+            gpu_free = start + (fixed + total * per_token if total else 0.0)
+            queue.appendleft((batch, gpu_free))
+            if len(queue) < 2 and (total > 0 or running or waiting):
+                continue
+        elif not queue:
+            cpu = max(cpu, reqs[order[nxt]].arrival)
+            continue
+        batch, end = queue.pop()
+        cpu = max(cpu, end)
+        done += update_from_output(batch, end)
+        if not batch and not queue and nxt < len(order) and not running:
+            cpu = max(cpu, reqs[order[nxt]].arrival)
+    return reqs
+
+
 def main() -> int:
     base = os.path.join(ROOT, "tests", "data", "engines")
     with open(os.path.join(base, "scheduler", "manifest.json")) as fh:
         manifest = json.load(fh)
     bad = checked = 0
     for run in manifest["runs"]:
-        if "async" in run["file"]:
-            continue
+        run_ = simulate_async if "async" in run["file"] else simulate
         trace = common.read_trace(os.path.join(base, run["trace"]))
         s = run["settings"]
         with open(os.path.join(base, "scheduler", run["file"])) as fh:
@@ -230,7 +366,7 @@ def main() -> int:
                 continue
             pool = p["pool"]
             n = int(p["stats"]["num_gpu_blocks"])
-            reqs = simulate(trace, run["hash_block_size"], n, run["decode"], s["max_num_seqs"], s["max_num_batched_tokens"],
+            reqs = run_(trace, run["hash_block_size"], n, run["decode"], s["max_num_seqs"], s["max_num_batched_tokens"],
                             s["step_fixed_s"], s["step_per_token_s"])
             diff = []
             for q, row in zip(reqs, rows):

@@ -39,6 +39,12 @@ BUDGET_RUNS = [
     # vLLM's AsyncScheduler, stepped as EngineCore.step_with_batch_queue (batch queue 2)
     ("gen_burst_b32", 32, "40,70,105,140,210,inf", ["--async-scheduling"], "async"),
     ("gen_chat_b16", 16, "48,84,126,168,252,inf", ["--async-scheduling"], "async"),
+    ("gen_mixed_b32", 32, "90,170,250,340,500,inf", ["--async-scheduling"], "async"),
+    # async with chunked prefill (budget 256): a prefill split over batches in flight
+    ("gen_burst_b32", 32, "40,70,105,140,210,inf",
+     ["--max-num-batched-tokens", "256", "--max-num-seqs", "256", "--async-scheduling"], "budget256.async"),
+    ("gen_mixed_b32", 32, "90,170,250,340,500,inf",
+     ["--max-num-batched-tokens", "256", "--max-num-seqs", "256", "--async-scheduling"], "budget256.async"),
 ]
 DEFAULTS = {"max_num_seqs": 1024, "max_num_batched_tokens": 8192, "step_fixed_s": 0.020,
             "step_per_token_s": 0.00001}
@@ -62,6 +68,13 @@ def main(argv: list[str]) -> int:
         "defaults": DEFAULTS,
         "runs": [],
     }
+    # runs made outside this script (the real trace's head, see its "command"): kept as they are
+    path = os.path.join(OUT, "manifest.json")
+    if os.path.exists(path):
+        with open(path) as fh:
+            old = json.load(fh)
+        if "real_trace_runs" in old:
+            manifest["real_trace_runs"] = old["real_trace_runs"]
     todo = [(t, b, p, [], "", d) for t, b, p in RUNS for d in (True, False)]
     todo += [(t, b, p, x, tag, d) for t, b, p, x, tag in BUDGET_RUNS for d in (True, False)]
     for trace, bh, pools, extra, tag, decode in todo:
@@ -104,7 +117,7 @@ def main(argv: list[str]) -> int:
                 if not same:
                     print(f"  NOT DETERMINISTIC: {name}", file=sys.stderr, flush=True)
             manifest["runs"].append(entry)
-    with open(os.path.join(OUT, "manifest.json"), "w") as fh:
+    with open(path, "w") as fh:
         json.dump(manifest, fh, indent=1)
         fh.write("\n")
     return 0

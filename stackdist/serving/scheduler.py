@@ -1,9 +1,11 @@
-"""vLLM 0.33.0's own scheduler under load (sync), a direct simulation: who waits, who is preempted,
-what each request hits when it is admitted, and when its first token and its end come.
+"""vLLM 0.33.0's own scheduler under load (sync, or async scheduling), a direct simulation: who
+waits, who is preempted, what each request hits when it is admitted, and when its first token and
+its end come.
 
 Follows ``vllm/v1/core/sched/scheduler.py`` as read and driven in ``validation/SCHEDULER_NOTES.md``
-(``drive_vllm_scheduler.py`` runs vLLM's real ``Scheduler`` in simulated time; this module equals
-it on every request of the committed sync runs, ``tests/serving/test_scheduler.py``):
+(``drive_vllm_scheduler.py`` runs vLLM's real ``Scheduler`` / ``AsyncScheduler`` in simulated
+time; this module equals it on every request of every committed run, sync and async,
+``tests/serving/test_scheduler.py``):
 
 - **A step**: arrivals up to the clock join the waiting queue (arrival order); if nothing is
   waiting or running the clock jumps to the next arrival. ``schedule()`` gives each running
@@ -20,11 +22,21 @@ it on every request of the committed sync runs, ``tests/serving/test_scheduler.p
   request whose computed tokens reach its length samples one token at the end of the step; at
   ``max_tokens`` (the trace's output length, or 1 without decode) it finishes and its blocks are
   freed (reverse order; uncached to the free queue's head, cached to its tail).
+- **Async scheduling** (``SchedulerSettings.async_scheduling``: vLLM's ``AsyncScheduler`` with a
+  batch queue of 2, ``EngineCore.step_with_batch_queue``; ``_run_async`` has the rules with
+  vLLM's file:line): the next batch is scheduled while the previous one runs on the GPU, so a
+  request's token is in flight (an output placeholder) when its next slot is scheduled; a batch
+  starts at max(CPU clock at its ``schedule()``, end of the previous batch); outputs (tokens,
+  finishing, freeing) are processed one batch late, when the queue is full. A running request
+  whose last token is in flight is not scheduled again; a preempted request's in-flight token is
+  still delivered and can finish it in the waiting queue; blocks completed by a token scheduled
+  before it was known are cached when its output is processed (or at the next allocation).
 
 Per request: ``hit_tokens`` (the hit at first admission: what the engine reports as cached
-tokens), ``preemptions``, ``queue_s`` (first scheduled minus arrival), ``first_token_s`` and
-``finish_s`` (from arrival). Pure Python (a reference first; O(steps x running + blocks) per
-pool); the async scheduler is not modelled.
+tokens), ``preemptions``, ``queue_s`` (first scheduled minus arrival; async: the start of the
+admitting batch on the GPU), ``first_token_s`` and ``finish_s`` (from arrival; the end of the step,
+async: of the batch whose output carried the token). Pure Python (a reference first; O(steps x running + blocks) per
+pool).
 
 >>> import numpy as np
 >>> from stackdist.traces import RequestTrace
@@ -61,6 +73,7 @@ class SchedulerSettings:
     step_per_token_s: float = 0.00001
     step_time_source: str = "assumed"
     step_time_detail: str = "an assumed step time"
+    async_scheduling: bool = False  # vLLM's AsyncScheduler with a batch queue of 2 (_run_async)
 
 
 @dataclass(frozen=True)
@@ -92,16 +105,20 @@ class _Req:
         "generated",
         "i",
         "in_cached",
+        "in_flight",
         "keys",
         "max_tokens",
         "n_prompt_keys",
+        "placeholders",
         "preemptions",
+        "stale",
     )
 
     def __init__(self, i: int, keys: list[int], P: int, max_tokens: int):
         self.i, self.keys, self.P, self.max_tokens = i, keys, P, max_tokens
         self.n_prompt_keys = len(keys)
         self.generated = self.computed = self.cached = self.preemptions = 0
+        self.placeholders = self.in_flight = self.stale = 0  # async scheduling only (_run_async)
         self.blocks: list[int] = []
         self.in_cached = False
         self.first_hit = -1
@@ -161,15 +178,20 @@ class _Pool:
                 self.hash[b] = None
             self.ref[b] = 1
             q.blocks.append(b)
-        upto = min(local + num_new, q.num_tokens) // self.page  # cache_blocks
+        self.cache(q, local + num_new)
+        q.in_cached = True
+        return True
+
+    def cache(self, q: _Req, tokens: int) -> None:
+        """``cache_blocks(request, tokens)``: the full blocks of the first ``tokens`` tokens, capped
+        at the tokens known (``num_tokens``: the block hashes), enter the prefix cache."""
+        upto = min(tokens, q.num_tokens) // self.page
         for j in range(q.cached, upto):
             b = q.blocks[j]
             if self.hash[b] is None:
                 self.hash[b] = q.key(j)
                 self.map.setdefault(q.key(j), OrderedDict())[b] = None
         q.cached = max(q.cached, upto)
-        q.in_cached = True
-        return True
 
     def release(self, q: _Req) -> None:
         first: list[int] = []
@@ -267,11 +289,218 @@ def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool, s
     return reqs
 
 
+# --- async scheduling ----------------------------------------------------------------------------
+# vLLM's AsyncScheduler stepped as EngineCore.step_with_batch_queue with a batch queue of 2, in the
+# driver's simulated time (validation/drive_vllm_scheduler.py, run_async). The block pool, the
+# requests and the admission rules are the sync model's; what differs is spelled out below, with
+# vllm/ paths relative to the installed package (0.33.0). Per request, besides the sync state:
+# ``placeholders`` (num_output_placeholders: tokens sampled by batches still in flight),
+# ``in_flight`` (num_in_flight_tokens: scheduled tokens of batches still in flight) and ``stale``
+# (num_stale_output_tokens: the in-flight tokens of a request preempted since they were scheduled).
+# ``computed`` counts the in-flight tokens too (num_computed_tokens advances at schedule()).
+
+
+def _requests(pages: EnginePages, decode: bool) -> list[_Req]:
+    """The requests as ``_run`` builds them (prompt keys, ``max_tokens``)."""
+    B = pages.page_tokens
+    out = []
+    for r in range(pages.n_requests):
+        P = int(pages.input_tokens[r])
+        keys = pages.key[pages.offsets[r]:pages.offsets[r] + P // B].tolist()
+        out.append(_Req(r, keys, P, max(int(pages.output_tokens[r]), 1) if decode else 1))
+    return out
+
+
+def _schedule_async(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: SchedulerSettings,
+                    start: float) -> tuple[dict[_Req, int], set[_Req]]:
+    """One ``AsyncScheduler.schedule()``: the tokens scheduled per request (in vLLM's order) and
+    the requests that sample a token in this batch. ``start``: the batch's start on the GPU (the
+    driver's ``queue_s`` reference for a first admission).
+
+    Differences from the sync step of ``_run`` (with ``placeholders`` 0 they vanish):
+
+    - the running loop skips a request whose in-flight batch already carries its last token:
+      ``num_output_placeholders > 0 and num_computed_tokens + 2 - num_output_placeholders >=
+      num_prompt_tokens + max_tokens`` (``v1/core/sched/scheduler.py:800-814``); it still runs
+      (holds its blocks, counts in ``max_num_seqs``, can be the preemption victim);
+    - a running request's new tokens are ``num_tokens + num_output_placeholders -
+      num_computed_tokens`` (``scheduler.py:839-843``): a decode schedules the slot of the token
+      still in flight; the max_model_len cap (``:852-857``) never binds (the driver's
+      max_model_len is the largest prompt + output + 16);
+    - preemption (``_preempt_request``, ``scheduler.py:1799-1843``) also sets
+      ``num_stale_output_tokens = num_in_flight_tokens`` and ``num_output_placeholders = 0``
+      (``:1832-1836``); the victim's in-flight output is still delivered (``update_from_output``);
+    - a waiting request with stale output in flight is skipped, not admitted (``:1084-1089``).
+      With a batch queue of 2 this never happens: ``schedule()`` runs with at most one batch in
+      flight (``v1/engine/core.py:730``, ``:764-769``), a preemption can only hit tokens of that
+      batch, and the engine pops that batch (the queue is then full) before the next
+      ``schedule()``; the model asserts it;
+    - after the loops (``_update_after_schedule``, ``scheduler.py:1845-1866`` and
+      ``async_scheduler.py:24-46``): ``num_computed_tokens`` and ``num_in_flight_tokens`` grow by
+      the scheduled tokens; a request that is no longer a prefill chunk (``num_computed_tokens >=
+      num_tokens + num_output_placeholders``) samples a token in this batch and gets one more
+      placeholder.
+    """
+    B = pool.page
+    budget = s.max_num_batched_tokens
+    scheduled: dict[_Req, int] = {}
+    preempted = False
+    i = 0
+    while i < len(running) and budget > 0:
+        q = running[i]
+        if q.placeholders > 0 and q.computed + 2 - q.placeholders >= q.P + q.max_tokens:
+            i += 1  # its last token is in flight (scheduler.py:800-814)
+            continue
+        n = min(q.num_tokens + q.placeholders - q.computed, budget)
+        if n == 0:
+            i += 1
+            continue
+        ok = pool.allocate(q, n, [], False)
+        while not ok:
+            victim = running.pop()
+            pool.release(victim)
+            victim.computed = 0
+            victim.stale = victim.in_flight  # its in-flight output: delivered, stale (scheduler.py:1835)
+            victim.placeholders = 0
+            victim.preemptions += 1
+            waiting.appendleft(victim)
+            preempted = True
+            if victim is q:
+                break
+            ok = pool.allocate(q, n, [], False)
+        if not ok:
+            break
+        scheduled[q] = n
+        budget -= n
+        i += 1
+    if not preempted:
+        while waiting and budget > 0 and len(running) < s.max_num_seqs:
+            q = waiting[0]
+            if q.stale:  # scheduler.py:1084-1089 (skip); unreachable with a batch queue of 2
+                raise AssertionError("a preempted request's stale output still in flight at schedule()")
+            comp = pool.lookup(q)
+            hit = len(comp) * B
+            n = min(q.num_tokens - hit, budget)
+            if not pool.allocate(q, n, comp, True):
+                break
+            waiting.popleft()
+            running.append(q)
+            q.computed = hit
+            if q.first_hit < 0:
+                q.first_hit, q.first_sched = hit, start
+            scheduled[q] = n
+            budget -= n
+    samplers = set()
+    for q, n in scheduled.items():  # _update_after_schedule
+        q.computed += n
+        q.in_flight += n
+        if q.computed >= q.num_tokens + q.placeholders:  # not is_prefill_chunk
+            q.placeholders += 1
+            samplers.add(q)
+    return scheduled, samplers
+
+
+def _update_from_output(pool: _Pool, running: list[_Req], waiting: deque[_Req], scheduled: dict[_Req, int],
+                        samplers: set[_Req], end: float) -> int:
+    """``Scheduler.update_from_output`` for a batch that ended at ``end`` on the GPU: one token for
+    each of its samplers; returns how many requests finished. ``scheduler.py:2313-2550``, per
+    request in the batch's order:
+
+    - ``num_in_flight_tokens`` drops by the batch's tokens; a preempted request's stale share too,
+      and its token is still appended (``:2316-2323``, ``_update_request_with_output`` ``:2752-
+      2769``; placeholders untouched when stale);
+    - otherwise the token resolves a placeholder, and (status RUNNING, placeholders > 0) the full
+      blocks of ``num_computed_tokens - num_in_flight_tokens`` (the tokens of processed batches)
+      are cached (``:2402-2415``): a block completed by a token whose slot was scheduled before
+      the token was known is cached here, or at its next allocation, whichever comes first;
+    - at ``max_tokens`` (``check_stop``, ``ignore_eos``) the request finishes and its blocks are
+      freed (``_free_request``, ``:2470-2476``; after the caching above); a preempted request
+      finished by its stale output leaves the waiting queue without being re-admitted
+      (``stopped_preempted_reqs``, ``:2491-2494``, ``:2545-2548``).
+    """
+    done = 0
+    for q, n in scheduled.items():
+        q.in_flight -= n
+        stale = q.stale > 0
+        if stale:
+            q.stale -= n
+        if q not in samplers:  # a partial prefill chunk: no token
+            continue
+        # (never a finished request: no batch after the one carrying its last token holds it,
+        # by the running loop's skip, and a stale request is not re-admitted before its output)
+        q.generated += 1
+        if q.generated == 1:
+            q.first = end
+        if not stale:
+            q.placeholders -= 1
+            pool.cache(q, q.computed - q.in_flight)
+        if q.generated >= q.max_tokens:
+            q.finish = end
+            if stale:
+                waiting.remove(q)
+            else:
+                running.remove(q)
+            pool.release(q)
+            done += 1
+    return done
+
+
+def _run_async(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool,
+               s: SchedulerSettings) -> list[_Req]:
+    """``EngineCore.step_with_batch_queue`` (``v1/engine/core.py:708-797``) with a batch queue of
+    2 (``VllmConfig.max_concurrent_batches``, ``config/vllm.py:588-598``), in the driver's time.
+
+    An engine step: if the scheduler has requests (running or waiting), ``schedule()`` a batch
+    and put it in the queue; unless the queue is then full, or the batch is empty and nothing is
+    left to schedule, that is the step (``core.py:764-769``: the next batch is scheduled while this
+    one executes). Otherwise (or with nothing to schedule and a batch in flight) the oldest batch's
+    output is processed (``core.py:778-795``). Time (the driver's ``run_async``): a CPU clock, at
+    which ``schedule()`` and ``update_from_output`` run instantly and arrivals up to it join the
+    waiting queue, and one GPU running batches back to back: a batch starts at max(CPU clock at its
+    ``schedule()``, end of the previous batch) and lasts ``step_fixed_s + T x step_per_token_s``
+    (an empty batch: no time); processing a batch's output moves the CPU clock to its end. With
+    nothing to schedule and no batch in flight the CPU clock jumps to the next arrival; so does it
+    after an empty batch's output with nothing running and no batch in flight."""
+    reqs = _requests(pages, decode)
+    order = sorted(range(len(reqs)), key=lambda i: (float(arrival[i]), i))
+    pool = _Pool(n_blocks, pages.page_tokens)
+    waiting: deque[_Req] = deque()
+    running: list[_Req] = []
+    batches: deque[tuple[dict[_Req, int], set[_Req], float]] = deque()  # newest first, as the engine's
+    cpu = gpu = 0.0
+    nxt = done = empty = 0
+    while done < len(reqs):
+        while nxt < len(order) and arrival[order[nxt]] <= cpu:
+            waiting.append(reqs[order[nxt]])
+            nxt += 1
+        if running or waiting:
+            start = max(cpu, gpu)
+            scheduled, samplers = _schedule_async(pool, running, waiting, s, start)
+            total = sum(scheduled.values())
+            gpu = start + (s.step_fixed_s + total * s.step_per_token_s if total else 0.0)
+            batches.appendleft((scheduled, samplers, gpu))
+            empty = 0 if total else empty + 1
+            if empty > 10_000:
+                raise RuntimeError("the scheduler model scheduled nothing in 10,000 batches (a request that cannot fit)")
+            if len(batches) < 2 and (total or running or waiting):
+                continue
+        elif not batches:
+            cpu = max(cpu, float(arrival[order[nxt]]))
+            continue
+        scheduled, samplers, end = batches.pop()
+        cpu = max(cpu, end)
+        done += _update_from_output(pool, running, waiting, scheduled, samplers, end)
+        if not scheduled and not batches and nxt < len(order) and not running:
+            cpu = max(cpu, float(arrival[order[nxt]]))
+    return reqs
+
+
 def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | None], decode: bool = True,
                        settings: SchedulerSettings | None = None, arrival_s: np.ndarray | None = None,
                        page_tokens: int = 16, reference: bool = False) -> SchedulerResult:
-    """vLLM's scheduler at each ``num_gpu_blocks`` (None: a pool that never evicts), arrivals from
-    the trace's timestamps (from its first request) unless ``arrival_s`` is given. A pool smaller
+    """vLLM's scheduler (``settings.async_scheduling``: its AsyncScheduler) at each
+    ``num_gpu_blocks`` (None: a pool that never evicts), arrivals from the trace's timestamps
+    (from its first request) unless ``arrival_s`` is given. A pool smaller
     than some request's whole sequence (prompt, plus its output with decode) cannot admit it: that
     row is -1 and ``failed_request`` names the request. Compiled
     (:mod:`.scheduler_kernel`); ``reference=True`` runs the pure-Python model it is tested
@@ -301,8 +530,8 @@ def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | 
         if too_big.size:
             failed[p] = int(too_big[0])
             continue
-        if reference:
-            reqs = _run(pages, arrival, blocks, decode, s)
+        if reference or s.async_scheduling:
+            reqs = (_run_async if s.async_scheduling else _run)(pages, arrival, blocks, decode, s)
             hits[p] = [q.first_hit for q in reqs]
             pre[p] = [q.preemptions for q in reqs]
             queue[p] = [q.first_sched - arrival[q.i] for q in reqs]

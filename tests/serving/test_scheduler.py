@@ -1,7 +1,8 @@
-"""vLLM's scheduler under load: equal to vLLM 0.33.0's own ``Scheduler`` driven in simulated time
-(``tests/data/engines/scheduler/``, sync runs) on every request at every pool, far below the
-concurrency floor too; and to the standard-library restatement ``validation/check_scheduler_rules.py``
-on seeded random traces with bursty arrivals; the plan's interface and its refusals."""
+"""vLLM's scheduler under load: equal to vLLM 0.33.0's own ``Scheduler`` and ``AsyncScheduler``
+driven in simulated time (``tests/data/engines/scheduler/``, sync and async runs) on every request at
+every pool, far below the concurrency floor too; and to the standard-library restatement
+``validation/check_scheduler_rules.py`` on seeded random traces with bursty arrivals (sync and async);
+the plan's interface and its refusals."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "engines"
 MANIFEST = json.loads((DATA / "scheduler" / "manifest.json").read_text())
 SYNC = [run for run in MANIFEST["runs"] if "async" not in run["file"]]
+ASYNC = [run for run in MANIFEST["runs"] if "async" in run["file"]]
 sys.path.insert(0, str(ROOT / "validation"))
 import check_scheduler_rules as rules
 import common
@@ -29,10 +31,11 @@ import common
 
 def _settings(run: dict) -> SchedulerSettings:
     s = run["settings"]
-    return SchedulerSettings(s["max_num_seqs"], s["max_num_batched_tokens"], s["step_fixed_s"], s["step_per_token_s"])
+    return SchedulerSettings(s["max_num_seqs"], s["max_num_batched_tokens"], s["step_fixed_s"], s["step_per_token_s"],
+                             async_scheduling="async" in run["file"])
 
 
-@pytest.mark.parametrize("run", SYNC, ids=lambda r: r["file"])
+@pytest.mark.parametrize("run", SYNC + ASYNC, ids=lambda r: r["file"])
 def test_equal_to_the_engine_on_every_request(run: dict) -> None:
     trace = read_as_requests([str(DATA / run["trace"])], "mooncake", run["hash_block_size"], False, True)
     rows = list(csv.DictReader((DATA / "scheduler" / run["file"]).open()))
@@ -53,8 +56,20 @@ def test_the_committed_runs_cover_what_matters() -> None:
     assert any(s["max_waiting"] > 5 for s in stats) and {r["decode"] for r in SYNC} == {True, False}
 
 
+def test_the_committed_async_runs_cover_what_matters() -> None:
+    """The same for the async runs, plus idle batches, and preemptions not followed by a
+    re-admission (a preempted request finished by its in-flight output)."""
+    stats = [p["stats"] for r in ASYNC for p in r["runs"]]
+    assert any(s["total_preemptions"] for s in stats) and any(s["partial_prefill_chunks"] for s in stats)
+    assert any(s["max_waiting"] > 5 for s in stats) and {r["decode"] for r in ASYNC} == {True, False}
+    assert any(s["idle_schedule_calls"] for s in stats)
+    assert any(s["readmissions"] < s["total_preemptions"] for s in stats)
+    assert {r["trace"] for r in ASYNC} == {r["trace"] for r in SYNC}
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("seed", range(8))
-def test_equal_to_the_restatement_on_random_traces(seed: int, tmp_path: Path) -> None:
+def test_equal_to_the_restatement_on_random_traces(seed: int, async_scheduling: bool, tmp_path: Path) -> None:
     trace = random_trace(seed, n_requests=40, pages_per_block=1 + seed % 3)
     path = tmp_path / "t.jsonl"
     write_mooncake(path, trace)
@@ -65,14 +80,18 @@ def test_equal_to_the_restatement_on_random_traces(seed: int, tmp_path: Path) ->
     reference = common.read_trace(str(path))
     ours = read_as_requests([str(path)], "mooncake", trace.block_size, False, True)
     peak = int(((trace.input_length + trace.output_length + 15) // 16).max()) + 1
-    settings = SchedulerSettings(max_num_seqs=8, max_num_batched_tokens=64 if seed % 3 == 0 else 8192)
+    settings = SchedulerSettings(max_num_seqs=8, max_num_batched_tokens=64 if seed % 3 == 0 else 8192,
+                                 async_scheduling=async_scheduling)
     pools = [peak, 2 * peak, 6 * peak]
     result = simulate_scheduler(ours, pools, True, settings)
+    restated = rules.simulate_async if async_scheduling else rules.simulate
     for i, pool in enumerate(pools):
-        want = rules.simulate(reference, trace.block_size, pool, True, settings.max_num_seqs,
-                              settings.max_num_batched_tokens, settings.step_fixed_s, settings.step_per_token_s)
+        want = restated(reference, trace.block_size, pool, True, settings.max_num_seqs,
+                        settings.max_num_batched_tokens, settings.step_fixed_s, settings.step_per_token_s)
         assert result.hit_tokens[i].tolist() == [q.first_hit for q in want]
         assert result.preemptions[i].tolist() == [q.preemptions for q in want]
+        assert np.allclose(result.queue_s[i], [q.first_sched - q.arrival for q in want], atol=1e-9)
+        assert np.allclose(result.first_token_s[i], [q.first_token - q.arrival for q in want], atol=1e-9)
         assert np.allclose(result.finish_s[i], [q.finish - q.arrival for q in want], atol=1e-9)
 
 
@@ -135,11 +154,11 @@ def test_a_pool_smaller_than_a_request_is_infeasible(capsys) -> None:
     assert code == 1 and "infeasible" in text and "smallest feasible pool" in text
 
 
-def test_equal_to_the_engine_on_the_real_trace(tmp_path: Path) -> None:
-    """The first 1,000 requests of the bundled Mooncake conversation trace, vLLM's own Scheduler
-    (``manifest.json``'s ``real_trace_runs``) at every committed pool: every request's hit,
-    preemptions and times."""
-    run = MANIFEST["real_trace_runs"][0]
+@pytest.mark.parametrize("run", MANIFEST["real_trace_runs"], ids=lambda r: r["file"])
+def test_equal_to_the_engine_on_the_real_trace(run: dict, tmp_path: Path) -> None:
+    """The first 1,000 requests of the bundled Mooncake conversation trace, vLLM's own Scheduler and
+    AsyncScheduler (``manifest.json``'s ``real_trace_runs``) at every committed pool: every
+    request's hit, preemptions and times."""
     head = tmp_path / "head.jsonl"
     head.write_text("\n".join((ROOT / run["trace"]).read_text().splitlines()[: run["first_requests"]]) + "\n")
     trace = read_as_requests([str(head)], "mooncake", run["hash_block_size"], False, True)
