@@ -80,7 +80,9 @@ class SchedulerSettings:
 class SchedulerResult:
     """Per pool (rows, ``pools`` order) and request: the hit at first admission, preemptions, and
     times from arrival; a pool that cannot hold some request has -1 / NaN rows and
-    ``failed_request`` set (the engine would never admit it)."""
+    ``failed_request`` set (the engine would never admit it). Per pool: ``busy_s``, the GPU time
+    of all steps, and ``scheduled_tokens``, every token computed (recomputation after preemption
+    included)."""
 
     pools: tuple[int | None, ...]
     hit_tokens: np.ndarray
@@ -90,6 +92,8 @@ class SchedulerResult:
     finish_s: np.ndarray
     failed_request: np.ndarray
     settings: SchedulerSettings
+    busy_s: np.ndarray
+    scheduled_tokens: np.ndarray
 
 
 class _Req:
@@ -208,7 +212,9 @@ class _Pool:
         q.blocks, q.cached, q.in_cached = [], 0, False
 
 
-def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool, s: SchedulerSettings) -> list[_Req]:
+def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool,
+         s: SchedulerSettings) -> tuple[list[_Req], float, int]:
+    """The sync engine loop: the requests, the GPU time of all steps and the tokens scheduled."""
     B = pages.page_tokens
     reqs = []
     for r in range(pages.n_requests):
@@ -220,6 +226,7 @@ def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool, s
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     clock, nxt, done = 0.0, 0, 0
+    busy, tokens = 0.0, 0
     while done < len(reqs):
         while nxt < len(order) and arrival[order[nxt]] <= clock:
             waiting.append(reqs[order[nxt]])
@@ -272,6 +279,8 @@ def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool, s
         if total == 0:
             raise RuntimeError("the scheduler model scheduled nothing in a step (a request that cannot fit)")
         end = clock + s.step_fixed_s + total * s.step_per_token_s
+        busy += end - clock
+        tokens += total
         for q, n in scheduled.items():
             q.computed += n
         for q in scheduled:
@@ -286,7 +295,7 @@ def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool, s
                 pool.release(q)
                 done += 1
         clock = end
-    return reqs
+    return reqs, busy, tokens
 
 
 # --- async scheduling ----------------------------------------------------------------------------
@@ -446,7 +455,7 @@ def _update_from_output(pool: _Pool, running: list[_Req], waiting: deque[_Req], 
 
 
 def _run_async(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool,
-               s: SchedulerSettings) -> list[_Req]:
+               s: SchedulerSettings) -> tuple[list[_Req], float, int]:
     """``EngineCore.step_with_batch_queue`` (``v1/engine/core.py:708-797``) with a batch queue of
     2 (``VllmConfig.max_concurrent_batches``, ``config/vllm.py:588-598``), in the driver's time.
 
@@ -468,6 +477,7 @@ def _run_async(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: b
     running: list[_Req] = []
     batches: deque[tuple[dict[_Req, int], set[_Req], float]] = deque()  # newest first, as the engine's
     cpu = gpu = 0.0
+    busy, tokens = 0.0, 0
     nxt = done = empty = 0
     while done < len(reqs):
         while nxt < len(order) and arrival[order[nxt]] <= cpu:
@@ -478,6 +488,8 @@ def _run_async(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: b
             scheduled, samplers = _schedule_async(pool, running, waiting, s, start)
             total = sum(scheduled.values())
             gpu = start + (s.step_fixed_s + total * s.step_per_token_s if total else 0.0)
+            busy += gpu - start
+            tokens += total
             batches.appendleft((scheduled, samplers, gpu))
             empty = 0 if total else empty + 1
             if empty > 10_000:
@@ -492,7 +504,7 @@ def _run_async(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: b
         done += _update_from_output(pool, running, waiting, scheduled, samplers, end)
         if not scheduled and not batches and nxt < len(order) and not running:
             cpu = max(cpu, float(arrival[order[nxt]]))
-    return reqs
+    return reqs, busy, tokens
 
 
 def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | None], decode: bool = True,
@@ -524,25 +536,29 @@ def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | 
     pre = np.full((k, n), -1, np.int64)
     queue, first, finish = (np.full((k, n), np.nan) for _ in range(3))
     failed = np.full(k, -1, np.int64)
+    busy = np.full(k, np.nan)
+    tokens = np.full(k, -1, np.int64)
     for p, pool in enumerate(pools):
         blocks = int(need.sum()) + 2 if pool is None else int(pool)
         too_big = np.flatnonzero(need > blocks - 1)
         if too_big.size:
             failed[p] = int(too_big[0])
             continue
-        if reference or s.async_scheduling:
-            reqs = (_run_async if s.async_scheduling else _run)(pages, arrival, blocks, decode, s)
+        if reference:
+            reqs, busy[p], tokens[p] = (_run_async if s.async_scheduling else _run)(pages, arrival, blocks, decode, s)
             hits[p] = [q.first_hit for q in reqs]
             pre[p] = [q.preemptions for q in reqs]
             queue[p] = [q.first_sched - arrival[q.i] for q in reqs]
             first[p] = [q.first - arrival[q.i] for q in reqs]
             finish[p] = [q.finish - arrival[q.i] for q in reqs]
             continue
-        err, hit, npre, sched, tok, fin = scheduler_run(
+        err, hit, npre, sched, tok, fin, busy[p], tokens[p] = scheduler_run(
             pages.key, pages.offsets[:-1].astype(np.int64), pages.input_tokens.astype(np.int64), max_tokens, arrival,
-            int(pages.n_keys), blocks, B, s.max_num_seqs, s.max_num_batched_tokens, s.step_fixed_s, s.step_per_token_s)
+            int(pages.n_keys), blocks, B, s.max_num_seqs, s.max_num_batched_tokens, s.step_fixed_s, s.step_per_token_s,
+            s.async_scheduling)
         if err:
-            raise RuntimeError("the scheduler model scheduled nothing in a step (a request that cannot fit)")
+            raise RuntimeError(f"the scheduler kernel stopped (defect guard {err}: 1 nothing schedulable, 2 a block "
+                               "table overflowed, 3 stale output at the head of the queue)")
         hits[p], pre[p] = hit, npre
         queue[p], first[p], finish[p] = sched - arrival, tok - arrival, fin - arrival
-    return SchedulerResult(tuple(pools), hits, pre, queue, first, finish, failed, s)
+    return SchedulerResult(tuple(pools), hits, pre, queue, first, finish, failed, s, busy, tokens)

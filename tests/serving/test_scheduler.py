@@ -7,6 +7,7 @@ the plan's interface and its refusals."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -98,7 +99,8 @@ def test_equal_to_the_restatement_on_random_traces(seed: int, async_scheduling: 
 @pytest.mark.parametrize("seed", range(24))
 def test_compiled_equals_the_reference(seed: int) -> None:
     """The compiled kernel against the pure-Python model, request by request, on seeded random
-    traces: pools from the largest request up, chunked budgets, max_num_seqs caps, decode or not."""
+    traces, sync and async: pools from the largest request up, chunked budgets, max_num_seqs caps,
+    decode or not; the GPU time and the tokens scheduled too."""
     rng = np.random.default_rng(seed)
     trace = random_trace(seed, n_requests=60, pages_per_block=1 + seed % 3)
     arrival = np.sort(rng.exponential(0.02 if seed % 2 else 0.2, size=trace.n_requests).cumsum())
@@ -108,12 +110,14 @@ def test_compiled_equals_the_reference(seed: int) -> None:
     settings = SchedulerSettings(max_num_seqs=int(rng.choice([2, 8, 1024])),
                                  max_num_batched_tokens=int(rng.choice([16, 64, 8192])))
     pools = [peak - 1, peak, peak + 3, 2 * peak, 5 * peak, None]
-    got = simulate_scheduler(trace, pools, decode, settings, arrival_s=arrival)
-    want = simulate_scheduler(trace, pools, decode, settings, arrival_s=arrival, reference=True)
-    for name in ("hit_tokens", "preemptions", "failed_request"):
-        assert np.array_equal(getattr(got, name), getattr(want, name)), name
-    for name in ("queue_s", "first_token_s", "finish_s"):
-        assert np.array_equal(getattr(got, name), getattr(want, name), equal_nan=True), name
+    for asynchronous in (False, True):
+        s = dataclasses.replace(settings, async_scheduling=asynchronous)
+        got = simulate_scheduler(trace, pools, decode, s, arrival_s=arrival)
+        want = simulate_scheduler(trace, pools, decode, s, arrival_s=arrival, reference=True)
+        for name in ("hit_tokens", "preemptions", "failed_request", "scheduled_tokens"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), name
+        for name in ("queue_s", "first_token_s", "finish_s", "busy_s"):
+            assert np.array_equal(getattr(got, name), getattr(want, name), equal_nan=True), name
     assert got.failed_request[0] >= 0 and (got.failed_request[1:] == -1).all()
 
 
