@@ -123,12 +123,13 @@ def add_plan_parser(sub: Any) -> None:
                      "(default: the fit to --ttft-calibration; with --gpu h200 and the measured model (qwen2.5-1.5b), "
                      "the fit to the bundled H200 measurements; with --gpu and --model, the roofline (weights read once "
                      "per step, FLOPs and KV reads per token); else 0.020,0.00001, an assumption; the table says which)")
-    eng.add_argument("--max-num-seqs", type=bounded_int("--max-num-seqs", 1, 2**20), default=1024,
+    eng.add_argument("--max-num-seqs", type=bounded_int("--max-num-seqs", 1, 2**20),
                      help="--schedule scheduler: vLLM's max_num_seqs (default 1024)")
-    eng.add_argument("--max-num-batched-tokens", type=bounded_int("--max-num-batched-tokens", 1, 2**30), default=8192,
+    eng.add_argument("--max-num-batched-tokens", type=bounded_int("--max-num-batched-tokens", 1, 2**30),
                      help="--schedule scheduler: vLLM's max_num_batched_tokens, the token budget per step (default 8192)")
     eng.add_argument("--async-scheduling", action="store_true",
-                     help="--schedule scheduler: vLLM's async scheduling (not modelled yet: refused)")
+                     help="--schedule scheduler: vLLM's async scheduling (AsyncScheduler: the next step is scheduled "
+                     "while one runs, a finished request's blocks are freed a step later)")
     _add_routing_arguments(eng)
     eng.add_argument("--decode-reuse", action="store_true",
                      help="a later request of the same session that extends an earlier prompt and its answer reuses "
@@ -495,6 +496,13 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
     scheduler = (_scheduler_settings(args, models, trace, budgets.ttft if budgets is not None else None, decode)
                  if schedule == "scheduler" else None)
+    if schedule != "scheduler":
+        for flag, given in (("--step-time", args.step_time is not None), ("--max-num-seqs", args.max_num_seqs is not None),
+                            ("--max-num-batched-tokens", args.max_num_batched_tokens is not None),
+                            ("--async-scheduling", args.async_scheduling)):
+            if given:
+                raise UsageError(f"{flag} sets the engine's scheduler: it needs --schedule scheduler (the schedule here "
+                                 f"is {args.schedule or schedule}).")
     if schedule not in ("serial", "model", "recorded", "scheduler"):
         schedule = Schedule.read_csv(schedule, trace.n_requests)
     workers: Any = args.workers
@@ -521,7 +529,7 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
 
 def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...], trace: Any, ttft: Any, decode: bool) -> Any:
     """``--schedule scheduler``'s settings; refused for models without a scheduler model, with
-    workers, a shared tier, offload tiers, decode reuse or async scheduling (not modelled)."""
+    workers, a shared tier, offload tiers or decode reuse (not modelled)."""
     from stackdist.serving.scheduler import SchedulerSettings
 
     able = _able("scheduler")
@@ -530,13 +538,12 @@ def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...], trace
         raise UsageError(f"--schedule scheduler models the engine's own scheduler for the {_either(able)} model; "
                          f"got --semantics {','.join(args.semantics)}.")
     for flag, asked in (("--workers", args.workers != "one"), ("--shared-blocks", args.shared_blocks is not None),
-                        ("--offload", bool(args.offload)), ("--decode-reuse", args.decode_reuse),
-                        ("--async-scheduling", args.async_scheduling)):
+                        ("--offload", bool(args.offload)), ("--decode-reuse", args.decode_reuse)):
         if asked:
             raise UsageError(f"--schedule scheduler: {flag} is not modelled with the scheduler yet.")
     step = _step_time(args, trace, ttft, decode)
-    return SchedulerSettings(args.max_num_seqs, args.max_num_batched_tokens, step.fixed_s, step.per_token_s,
-                             step.source, step.detail)
+    return SchedulerSettings(args.max_num_seqs or 1024, args.max_num_batched_tokens or 8192, step.fixed_s,
+                             step.per_token_s, step.source, step.detail, args.async_scheduling)
 
 
 def _step_time(args: argparse.Namespace, trace: Any, ttft: Any, decode: bool) -> Any:

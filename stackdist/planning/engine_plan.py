@@ -542,8 +542,13 @@ def engine_section(
 def load_summary(load: SchedulerResult, i: int, mask: np.ndarray, trace: RequestTrace) -> dict[str, Any]:
     """Pool ``i`` under the scheduler, over the counted requests: preemptions, queueing and time to
     first token (seconds; p50 / p90 / p99 and mean), the span from the first arrival to the last
-    finish, and whether the queue keeps growing (the last tenth of the requests queues over ten
-    times as long as the first tenth, and over a second: the deployment does not keep up).
+    finish, and whether the queue keeps growing: the deployment does not keep up when the last
+    tenth of the requests (in arrival order) queues over a second longer on average than the first
+    tenth and over 1.5 times as long. Over the whole trace: the GPU's busy fraction (steps running,
+    over the span), the tokens served per second against what the arrivals ask
+    (``served_fraction``: the arrivals' span over the span to the last finish; below 1 by the
+    part of the arrival rate the deployment cannot serve), and the tokens computed again after
+    preemptions.
 
     >>> from stackdist.serving.scheduler import simulate_scheduler
     >>> t = RequestTrace.from_blocks([[1], [1]], block_size=16, last_tokens=[8, 8])
@@ -553,18 +558,32 @@ def load_summary(load: SchedulerResult, i: int, mask: np.ndarray, trace: Request
     queue, ttft = load.queue_s[i][mask], load.first_token_s[i][mask]
     arrival = trace.timestamps_s - (trace.timestamps_s[0] if trace.n_requests else 0.0)
     tenth = max(1, int(mask.sum()) // 10)
-    early, late = float(queue[:tenth].mean()), float(queue[-tenth:].mean())
 
     def pct(x: np.ndarray) -> dict[str, float]:
         return {"p50": float(np.percentile(x, 50)), "p90": float(np.percentile(x, 90)),
                 "p99": float(np.percentile(x, 99)), "mean": float(x.mean())}
 
+    span = float((arrival + load.finish_s[i]).max()) if trace.n_requests else 0.0
+    arrivals = float(arrival.max()) if trace.n_requests else 0.0
+    outputs = np.maximum(trace.output_length, 1) if load.decode else np.ones(trace.n_requests, np.int64)
+    first_work = int((trace.input_length - load.hit_tokens[i]).sum() + (outputs - 1).sum())
+    busy = float(load.busy_s[i])
+    order = np.argsort(arrival[mask], kind="stable")
+    queue_by_arrival = queue[order]
+    early, late = float(queue_by_arrival[:tenth].mean()), float(queue_by_arrival[-tenth:].mean())
     return {"preemptions": int(load.preemptions[i][mask].sum()),
             "requests_preempted": int(np.count_nonzero(load.preemptions[i][mask])),
             "queue_s": pct(queue), "ttft_s": pct(ttft),
-            "span_s": float((arrival + load.finish_s[i]).max()) if trace.n_requests else 0.0,
+            "span_s": span, "arrivals_span_s": arrivals, "busy_s": busy,
+            "gpu_busy_fraction": busy / span if span > 0 else None,
+            "served_fraction": arrivals / span if span > 0 and arrivals > 0 else None,
+            "prompt_tokens_per_s": float(trace.input_length.sum()) / span if span > 0 else None,
+            "output_tokens_per_s": float(outputs.sum()) / span if span > 0 else None,
+            "demand_prompt_tokens_per_s": float(trace.input_length.sum()) / arrivals if arrivals > 0 else None,
+            "scheduled_tokens": int(load.scheduled_tokens[i]),
+            "recomputed_tokens": int(load.scheduled_tokens[i]) - first_work,
             "queue_first_tenth_mean_s": early, "queue_last_tenth_mean_s": late,
-            "keeps_up": not (late > 10 * early and late > 1.0)}
+            "keeps_up": not (late > early + 1.0 and late > 1.5 * early)}
 
 
 def per_request_columns(result: ServingResult | ClusterResult) -> list[tuple[str, np.ndarray]]:

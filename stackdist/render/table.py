@@ -168,13 +168,30 @@ def _window_lines(rows: list[Any]) -> list[str]:
     return lines
 
 
+def _throughput(load: Any) -> str:
+    """The scheduler's GPU time, what it serves per second against what the arrivals ask, and
+    (when it does not keep up) by how much."""
+    busy, served = load.get("gpu_busy_fraction"), load.get("served_fraction")
+    text = (f"GPU busy {load['busy_s']:,.1f} s of {load['span_s']:,.1f} s"
+            + (f" ({busy:.0%})" if busy is not None else "")
+            + (f"; serves {load['prompt_tokens_per_s']:,.0f} prompt tokens/s (the arrivals ask "
+               f"{load['demand_prompt_tokens_per_s']:,.0f}) and {load['output_tokens_per_s']:,.0f} output tokens/s"
+               if load.get("prompt_tokens_per_s") is not None and load.get("demand_prompt_tokens_per_s") is not None else "")
+            + (f"; {load['recomputed_tokens']:,} tokens computed again after preemption" if load["recomputed_tokens"] else ""))
+    if not load["keeps_up"] and served is not None:
+        text += (f"; short by {1 - served:.1%} of the arrival rate: about {1 / served:.2f}x the throughput needed "
+                 "(more replicas, a larger pool or a faster step)")
+    return text
+
+
 def _engine_lines(section: EngineModelPlan) -> list[str]:
     """One engine model: its settings, then one line per pool size."""
     sched = section["schedule"]
     how = sched["kind"] if sched["kind"] != "model" else (
         f"service model ({sched['prefill_tokens_per_s']:g} prefill, {sched['decode_tokens_per_s']:g} decode tokens/s)")
     if sched["kind"] == "scheduler":
-        how = (f"the engine's scheduler under load (max_num_seqs {sched['max_num_seqs']}, max_num_batched_tokens "
+        how = (f"the engine's {'async ' if sched.get('async_scheduling') else ''}scheduler under load "
+               f"(max_num_seqs {sched['max_num_seqs']}, max_num_batched_tokens "
                f"{sched['max_num_batched_tokens']}; a step lasts {sched['step_fixed_s']:.4g} s + {sched['step_per_token_s']:.4g} s "
                f"per scheduled token: {sched.get('step_time_detail', 'an assumed step time')}; hits are at first admission)")
     lines = [f"== {section['model']} (the engine's own cache rules: {section['follows']}) ==",
@@ -208,6 +225,7 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
                          + ("" if load["keeps_up"] else f"; DOES NOT KEEP UP: the last tenth of the requests queues "
                             f"{load['queue_last_tenth_mean_s']:.1f} s on average, the first tenth "
                             f"{load['queue_first_tenth_mean_s']:.2f} s"))
+            lines.append(f"  {'':>12} {_throughput(load)}")
         vs = row.get("vs_engine")
         if vs:
             lines.append(f"  {'':>12} vs the engine's own count: {vs['engine_cached_tokens']:,} tokens reported, "

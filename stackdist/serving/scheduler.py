@@ -94,6 +94,7 @@ class SchedulerResult:
     settings: SchedulerSettings
     busy_s: np.ndarray
     scheduled_tokens: np.ndarray
+    decode: bool = True
 
 
 class _Req:
@@ -561,4 +562,4 @@ def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | 
                                "table overflowed, 3 stale output at the head of the queue)")
         hits[p], pre[p] = hit, npre
         queue[p], first[p], finish[p] = sched - arrival, tok - arrival, fin - arrival
-    return SchedulerResult(tuple(pools), hits, pre, queue, first, finish, failed, s, busy, tokens)
+    return SchedulerResult(tuple(pools), hits, pre, queue, first, finish, failed, s, busy, tokens, decode)

@@ -121,14 +121,15 @@ def test_compiled_equals_the_reference(seed: int) -> None:
     assert got.failed_request[0] >= 0 and (got.failed_request[1:] == -1).all()
 
 
-def test_plan_interface_equals_the_engine(capsys, tmp_path: Path) -> None:
-    run = next(r for r in SYNC if r["file"] == "gen_burst_b32.vllm-scheduler.decode.csv")
+@pytest.mark.parametrize("file", ["gen_burst_b32.vllm-scheduler.decode.csv", "gen_burst_b32.vllm-scheduler.async.decode.csv"])
+def test_plan_interface_equals_the_engine(capsys, tmp_path: Path, file: str) -> None:
+    run = next(r for r in SYNC + ASYNC if r["file"] == file)
     pools = [p["pool"] for p in run["runs"]]
     out = tmp_path / "pr.csv"
     code, text, err = run_stackdist(capsys, "plan", DATA / run["trace"], "--block-size", 32, "--semantics", "vllm",
                                     "--gpu-blocks", ",".join(pools), "--schedule", "scheduler", "--step-time",
                                     "0.020,0.00001", "--max-num-seqs", 1024, "--max-num-batched-tokens", 8192,
-                                    "--per-request", out)
+                                    *(["--async-scheduling"] if "async" in file else []), "--per-request", out)
     assert code == 0, err
     got = list(csv.DictReader(out.open()))
     want = list(csv.DictReader((DATA / "scheduler" / run["file"]).open()))
@@ -136,12 +137,15 @@ def test_plan_interface_equals_the_engine(capsys, tmp_path: Path) -> None:
         assert [[r[f"{name}_{p}"] for p in pools] for r in got] == [[r[f"{name}_{p}"] for p in pools] for r in want]
     for name in ("queue_s", "first_token_s", "finish_s"):
         assert all(abs(float(a[f"{name}_{p}"]) - float(b[f"{name}_{p}"])) < 1e-6 for a, b in zip(got, want) for p in pools)
-    assert "the engine's scheduler under load" in text and "TTFT p50" in text and "DOES NOT KEEP UP" in text
+    assert f"the engine's {'async ' if 'async' in file else ''}scheduler under load" in text and "TTFT p50" in text
+    assert "DOES NOT KEEP UP" in text and "short by" in text
 
 
 @pytest.mark.parametrize(("argv", "match"), [
     (["--semantics", "sglang"], "for the vllm model"),
-    (["--async-scheduling"], "--async-scheduling is not modelled"),
+    (["--schedule", "serial", "--async-scheduling"], "--async-scheduling sets the engine's scheduler"),
+    (["--schedule", "model", "--step-time", "0.02,0.001"], "--step-time sets the engine's scheduler"),
+    (["--schedule", "serial", "--max-num-seqs", "8"], "--max-num-seqs sets the engine's scheduler"),
     (["--step-time", "0.02"], "--step-time must be FIXED_S,PER_TOKEN_S"),
     (["--workers", "2"], "--workers is not modelled"),
 ])
