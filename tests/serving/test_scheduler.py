@@ -18,6 +18,7 @@ from naive import run_stackdist
 from traces_random import random_trace, write_mooncake
 
 from stackdist.serving.scheduler import SchedulerSettings, simulate_scheduler
+from stackdist.traces import RequestTrace
 from stackdist.traces.stream_input import read_as_requests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,3 +183,22 @@ def test_equal_to_the_engine_on_the_real_trace(run: dict, tmp_path: Path) -> Non
             want = np.array([float(r[f"{name}_{pool}"]) for r in rows])
             assert np.abs(getattr(result, name)[i] - want).max() < 1e-6
 
+
+
+def test_keeps_up_and_by_how_much() -> None:
+    """One 32-token request a second, no decode: a step of 0.5 s keeps up (no queue); a step of
+    2 s serves one request per 2 s, so the queue grows by a second per request and the deployment
+    serves about half the arrival rate; the tokens and GPU time are what the steps add up to."""
+    from stackdist.planning.engine_plan import load_summary
+
+    n = 40
+    t = RequestTrace.from_blocks([[i, 1000 + i] for i in range(n)], block_size=16)  # one request per second
+    counted = np.ones(n, bool)
+    light = simulate_scheduler(t, [100], False, SchedulerSettings(max_num_seqs=1, step_fixed_s=0.5, step_per_token_s=0.0))
+    heavy = simulate_scheduler(t, [100], False, SchedulerSettings(max_num_seqs=1, step_fixed_s=2.0, step_per_token_s=0.0))
+    ok, bad = load_summary(light, 0, counted, t), load_summary(heavy, 0, counted, t)
+    assert ok["keeps_up"] and ok["queue_s"]["mean"] == 0 and ok["recomputed_tokens"] == 0
+    assert not bad["keeps_up"] and bad["queue_s"]["p99"] > 30
+    assert bad["served_fraction"] == pytest.approx((n - 1) / (2.0 * n), rel=1e-9)  # 39 s of arrivals, 80 s to serve
+    assert heavy.busy_s[0] == pytest.approx(2.0 * n) and heavy.scheduled_tokens[0] == 32 * n
+    assert bad["prompt_tokens_per_s"] == pytest.approx(32 * n / (2.0 * n))
