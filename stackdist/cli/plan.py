@@ -528,8 +528,9 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
 
 
 def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...], trace: Any, ttft: Any, decode: bool) -> Any:
-    """``--schedule scheduler``'s settings; refused for models without a scheduler model, with
-    workers, a shared tier, offload tiers or decode reuse (not modelled)."""
+    """``--schedule scheduler``'s settings; refused for models without a scheduler model, with a
+    router that needs the workers' schedulers jointly, a shared tier, offload tiers or decode
+    reuse (not modelled)."""
     from stackdist.serving.scheduler import SchedulerSettings
 
     able = _able("scheduler")
@@ -537,7 +538,12 @@ def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...], trace
     if bad or not models:
         raise UsageError(f"--schedule scheduler models the engine's own scheduler for the {_either(able)} model; "
                          f"got --semantics {','.join(args.semantics)}.")
-    for flag, asked in (("--workers", args.workers != "one"), ("--shared-blocks", args.shared_blocks is not None),
+    from stackdist.planning.engine_plan import STATIC_ROUTERS
+
+    if args.workers not in ("one", "recorded") and args.router not in STATIC_ROUTERS:
+        raise UsageError(f"--schedule scheduler with --workers: --router must be one of {', '.join(STATIC_ROUTERS)} (each "
+                         f"worker runs its own scheduler; {args.router} would need them jointly); got {args.router}.")
+    for flag, asked in (("--shared-blocks", args.shared_blocks is not None),
                         ("--offload", bool(args.offload)), ("--decode-reuse", args.decode_reuse)):
         if asked:
             raise UsageError(f"--schedule scheduler: {flag} is not modelled with the scheduler yet.")

@@ -45,7 +45,9 @@ from .schema import ClusterPlan, ClusterPoolRow, ClusterWorkerRow, RoutingWorthR
 __all__ = [
     "ONE_CACHE",
     "ROUTERS",
+    "STATIC_ROUTERS",
     "EngineOptions",
+    "LoadCluster",
     "LoadResult",
     "ModelCluster",
     "assign_workers",
@@ -54,6 +56,7 @@ __all__ = [
     "default_pools",
     "engine_section",
     "load_summary",
+    "merge_loads",
     "model_cluster_section",
     "parse_pools",
     "per_request_columns",
@@ -194,7 +197,7 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
     K pools jointly (:mod:`stackdist.serving.routed`); with K > 1 and ``compare_routers`` also
     every router and one pool of K x N (what routing is worth)."""
     pools = tuple(options.pools) or default_pools(trace, options.engine_block_size)
-    if options.schedule == "scheduler":  # the engine's own scheduler under load, one worker
+    if options.schedule == "scheduler":  # the engine's own scheduler under load, one per worker
         return {model: _scheduler_run(model, trace, options, pools, progress) for model in options.models}
     schedule = schedule_for(trace, options)
     kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
@@ -229,18 +232,75 @@ class LoadResult(ServingResult):
     load: SchedulerResult | None = None
 
 
+STATIC_ROUTERS = ("round-robin", "random", "session", "prefix-hash")
+"""The routers whose choice does not depend on the workers' state: under the scheduler each
+worker runs its requests alone (least-loaded and kv-aware would need the schedulers jointly)."""
+
+
 def _scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools: tuple[int | None, ...],
-                   progress: Any) -> LoadResult:
+                   progress: Any) -> LoadResult | LoadCluster:
+    """The model under its scheduler at every pool: one worker, or K workers behind a static
+    router (each its requests, at their own arrival times, with its own pool and scheduler)."""
     spec = engine_model(model)
-    if progress is not None:
-        progress(f"{model} model under its scheduler, {len(pools)} pool sizes")
     settings = options.scheduler or SchedulerSettings()
-    load = spec.simulate_scheduler(trace, pools, options.decode, settings)
     written = trace.input_length + (np.maximum(trace.output_length, 1) - 1 if options.decode else 0)
     smallest = int((-(-written // options.engine_block_size)).max(initial=0)) + 1
-    failed = load.failed_request
-    return LoadResult(model, load.pools, load.hit_tokens, failed, smallest if (failed >= 0).any() else None,
-                      "scheduler", True, load=load)
+    if options.workers == "one":
+        if progress is not None:
+            progress(f"{model} model under its scheduler, {len(pools)} pool sizes")
+        load = spec.simulate_scheduler(trace, pools, options.decode, settings)
+        return LoadResult(model, load.pools, load.hit_tokens, load.failed_request,
+                          smallest if (load.failed_request >= 0).any() else None, "scheduler", True, load=load)
+    if options.workers != "recorded" and options.router not in STATIC_ROUTERS:
+        raise ValueError(f"under the scheduler the router must be one of {', '.join(STATIC_ROUTERS)} (each worker "
+                         f"runs its own scheduler; {options.router} would need them jointly)")
+    workers = assign_workers(trace, options, Schedule.serial(trace.n_requests))
+    ids = np.unique(workers)
+    if progress is not None:
+        progress(f"{model} model under its scheduler, {len(pools)} pool sizes, {ids.size} worker(s)")
+    arrival = trace.timestamps_s - (trace.timestamps_s[0] if trace.n_requests else 0.0)
+    parts = []
+    for w in ids.tolist():
+        index = np.flatnonzero(workers == w)
+        sub = trace if index.size == trace.n_requests else trace.select(index)
+        parts.append((index, spec.simulate_scheduler(sub, pools, options.decode, settings, arrival_s=arrival[index])))
+    load = merge_loads(parts, trace.n_requests, int(options.workers) if isinstance(options.workers, int) else ids.size)
+    result = ServingResult(model, load.pools, load.hit_tokens, load.failed_request,
+                           smallest if (load.failed_request >= 0).any() else None, "scheduler", True)
+    cluster = _static_cluster(model, result, trace, options, Schedule.serial(trace.n_requests), workers, force=True)
+    return LoadCluster(**vars(result), cluster=cluster, load=load)
+
+
+def merge_loads(parts: list[tuple[np.ndarray, SchedulerResult]], n: int, workers: int) -> SchedulerResult:
+    """Per-worker scheduler runs as one over all ``n`` requests (rows by request index): a pool is
+    feasible iff it is on every worker; GPU time and tokens add up; ``workers`` GPUs.
+
+    >>> from stackdist.serving.scheduler import simulate_scheduler
+    >>> t = RequestTrace.from_blocks([[1], [2]], block_size=16, last_tokens=[8, 8])
+    >>> a, b = (simulate_scheduler(t.select(np.array([i])), [4], False, arrival_s=np.array([float(i)])) for i in (0, 1))
+    >>> m = merge_loads([(np.array([0]), a), (np.array([1]), b)], 2, 2)
+    >>> m.workers, m.scheduled_tokens.tolist()
+    (2, [16])
+    """
+    first = parts[0][1]
+    k = len(first.pools)
+    hits, pre = np.full((k, n), -1, np.int64), np.full((k, n), -1, np.int64)
+    queue, tok, fin = (np.full((k, n), np.nan) for _ in range(3))
+    failed = np.full(k, -1, np.int64)
+    busy, tokens = np.zeros(k), np.zeros(k, np.int64)
+    for index, r in parts:
+        hits[:, index], pre[:, index] = r.hit_tokens, r.preemptions
+        queue[:, index], tok[:, index], fin[:, index] = r.queue_s, r.first_token_s, r.finish_s
+        busy += r.busy_s
+        tokens += r.scheduled_tokens
+        for i, f in enumerate(r.failed_request.tolist()):
+            if f >= 0 and (failed[i] < 0 or index[f] < failed[i]):
+                failed[i] = index[f]
+    bad = failed >= 0
+    hits[bad], pre[bad], queue[bad], tok[bad], fin[bad] = -1, -1, np.nan, np.nan, np.nan
+    busy[bad], tokens[bad] = np.nan, -1
+    return dataclasses.replace(first, hit_tokens=hits, preemptions=pre, queue_s=queue, first_token_s=tok, finish_s=fin,
+                               failed_request=failed, busy_s=busy, scheduled_tokens=tokens, workers=workers)
 
 
 CAPABILITIES = {"decode_reuse": "decode reuse", "tiers": "a shared tier", "routing": "the kv-aware router"}
@@ -372,6 +432,14 @@ class ModelCluster(ServingResult):
     worth: dict[str, ClusterResult] | None = None
 
 
+@dataclass(frozen=True)
+class LoadCluster(ModelCluster):
+    """An engine model under its own scheduler on K workers behind a static router: each worker
+    its own pool and scheduler; :class:`ModelCluster` plus the merged per-request ``load``."""
+
+    load: SchedulerResult | None = None
+
+
 def _merge(parts: list[tuple[np.ndarray, ServingResult]], n: int) -> ServingResult:
     """Per-worker results as one: a pool is feasible iff it is on every worker (the pool is per
     worker); the smallest feasible pool is the largest of the workers' own."""
@@ -465,7 +533,9 @@ def model_cluster_section(result: ModelCluster, trace: RequestTrace, options: En
     weight = options.overlap_weight
     return ClusterPlan(
         semantics=result.engine, workers=cluster.workers, router=cluster.router, worker_labels=labels,
-        order="the model's schedule: every worker's pool as the engine runs it, one event order",
+        order=("each worker's own scheduler under load, its requests at their arrival times"
+               if isinstance(result, LoadCluster) else
+               "the model's schedule: every worker's pool as the engine runs it, one event order"),
         pool_unit=f"gpu_blocks: each worker's pool in the engine's count ({result.engine}); shared_blocks: "
                   f"{options.engine_block_size}-token pages",
         shared_tier=("one LRU for all workers; after the GPU prefix hit the hit continues in it; the full prompt "
@@ -567,14 +637,14 @@ def load_summary(load: SchedulerResult, i: int, mask: np.ndarray, trace: Request
     arrivals = float(arrival.max()) if trace.n_requests else 0.0
     outputs = np.maximum(trace.output_length, 1) if load.decode else np.ones(trace.n_requests, np.int64)
     first_work = int((trace.input_length - load.hit_tokens[i]).sum() + (outputs - 1).sum())
-    busy = float(load.busy_s[i])
+    busy = float(load.busy_s[i]) / max(load.workers, 1)  # per GPU
     order = np.argsort(arrival[mask], kind="stable")
     tenths = [float(x.mean()) for x in np.array_split(queue[order], 10) if x.size] or [0.0]
     early, late = tenths[0], tenths[-1]
     return {"preemptions": int(load.preemptions[i][mask].sum()),
             "requests_preempted": int(np.count_nonzero(load.preemptions[i][mask])),
             "queue_s": pct(queue), "ttft_s": pct(ttft),
-            "span_s": span, "arrivals_span_s": arrivals, "busy_s": busy,
+            "span_s": span, "arrivals_span_s": arrivals, "busy_s": busy, "workers": load.workers,
             "gpu_busy_fraction": busy / span if span > 0 else None,
             "served_fraction": arrivals / span if span > 0 and arrivals > 0 else None,
             "prompt_tokens_per_s": float(trace.input_length.sum()) / span if span > 0 else None,
@@ -602,12 +672,7 @@ def per_request_columns(result: ServingResult | ClusterResult) -> list[tuple[str
         assert isinstance(result, ServingResult)
         ok = [(i, _pool_label(pool)) for i, pool in enumerate(result.pools) if result.failed_request[i] < 0]
         plain = [(f"hit_tokens_{label}", result.hit_tokens[i]) for i, label in ok]
-        load = getattr(result, "load", None)
-        if load is not None:  # under the scheduler: per pool its preemptions and times
-            for name in ("preemptions", "queue_s", "first_token_s", "finish_s"):
-                plain += [(f"{name}_{label}", np.round(getattr(load, name)[i], 6) if name != "preemptions"
-                           else getattr(load, name)[i]) for i, label in ok]
-        return plain
+        return plain + _load_columns(result, ok)
     columns: list[tuple[str, np.ndarray]] = []
     for pool in dict.fromkeys(g for g, _ in cluster.pools):
         rows = [j for j, (g, _) in enumerate(cluster.pools) if g == pool]
@@ -618,8 +683,19 @@ def per_request_columns(result: ServingResult | ClusterResult) -> list[tuple[str
         columns.append((f"hit_tokens_{_pool_label(pool)}", cluster.gpu_hit_tokens[rows[0]]))
         columns += [(f"shared_hit_tokens_{_pool_label(pool)}_{_pool_label(cluster.pools[j][1])}", cluster.shared_hit_tokens[j])
                     for j in rows if cluster.pools[j][1] != 0]
+    if isinstance(result, ServingResult):  # under the scheduler on K workers
+        columns += _load_columns(result, [(i, _pool_label(p)) for i, p in enumerate(result.pools)
+                                          if result.failed_request[i] < 0])
     return columns
 
+
+def _load_columns(result: ServingResult, ok: list[tuple[int, int | str]]) -> list[tuple[str, np.ndarray]]:
+    """Under the scheduler, per feasible pool: preemptions, queue, first-token and finish times."""
+    load = getattr(result, "load", None)
+    if load is None:
+        return []
+    return [(f"{name}_{label}", np.round(getattr(load, name)[i], 6) if name != "preemptions" else getattr(load, name)[i])
+            for name in ("preemptions", "queue_s", "first_token_s", "finish_s") for i, label in ok]
 
 def per_request_workers(result: ServingResult | ClusterResult) -> np.ndarray | None:
     """The ``worker`` column of a cluster run: the index each request was routed to (the same at

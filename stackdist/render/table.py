@@ -172,7 +172,8 @@ def _throughput(load: Any) -> str:
     """The scheduler's GPU time, what it serves per second against what the arrivals ask, and
     (when it does not keep up) by how much."""
     busy, served = load.get("gpu_busy_fraction"), load.get("served_fraction")
-    text = (f"GPU busy {load['busy_s']:,.1f} s of {load['span_s']:,.1f} s"
+    per = f" per GPU ({load['workers']} GPUs, one scheduler each)" if load.get("workers", 1) > 1 else ""
+    text = (f"GPU busy {load['busy_s']:,.1f} s of {load['span_s']:,.1f} s{per}"
             + (f" ({busy:.0%})" if busy is not None else "")
             + (f"; serves {load['prompt_tokens_per_s']:,.0f} prompt tokens/s (the arrivals ask "
                f"{load['demand_prompt_tokens_per_s']:,.0f}) and {load['output_tokens_per_s']:,.0f} output tokens/s"

@@ -40,6 +40,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from stackdist.traces import RequestTrace
 
     from .pages import EnginePages
@@ -107,8 +109,9 @@ class EngineModel(ABC):
         ``schedule`` a :class:`.Schedule`, ``"serial"`` or ``"model"``. Complexity: the model's."""
 
     def simulate_scheduler(self, trace: RequestTrace, pools: Sequence[int | None], decode: bool,
-                           settings: SchedulerSettings) -> SchedulerResult:
-        """The engine's own scheduler under load at each pool; only for models with ``supports_scheduler``."""
+                           settings: SchedulerSettings, arrival_s: np.ndarray | None = None) -> SchedulerResult:
+        """The engine's own scheduler under load at each pool, arrivals from the trace's
+        timestamps unless ``arrival_s`` is given; only for models with ``supports_scheduler``."""
         raise NotImplementedError(f"the {self.name} model has no scheduler model")
 
     def __repr__(self) -> str:

@@ -82,7 +82,7 @@ class SchedulerResult:
     times from arrival; a pool that cannot hold some request has -1 / NaN rows and
     ``failed_request`` set (the engine would never admit it). Per pool: ``busy_s``, the GPU time
     of all steps, and ``scheduled_tokens``, every token computed (recomputation after preemption
-    included)."""
+    included); ``workers``: GPUs (schedulers) the rows come from."""
 
     pools: tuple[int | None, ...]
     hit_tokens: np.ndarray
@@ -95,6 +95,7 @@ class SchedulerResult:
     busy_s: np.ndarray
     scheduled_tokens: np.ndarray
     decode: bool = True
+    workers: int = 1
 
 
 class _Req:

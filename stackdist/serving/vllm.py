@@ -553,8 +553,8 @@ class VllmModel(EngineModel):
         return simulate_vllm(trace, pools, schedule, decode, page_tokens, threads)
 
     def simulate_scheduler(self, trace: RequestTrace, pools: Sequence[int | None], decode: bool,
-                           settings: SchedulerSettings) -> SchedulerResult:
-        return simulate_scheduler(trace, pools, decode, settings)
+                           settings: SchedulerSettings, arrival_s: np.ndarray | None = None) -> SchedulerResult:
+        return simulate_scheduler(trace, pools, decode, settings, arrival_s)
 
 
 VLLM = register_engine_model(VllmModel())

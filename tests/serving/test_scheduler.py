@@ -148,7 +148,9 @@ def test_plan_interface_equals_the_engine(capsys, tmp_path: Path, file: str) -> 
     (["--schedule", "model", "--step-time", "0.02,0.001"], "--step-time sets the engine's scheduler"),
     (["--schedule", "serial", "--max-num-seqs", "8"], "--max-num-seqs sets the engine's scheduler"),
     (["--step-time", "0.02"], "--step-time must be FIXED_S,PER_TOKEN_S"),
-    (["--workers", "2"], "--workers is not modelled"),
+    (["--workers", "2", "--router", "kv-aware"], "--router must be one of round-robin, random, session, prefix-hash"),
+    (["--workers", "2", "--router", "least-loaded"], "least-loaded would need them jointly"),
+    (["--offload", "vllm-native:cpu=100blocks"], "--offload is modelled on the serial schedule only"),
 ])
 def test_plan_refusals(capsys, argv: list[str], match: str) -> None:
     code, _, err = run_stackdist(capsys, "plan", DATA / "gen_chat_b16.jsonl", "--block-size", 16, "--gpu-blocks", 100,
@@ -202,3 +204,29 @@ def test_keeps_up_and_by_how_much() -> None:
     assert bad["served_fraction"] == pytest.approx((n - 1) / (2.0 * n), rel=1e-9)  # 39 s of arrivals, 80 s to serve
     assert heavy.busy_s[0] == pytest.approx(2.0 * n) and heavy.scheduled_tokens[0] == 32 * n
     assert bad["prompt_tokens_per_s"] == pytest.approx(32 * n / (2.0 * n))
+
+
+@pytest.mark.parametrize("router", ["round-robin", "session"])
+def test_workers_each_run_their_own_scheduler(capsys, tmp_path: Path, router: str) -> None:
+    """--workers K behind a static router: every request's row is what one scheduler gives on its
+    worker's requests alone, at their own arrival times; the table counts K GPUs."""
+    trace_path = DATA / "gen_chat_b16.jsonl"
+    out = tmp_path / "pr.csv"
+    code, text, err = run_stackdist(capsys, "plan", trace_path, "--block-size", 16, "--semantics", "vllm",
+                                    "--gpu-blocks", "48,100", "--schedule", "scheduler", "--workers", 3, "--router",
+                                    router, "--per-request", out)
+    assert code == 0, err
+    assert "3 GPUs, one scheduler each" in text and "each worker's own scheduler under load" in text
+    rows = list(csv.DictReader(out.open()))
+    trace = read_as_requests([str(trace_path)], "mooncake", 16, False, True)
+    workers = np.array([int(r["worker"]) for r in rows])
+    assert len(np.unique(workers)) > 1
+    arrival = trace.timestamps_s - trace.timestamps_s[0]
+    for w in np.unique(workers):
+        index = np.flatnonzero(workers == w)
+        alone = simulate_scheduler(trace.select(index), [48, 100], True, arrival_s=arrival[index])
+        for i, pool in enumerate((48, 100)):
+            assert [int(rows[j][f"hit_tokens_{pool}"]) for j in index] == alone.hit_tokens[i].tolist()
+            assert [int(rows[j][f"preemptions_{pool}"]) for j in index] == alone.preemptions[i].tolist()
+            got = np.array([float(rows[j][f"first_token_s_{pool}"]) for j in index])
+            assert np.abs(got - alone.first_token_s[i]).max() < 1e-6
