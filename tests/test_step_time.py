@@ -104,3 +104,18 @@ def test_budget_ttft_comes_from_the_scheduler(capsys, tmp_path: Path) -> None:
         want = simulate_scheduler(trace, [row["pool"]], True, settings).first_token_s[0]
         assert row["ttft"]["under_load"] and row["ttft"]["p50_ms"] == pytest.approx(np.percentile(want, 50) * 1e3)
         assert row["ttft"]["p99_ms"] == pytest.approx(np.percentile(want, 99) * 1e3)
+
+
+def test_pooled_replicas_get_no_ttft_under_load(capsys, tmp_path: Path) -> None:
+    """The HBM of N replicas as one pool is no deployment to put under load: its row says so
+    instead of a TTFT, with one worker or N; the 1-replica row has one."""
+    for extra in ([], ["--workers", "2"]):
+        out = tmp_path / "plan.json"
+        code, text, err = run_stackdist(capsys, "plan", CHAT, "--block-size", 16, "--semantics", "vllm", "--schedule",
+                                        "scheduler", "--gpu", "h200", "--gpus", "2", "--json", out, *extra)
+        assert code == 0, err
+        rows = json.loads(out.read_text())["budgets"]["rows"]
+        pooled = next(r for r in rows if r["budget"] == "HBM of 2 replicas")["engine_models"]["vllm"]
+        single = next(r for r in rows if r["budget"] == "HBM of 1 replica")["engine_models"]["vllm"]
+        assert pooled["ttft"] is None and "idealized cache" in pooled["ttft_not_given"] and "idealized" in text
+        assert single["ttft"]["under_load"] and "ttft_not_given" not in single

@@ -72,11 +72,13 @@ BUDGET_UNITS = ("bytes: B, KB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (
 
 @dataclass(frozen=True)
 class Budget:
-    """One size the user asked about: ``unit`` is bytes, tokens or blocks (of the trace)."""
+    """One size the user asked about: ``unit`` is bytes, tokens or blocks (of the trace);
+    ``replicas`` > 1: the HBM of that many replicas taken as one cache."""
 
     label: str
     unit: str
     amount: int
+    replicas: int = 1
 
 
 def parse_budgets(text: str, flag: str = "--capacity") -> tuple[Budget, ...]:
@@ -177,7 +179,7 @@ def _semantics_row(replay: PrefixReplay, counted: np.ndarray, cap: dict[str, Any
 
 
 def _engine_row(result: ServingResult, cap: dict[str, Any], counted: np.ndarray, trace: RequestTrace,
-                options: BudgetOptions) -> dict[str, Any] | None:
+                options: BudgetOptions, replicas: int = 1) -> dict[str, Any] | None:
     pool = cap[engine_model(result.engine).budget_key]
     if pool not in result.pools:
         return None
@@ -190,7 +192,12 @@ def _engine_row(result: ServingResult, cap: dict[str, Any], counted: np.ndarray,
                    prefix_token_hit_rate=int(hits[counted].sum()) / inputs if inputs else 0.0,
                    ttft=_ttft(options, trace, counted, hits))
         load = getattr(result, "load", None)
-        if load is not None:  # under the engine's scheduler: its first-token times, queueing included
+        if load is not None and replicas > 1:  # one pool of N replicas' HBM is no deployment to load
+            row["ttft"] = None
+            row["ttft_not_given"] = (f"the {replicas} replicas' HBM as one pool is an idealized cache, not a "
+                                     f"deployment: under load each replica has its own pool and scheduler (the "
+                                     f"1-replica row with --workers {replicas})")
+        elif load is not None:  # under the engine's scheduler: its first-token times, queueing included
             from .engine_plan import load_summary
 
             summary = load_summary(load, i, counted, trace)
@@ -235,7 +242,8 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
         hbm_blocks = pool["kv_tokens_all_replicas"] // trace.block_size
         budgets.insert(0, Budget("HBM of 1 replica", "tokens", max(pool["kv_tokens"], 1)))
         if pool["replicas"] > 1:
-            budgets.insert(1, Budget(f"HBM of {pool['replicas']} replicas", "tokens", max(pool["kv_tokens_all_replicas"], 1)))
+            budgets.insert(1, Budget(f"HBM of {pool['replicas']} replicas", "tokens", max(pool["kv_tokens_all_replicas"], 1),
+                                     pool["replicas"]))
         if replays:
             name = "engine" if "engine" in replays else next(iter(replays))
             out["requirements"] = {"semantics": name, "assumes": "all replicas' HBM as one cache (prefix-aware routing)",
@@ -248,7 +256,7 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
         for name, replay in replays.items():
             row["semantics"][name] = _semantics_row(replay, counted, cap, options, hbm_blocks)
         for name, result in (engine_results or {}).items():
-            engine_row = _engine_row(result, cap, counted, trace, options)
+            engine_row = _engine_row(result, cap, counted, trace, options, budget.replicas)
             if engine_row is not None:
                 row["engine_models"][name] = engine_row
         rows.append(row)

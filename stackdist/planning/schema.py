@@ -214,6 +214,7 @@ class BudgetEngineRow(TypedDict, total=False):
     hit_tokens: int
     prefix_token_hit_rate: float
     ttft: TTFTSummary | TTFTUnderLoad | None
+    ttft_not_given: str
 
 
 class BudgetRow(TypedDict):

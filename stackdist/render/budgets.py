@@ -78,5 +78,6 @@ def budget_lines(section: Budgets) -> list[str]:
                 lines.append(f"    {name:<11} pool {e['pool']:,}: infeasible (the requests running at once do not fit)")
                 continue
             lines.append(f"    {name:<11} pool {e['pool']:,}: prefix token hit rate {e['prefix_token_hit_rate']:7.2%}, "
-                         f"{e['hit_tokens']:,} tokens saved{_ttft(e.get('ttft'))}")
+                         f"{e['hit_tokens']:,} tokens saved{_ttft(e.get('ttft'))}"
+                         + (f"  (no TTFT under load: {e['ttft_not_given']})" if e.get("ttft_not_given") else ""))
     return lines
