@@ -196,7 +196,7 @@ def _engine_row(result: ServingResult, cap: dict[str, Any], counted: np.ndarray,
             row["ttft"] = None
             row["ttft_not_given"] = (f"the {replicas} replicas' HBM as one pool is an idealized cache, not a "
                                      f"deployment: under load each replica has its own pool and scheduler (the "
-                                     f"1-replica row with --workers {replicas})")
+                                     f"1-replica row, with the scheduler on {replicas} workers)")
         elif load is not None:  # under the engine's scheduler: its first-token times, queueing included
             from .engine_plan import load_summary
 
