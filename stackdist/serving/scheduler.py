@@ -217,14 +217,9 @@ class _Pool:
 def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool,
          s: SchedulerSettings) -> tuple[list[_Req], float, int]:
     """The sync engine loop: the requests, the GPU time of all steps and the tokens scheduled."""
-    B = pages.page_tokens
-    reqs = []
-    for r in range(pages.n_requests):
-        P = int(pages.input_tokens[r])
-        keys = pages.key[pages.offsets[r]:pages.offsets[r] + P // B].tolist()
-        reqs.append(_Req(r, keys, P, max(int(pages.output_tokens[r]), 1) if decode else 1))
+    reqs = _requests(pages, decode)
     order = sorted(range(len(reqs)), key=lambda i: (float(arrival[i]), i))
-    pool = _Pool(n_blocks, B)
+    pool = _Pool(n_blocks, pages.page_tokens)
     waiting: deque[_Req] = deque()
     running: list[_Req] = []
     clock, nxt, done = 0.0, 0, 0
@@ -236,47 +231,7 @@ def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool,
         if not waiting and not running:
             clock = float(arrival[order[nxt]])
             continue
-        budget = s.max_num_batched_tokens
-        scheduled: dict[_Req, int] = {}
-        preempted = False
-        i = 0
-        while i < len(running) and budget > 0:
-            q = running[i]
-            n = min(q.num_tokens - q.computed, budget)
-            if n == 0:
-                i += 1
-                continue
-            ok = pool.allocate(q, n, [], False)
-            while not ok:
-                victim = running.pop()
-                pool.release(victim)
-                victim.computed = 0
-                victim.preemptions += 1
-                waiting.appendleft(victim)
-                preempted = True
-                if victim is q:
-                    break
-                ok = pool.allocate(q, n, [], False)
-            if not ok:
-                break
-            scheduled[q] = n
-            budget -= n
-            i += 1
-        if not preempted:
-            while waiting and budget > 0 and len(running) < s.max_num_seqs:
-                q = waiting[0]
-                comp = pool.lookup(q)
-                hit = len(comp) * B
-                n = min(q.num_tokens - hit, budget)
-                if not pool.allocate(q, n, comp, True):
-                    break
-                waiting.popleft()
-                running.append(q)
-                q.computed = hit
-                if q.first_hit < 0:
-                    q.first_hit, q.first_sched = hit, clock
-                scheduled[q] = n
-                budget -= n
+        scheduled = _schedule(pool, running, waiting, s, clock)
         total = sum(scheduled.values())
         if total == 0:
             raise RuntimeError("the scheduler model scheduled nothing in a step (a request that cannot fit)")
@@ -322,36 +277,12 @@ def _requests(pages: EnginePages, decode: bool) -> list[_Req]:
     return out
 
 
-def _schedule_async(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: SchedulerSettings,
-                    start: float) -> tuple[dict[_Req, int], set[_Req]]:
-    """One ``AsyncScheduler.schedule()``: the tokens scheduled per request (in vLLM's order) and
-    the requests that sample a token in this batch. ``start``: the batch's start on the GPU (the
-    driver's ``queue_s`` reference for a first admission).
-
-    Differences from the sync step of ``_run`` (with ``placeholders`` 0 they vanish):
-
-    - the running loop skips a request whose in-flight batch already carries its last token:
-      ``num_output_placeholders > 0 and num_computed_tokens + 2 - num_output_placeholders >=
-      num_prompt_tokens + max_tokens`` (``v1/core/sched/scheduler.py:800-814``); it still runs
-      (holds its blocks, counts in ``max_num_seqs``, can be the preemption victim);
-    - a running request's new tokens are ``num_tokens + num_output_placeholders -
-      num_computed_tokens`` (``scheduler.py:839-843``): a decode schedules the slot of the token
-      still in flight; the max_model_len cap (``:852-857``) never binds (the driver's
-      max_model_len is the largest prompt + output + 16);
-    - preemption (``_preempt_request``, ``scheduler.py:1799-1843``) also sets
-      ``num_stale_output_tokens = num_in_flight_tokens`` and ``num_output_placeholders = 0``
-      (``:1832-1836``); the victim's in-flight output is still delivered (``update_from_output``);
-    - a waiting request with stale output in flight is skipped, not admitted (``:1084-1089``).
-      With a batch queue of 2 this never happens: ``schedule()`` runs with at most one batch in
-      flight (``v1/engine/core.py:730``, ``:764-769``), a preemption can only hit tokens of that
-      batch, and the engine pops that batch (the queue is then full) before the next
-      ``schedule()``; the model asserts it;
-    - after the loops (``_update_after_schedule``, ``scheduler.py:1845-1866`` and
-      ``async_scheduler.py:24-46``): ``num_computed_tokens`` and ``num_in_flight_tokens`` grow by
-      the scheduled tokens; a request that is no longer a prefill chunk (``num_computed_tokens >=
-      num_tokens + num_output_placeholders``) samples a token in this batch and gets one more
-      placeholder.
-    """
+def _schedule(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: SchedulerSettings,
+              start: float) -> dict[_Req, int]:
+    """The two loops of one ``schedule()``, sync or async (the async rules, explained in
+    :func:`_schedule_async`, are no-ops without output placeholders): the running requests, then
+    (when nobody was preempted) the head of the waiting queue; the tokens scheduled per request,
+    in vLLM's order. ``start``: the step's start (a first admission's ``first_sched``)."""
     B = pool.page
     budget = s.max_num_batched_tokens
     scheduled: dict[_Req, int] = {}
@@ -401,6 +332,40 @@ def _schedule_async(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: S
                 q.first_hit, q.first_sched = hit, start
             scheduled[q] = n
             budget -= n
+    return scheduled
+
+
+def _schedule_async(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: SchedulerSettings,
+                    start: float) -> tuple[dict[_Req, int], set[_Req]]:
+    """One ``AsyncScheduler.schedule()``: the tokens scheduled per request (in vLLM's order) and
+    the requests that sample a token in this batch. ``start``: the batch's start on the GPU (the
+    driver's ``queue_s`` reference for a first admission).
+
+    The loops are :func:`_schedule`'s; what async changes there (with ``placeholders`` 0 it vanishes):
+
+    - the running loop skips a request whose in-flight batch already carries its last token:
+      ``num_output_placeholders > 0 and num_computed_tokens + 2 - num_output_placeholders >=
+      num_prompt_tokens + max_tokens`` (``v1/core/sched/scheduler.py:800-814``); it still runs
+      (holds its blocks, counts in ``max_num_seqs``, can be the preemption victim);
+    - a running request's new tokens are ``num_tokens + num_output_placeholders -
+      num_computed_tokens`` (``scheduler.py:839-843``): a decode schedules the slot of the token
+      still in flight; the max_model_len cap (``:852-857``) never binds (the driver's
+      max_model_len is the largest prompt + output + 16);
+    - preemption (``_preempt_request``, ``scheduler.py:1799-1843``) also sets
+      ``num_stale_output_tokens = num_in_flight_tokens`` and ``num_output_placeholders = 0``
+      (``:1832-1836``); the victim's in-flight output is still delivered (``update_from_output``);
+    - a waiting request with stale output in flight is skipped, not admitted (``:1084-1089``).
+      With a batch queue of 2 this never happens: ``schedule()`` runs with at most one batch in
+      flight (``v1/engine/core.py:730``, ``:764-769``), a preemption can only hit tokens of that
+      batch, and the engine pops that batch (the queue is then full) before the next
+      ``schedule()``; the model asserts it;
+    - after the loops (``_update_after_schedule``, ``scheduler.py:1845-1866`` and
+      ``async_scheduler.py:24-46``): ``num_computed_tokens`` and ``num_in_flight_tokens`` grow by
+      the scheduled tokens; a request that is no longer a prefill chunk (``num_computed_tokens >=
+      num_tokens + num_output_placeholders``) samples a token in this batch and gets one more
+      placeholder.
+    """
+    scheduled = _schedule(pool, running, waiting, s, start)
     samplers = set()
     for q, n in scheduled.items():  # _update_after_schedule
         q.computed += n
