@@ -208,6 +208,19 @@ def vllm(out: str) -> None:
     _stackdist("plan", MOONCAKE, "--semantics", "vllm", "--reblock", "16", "--json", os.path.join(out, "n.json"))
 
 
+def scheduler(out: str) -> None:
+    """vLLM's scheduler under load (the compiled sync and async kernel: one signature)."""
+    _stackdist("plan", MOONCAKE, "--semantics", "vllm", "--schedule", "scheduler", "--async-scheduling",
+               "--json", os.path.join(out, "s.json"))
+
+
+def offload(out: str) -> None:
+    """The offload tiers behind vLLM: vLLM's native CPU tier (lru and arc), LMCache's CPU and disk."""
+    for spec in ("vllm-native:cpu=64blocks", "vllm-native:cpu=64blocks,policy=arc", "lmcache:cpu=8chunks,disk=16chunks"):
+        _stackdist("plan", MOONCAKE, "--semantics", "vllm", "--gpu-blocks", "2000", "--offload", spec,
+                   "--json", os.path.join(out, "u.json"))
+
+
 def sglang(out: str) -> None:
     """The SGLang radix-tree model."""
     _stackdist("plan", MOONCAKE, "--semantics", "sglang", "--json", os.path.join(out, "o.json"))
@@ -269,6 +282,8 @@ TASKS: list[tuple[str, Callable[[str], None], tuple[str, ...]]] = [
     ("stream", stream, ("sized_curve",)),
     ("key_stream", key_stream, ("unit_curve",)),
     ("sampled_plan", sampled_plan, ("plan", "sampling")),
+    ("scheduler", scheduler, ("vllm",)),
+    ("offload", offload, ("vllm",)),
 ]
 
 
