@@ -61,6 +61,7 @@ __all__ = [
     "parse_pools",
     "per_request_columns",
     "per_request_workers",
+    "routing_balance",
     "routing_worth_rows",
     "run_engine_models",
     "schedule_for",
@@ -486,12 +487,44 @@ def cluster_pool_row(result: ClusterResult, i: int, mask: np.ndarray, inputs: np
                                         prefix_token_hit_rate=hits / tokens if tokens else 0.0))
     g_hits, s_hits = int(gpu[mask].sum()), int(shared[mask].sum())
     c, s = result.pools[i]
+    share, warning = routing_balance(result.worker[i][mask], result.workers, str(result.router))
     return ClusterPoolRow(
         gpu_blocks=_label(c), shared_blocks=_label(s), gpu_gib_per_worker=_gib(c, bytes_per_block),
         shared_gib=_gib(s, bytes_per_block), hit_tokens=g_hits + s_hits, gpu_hit_tokens=g_hits, shared_hit_tokens=s_hits,
         prefix_token_hit_rate=(g_hits + s_hits) / total if total else 0.0,
         gpu_token_hit_rate=g_hits / total if total else 0.0, shared_token_hit_rate=s_hits / total if total else 0.0,
-        requests_with_hits=int(np.count_nonzero((gpu + shared)[mask])), per_worker=workers)
+        requests_with_hits=int(np.count_nonzero((gpu + shared)[mask])), per_worker=workers,
+        busiest_worker_share=share, warnings=[warning] if warning else [])
+
+
+IMBALANCE = 1.5
+"""A router is flagged when its busiest worker takes over this many times its fair share
+(1 / K) of the requests, over at least :data:`IMBALANCE_MIN_PER_WORKER` requests per worker (fewer
+are imbalanced by chance): the K pools are not serving as K (the kv-aware router without a load
+term, or prefix-hash on a trace whose prompts share their first block, send everything to one)."""
+
+IMBALANCE_MIN_PER_WORKER = 10
+
+
+def routing_balance(workers: np.ndarray, k: int, router: str) -> tuple[float, str]:
+    """The busiest worker's share of the requests, and a warning when it is over
+    :data:`IMBALANCE` times the fair share (none for one worker or the trace's recorded workers).
+
+    >>> routing_balance(np.zeros(40, np.int64), 4, "prefix-hash")[1]
+    'router prefix-hash sent 100.0% of the requests to worker 0 (a fair share is 25.0%): the 4 workers do not serve as 4'
+    >>> routing_balance(np.arange(40) % 4, 4, "round-robin")
+    (0.25, '')
+    """
+    valid = workers[workers >= 0]
+    if k < 2 or valid.size == 0:
+        return (1.0 if valid.size else 0.0), ""
+    counts = np.bincount(valid, minlength=k)
+    busiest = int(counts.argmax())
+    share = float(counts[busiest] / valid.size)
+    if router == "recorded" or share <= IMBALANCE / k or valid.size < IMBALANCE_MIN_PER_WORKER * k:
+        return share, ""
+    return share, (f"router {router} sent {share:.1%} of the requests to worker {busiest} (a fair share is "
+                   f"{1 / k:.1%}): the {k} workers do not serve as {k}")
 
 
 def _feasible(result: ClusterResult, i: int) -> bool:
@@ -511,11 +544,15 @@ def routing_worth_rows(results: dict[str, ClusterResult], mask: np.ndarray, tota
         baseline = (int(one.hit_tokens[i][mask].sum()) / total if total else 0.0) if _feasible(one, i) else None
         gpu = next(iter(r for name, r in results.items() if name != ONE_CACHE)).pools[i][0]
         best_rate = rate[best] if best is not None else None
+        shares = {name: routing_balance(r.worker[i][mask], r.workers, name) for name, r in results.items()
+                  if name != ONE_CACHE and _feasible(r, i)}
         rows.append(RoutingWorthRow(
             gpu_blocks=_label(gpu), shared_blocks=_label(s), one_cache_blocks=_label(c),
             one_cache_prefix_token_hit_rate=baseline, routers=rate, best_router=best,
             best_minus_one_cache_percentage_points=None if best_rate is None or baseline is None
-            else 100.0 * (best_rate - baseline)))
+            else 100.0 * (best_rate - baseline),
+            busiest_worker_share={name: share for name, (share, _) in shares.items()},
+            warnings=[warning for _, warning in shares.values() if warning]))
     return rows
 
 

@@ -285,6 +285,8 @@ class ClusterPoolRow(TypedDict):
     shared_token_hit_rate: float
     requests_with_hits: int
     per_worker: list[ClusterWorkerRow]
+    busiest_worker_share: float
+    warnings: list[str]
 
 
 class RoutingWorthRow(TypedDict):
@@ -295,6 +297,8 @@ class RoutingWorthRow(TypedDict):
     routers: dict[str, float | None]
     best_router: str | None
     best_minus_one_cache_percentage_points: float | None
+    busiest_worker_share: dict[str, float]
+    warnings: list[str]
 
 
 class ClusterPlan(TypedDict):

@@ -42,6 +42,7 @@ def cluster_lines(section: ClusterPlan) -> list[str]:
         if workers:
             lines.append("  " + " " * 11 + " per worker: " + ", ".join(
                 f"{w['worker']}: {w['prefix_token_hit_rate']:.2%} of {w['requests']:,} req" for w in workers))
+        lines += [f"  {'':>11} WARNING: {warning}" for warning in row.get("warnings", [])]
     worth = section["routing_worth"]
     if worth:
         routers = list(worth[0]["routers"])
@@ -54,6 +55,9 @@ def cluster_lines(section: ClusterPlan) -> list[str]:
             lines.append(f"  {w['gpu_blocks']!s:>11} {w['shared_blocks']!s:>10} {_rate(w['one_cache_prefix_token_hit_rate']):>10} "
                          + " ".join(f"{_rate(w['routers'][r]):>12}" for r in routers)
                          + (f" {diff:>+14.2f} pp" if diff is not None else f" {'':>14}   "))
+        warned = dict.fromkeys(warning for w in worth for warning in w.get("warnings", []))
+        lines += [f"  WARNING: {warning} (C = {w['gpu_blocks']})" for w in worth for warning in w.get("warnings", [])
+                  if warned.pop(warning, 0) is None]
         lines.append("  (infeasible: the pool cannot hold the requests running at once)" if any(
             x is None for w in worth for x in (w["one_cache_prefix_token_hit_rate"], *w["routers"].values())) else "")
         if not lines[-1]:
