@@ -26,7 +26,12 @@ from typing import Any
 import numpy as np
 
 from stackdist.serving.cluster import KV_AWARE, ClusterResult
-from stackdist.serving.decode_reuse import reuse_pages, reuse_report
+from stackdist.serving.decode_reuse import (
+    continuations,
+    exact_answers,
+    reuse_pages,
+    reuse_report,
+)
 from stackdist.serving.engine_model import ENGINE_MODELS, engine_model
 from stackdist.serving.offload import OffloadSpec
 from stackdist.serving.pages import engine_pages
@@ -53,6 +58,7 @@ __all__ = [
     "assign_workers",
     "check_models",
     "cluster_pool_row",
+    "decode_reuse_bounds",
     "default_pools",
     "engine_section",
     "load_summary",
@@ -641,9 +647,56 @@ def engine_section(
         "pools": rows,
         "min_feasible_pool": minimum,
         "decode_reuse": reuse,
+        "decode_reuse_bounds": decode_reuse_bounds(result, trace, options, mask),
         "cluster": model_cluster_section(result, trace, options, mask, block_bytes)
         if isinstance(result, ModelCluster) and result.cluster is not None else None,
     }
+
+
+def decode_reuse_bounds(result: ServingResult, trace: RequestTrace, options: EngineOptions,
+                        mask: np.ndarray) -> dict[str, Any] | None:
+    """Where the trace holds no hashes or ids of the generated tokens, which answers' KV a later
+    prompt reused cannot be known from it: per pool, the hit rate with no decode reuse (the floor)
+    and with every inferred continuation trusted (the ceiling of the inference: edited answers
+    counted as reused), whatever ``--decode-reuse`` chose. None when the reuse is exact (output
+    token ids), when nothing continues, or when the model, schedule or workers do not allow it
+    (one worker, a serial or service-model schedule; the reason in ``not_given`` otherwise).
+    Two more runs of the model at most. O(pools x pages).
+
+    >>> t = RequestTrace.from_blocks([[1, 2], [1, 2, 3, 4]], block_size=16, output_length=[20, 5])
+    >>> from stackdist.serving.results import ServingResult
+    >>> r = ServingResult("vllm", (None,), np.array([[0, 32]]), np.array([-1]), None, "per-size")
+    >>> b = decode_reuse_bounds(r, t, EngineOptions(models=("vllm",), schedule="serial"), np.ones(2, bool))
+    >>> [(p["without_reuse_hit_tokens"], p["every_continuation_hit_tokens"]) for p in b["pools"]]
+    [(32, 48)]
+    """
+    spec = engine_model(result.engine)
+    if not spec.supports_decode_reuse or not options.decode or not (trace.output_length > 1).any():
+        return None
+    pages = engine_pages(trace, options.engine_block_size)
+    if exact_answers(trace, pages):
+        return None
+    trusted = continuations(trace, pages, trust_edited_sessions=True)
+    if not (trusted >= 0).any():
+        return None
+    why = "the trace holds no hashes or ids of the generated tokens: which answers' KV was reused cannot be known"
+    if options.schedule == "scheduler" or options.workers != "one":
+        return {"why": why, "pools": [], "not_given": "bounds are computed for one worker on a serial or service-model "
+                                                        "schedule; this plan's answer is one of them"}
+    schedule = schedule_for(trace, options)
+    run = spec.simulate
+    without = result if not options.decode_reuse else run(pages, result.pools, schedule, True, options.engine_block_size)
+    every = run(dataclasses.replace(pages, continued_by=trusted), result.pools, schedule, True, options.engine_block_size)
+    total = int(trace.input_length[mask].sum())
+    rows = []
+    for i, pool in enumerate(result.pools):
+        if without.failed_request[i] >= 0 or every.failed_request[i] >= 0:
+            continue
+        low, high = int(without.hit_tokens[i][mask].sum()), int(every.hit_tokens[i][mask].sum())
+        rows.append({"gpu_blocks": _pool_label(pool), "without_reuse_hit_tokens": low, "every_continuation_hit_tokens": high,
+                     "without_reuse_prefix_token_hit_rate": low / total if total else 0.0,
+                     "every_continuation_prefix_token_hit_rate": high / total if total else 0.0})
+    return {"why": why, "requests_continued_if_every_continuation_is_trusted": int((trusted >= 0).sum()), "pools": rows}
 
 
 def load_summary(load: SchedulerResult, i: int, mask: np.ndarray, trace: RequestTrace) -> dict[str, Any]:

@@ -232,6 +232,13 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
             lines.append(f"  {'':>12} vs the engine's own count: {vs['engine_cached_tokens']:,} tokens reported, "
                          f"{vs['predicted_cached_tokens']:,} predicted ({vs['error_tokens']:+,} tokens, {vs['error_percentage_points']:+.2f} percentage points of input), "
                          f"{vs['requests_exact']:,} of {section['requests']:,} requests exact")
+    bounds: Any = dict(section).get("decode_reuse_bounds")
+    if bounds:  # answers' reuse cannot be known from the trace: both bounds in one run
+        lines.append(f"  decode reuse, bounds ({bounds['why']}):" if bounds["pools"] else
+                     f"  decode reuse, bounds not given: {bounds.get('not_given', '')}")
+        lines += [f"  {b['gpu_blocks']!s:>12} {b['without_reuse_prefix_token_hit_rate']:.2%} with no answer reused, "
+                  f"{b['every_continuation_prefix_token_hit_rate']:.2%} with every inferred continuation reused"
+                  for b in bounds["pools"]]
     minimum = section["min_feasible_pool"]
     if minimum:
         proof = "proved minimal" if minimum["proved_minimal"] else "feasible, one less is not"
