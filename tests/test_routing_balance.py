@@ -39,3 +39,15 @@ def test_plan_flags_a_collapsed_router(capsys, tmp_path: Path) -> None:
         worth = section["routing_worth"]
         assert any("router prefix-hash" in w for row in worth for w in row["warnings"])  # every router compared
         assert all(row["busiest_worker_share"]["round-robin"] == 0.25 for row in worth)
+
+
+def test_workers_pools_follow_the_gpu(capsys, tmp_path: Path) -> None:
+    """With --gpu and no --gpu-blocks, each worker's pool is one replica's HBM in the trace's blocks
+    (the budgets' own figure), not sizes spread from the trace."""
+    out = tmp_path / "plan.json"
+    code, _, err = run_stackdist(capsys, "plan", Path(__file__).resolve().parent / "data" / "mooncake_small.jsonl",
+                                 "--workers", 2, "--gpu", "h200", "--model", "qwen3-8b", "--json", out)
+    assert code == 0, err
+    plan = json.loads(out.read_text())
+    replica = plan["budgets"]["hardware"]["kv_tokens"] // plan["trace"]["block_size_tokens"]
+    assert [row["gpu_blocks"] for row in plan["cluster"]["pools"]] == [replica]

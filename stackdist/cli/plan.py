@@ -317,7 +317,7 @@ def run_plan(args: argparse.Namespace) -> int:
     options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace, specs,
                                                                                    options.budgets))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
-    options = dataclasses.replace(options, routing=_routing_options(args, options))
+    options = dataclasses.replace(options, routing=_routing_options(args, options, trace))
     result = plan(trace, options, _method(args, options), Progress, _stage)
     report = result.plan
     if args.per_request:
@@ -584,8 +584,10 @@ def _step_time(args: argparse.Namespace, trace: Any, ttft: Any, decode: bool) ->
     return dataclasses.replace(ASSUMED, detail="an assumed step time (no --step-time, --gpu or --ttft-calibration)")
 
 
-def _routing_options(args: argparse.Namespace, options: PlanOptions) -> RoutingOptions | None:
-    """K workers of the engine semantics (planning/routing.py), or None when nothing asks for it."""
+def _routing_options(args: argparse.Namespace, options: PlanOptions, trace: Any) -> RoutingOptions | None:
+    """K workers of the engine semantics (planning/routing.py), or None when nothing asks for it.
+    Without --gpu-blocks but with --gpu (and a model), each worker's pool is one replica's HBM in
+    the trace's blocks, as the budgets compute it."""
     engine = options.engine
     if args.router == "kv-aware" and engine.workers in ("one", "recorded"):
         raise UsageError("--router kv-aware routes between --workers K workers (not one, nor the recorded ones); "
@@ -599,6 +601,13 @@ def _routing_options(args: argparse.Namespace, options: PlanOptions) -> RoutingO
         shared = parse_sizes(args.shared_blocks, "--shared-blocks") if args.shared_blocks else (0,)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    budgets = options.budgets
+    if not gpus and budgets is not None and budgets.hardware is not None and budgets.spec is not None:
+        from stackdist.planning.hardware import replica_pool
+
+        tokens = replica_pool(budgets.spec, budgets.hardware)["kv_tokens"]
+        if tokens >= trace.block_size:
+            gpus = (tokens // trace.block_size,)
     return RoutingOptions(1 if engine.workers == "one" else engine.workers, args.router, gpus, shared, engine=engine,
                           overlap_weight=args.router_overlap_weight)
 
