@@ -463,10 +463,11 @@ def _offload_specs(args: argparse.Namespace) -> tuple[OffloadSpec, ...]:
             raise UsageError(f"--offload {text}: {exc}.") from None
     if not specs:
         return ()
-    for flag, asked in (("--workers", args.workers != "one"), ("--shared-blocks", args.shared_blocks is not None),
-                        ("--decode-reuse", args.decode_reuse), ("--router", args.router != "round-robin")):
+    for flag, asked in (("--shared-blocks", args.shared_blocks is not None), ("--decode-reuse", args.decode_reuse),
+                        ("--router kv-aware", args.router == "kv-aware" and args.workers != "one")):
         if asked:
-            raise UsageError(f"--offload runs one engine with its offload tiers; {flag} is not modelled with it yet.")
+            raise UsageError(f"--offload runs each worker's engine with its own offload tiers (a static router); {flag} "
+                             "is not modelled with it yet.")
     if args.schedule is None:
         args.schedule = "serial"
     elif args.schedule != "serial":

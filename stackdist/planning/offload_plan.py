@@ -38,6 +38,7 @@ CPU tier holds that block and the connector reports it: the engine then recomput
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -60,9 +61,9 @@ from stackdist.serving.pages import EnginePages, engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.traces import RequestTrace
 
-from .engine_plan import EngineOptions
+from .engine_plan import EngineOptions, assign_workers, schedule_for
 
-__all__ = ["PRECISION", "OffloadRun", "distinct_units", "effective_tier_hits", "offload_columns", "offload_section", "run_offload"]
+__all__ = ["PRECISION", "OffloadRun", "PerWorker", "distinct_units", "effective_tier_hits", "offload_columns", "offload_section", "run_offload", "select_pages"]
 
 PRECISION = 0.02
 """The sizing bisection stops when the bracket is within this relative width (or one unit)."""
@@ -109,6 +110,66 @@ def _counted_hits(model: OffloadModel, result: OffloadResult, pages: EnginePages
     return int(gpu[counted].sum()) + sum(by_tier.values()), by_tier
 
 
+def select_pages(pages: EnginePages, index: np.ndarray) -> EnginePages:
+    """The requests ``index`` of ``pages`` (in that order), page ids unchanged. O(their pages).
+
+    >>> from stackdist.traces import RequestTrace
+    >>> p = select_pages(engine_pages(RequestTrace.from_blocks([[1], [2, 3], [4]], block_size=16)), np.array([1, 2]))
+    >>> p.key.tolist(), p.offsets.tolist(), p.n_keys
+    ([2, 3, 4], [0, 2, 3], 5)
+    """
+    lengths = np.diff(pages.offsets)[index]
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    key = (np.concatenate([pages.key[pages.offsets[r]:pages.offsets[r + 1]] for r in index.tolist()])
+           if index.size else pages.key[:0])
+    return dataclasses.replace(pages, key=key, offsets=offsets, input_tokens=pages.input_tokens[index],
+                               output_tokens=pages.output_tokens[index], continued_by=None)
+
+
+class PerWorker:
+    """An offload model on K workers behind a static router: each worker its own GPU pool and
+    tiers (a replica's own CPU and disk), serving only its requests; :meth:`simulate` runs the
+    model per worker and merges, so the plan's rows and sizing searches (a tier size is per
+    worker) work unchanged. Everything else is the wrapped model's."""
+
+    def __init__(self, model: OffloadModel, workers: np.ndarray, pages: EnginePages):
+        self.model = model
+        self.parts = [(idx, select_pages(pages, idx)) for idx in (np.flatnonzero(workers == w) for w in np.unique(workers))]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+    def simulate(self, pages: EnginePages, pools: Sequence[int | None], hits: np.ndarray, configs: Sequence[TierConfig],
+                 decode: bool) -> OffloadResult:
+        del pages  # the workers' own pages, split once
+        runs = [(idx, self.model.simulate(sub, pools, hits[:, idx], configs, decode)) for idx, sub in self.parts]
+        first = runs[0][1]
+        n = hits.shape[1]
+
+        def get(r: OffloadResult, name: str, tier: str | None) -> np.ndarray:
+            value = getattr(r, name)
+            return np.asarray(value if tier is None else value[tier])
+
+        def per_request(name: str, tier: str | None = None) -> np.ndarray:
+            out = np.full((*get(first, name, tier).shape[:-1], n), -1, np.int64)
+            for idx, r in runs:
+                out[..., idx] = get(r, name, tier)
+            return out
+
+        def total(name: str, tier: str | None = None) -> np.ndarray:
+            arrays = [get(r, name, tier) for _, r in runs]
+            return np.where(np.any([x < 0 for x in arrays], axis=0), -1, np.sum(arrays, axis=0))
+
+        infeasible = {key: why for _, r in runs for key, why in r.infeasible.items()}
+        return OffloadResult(first.model, first.gpu_pools, first.configs, per_request("gpu_hit_tokens"),
+                             {t: per_request("tier_hit_tokens", t) for t in first.tier_hit_tokens},
+                             per_request("offload_hit_tokens"),
+                             {t: total("written", t) for t in first.written}, {t: total("evicted", t) for t in first.evicted},
+                             total("failed_stores"), first.unit_tokens,
+                             None if first.config_gpu_hit_tokens is None else per_request("config_gpu_hit_tokens"),
+                             infeasible)
+
+
 def run_offload(trace: RequestTrace, options: EngineOptions, results: dict[str, ServingResult], specs: Sequence[OffloadSpec],
                 bytes_per_token: int, counted: np.ndarray | None = None, targets: Sequence[float] = (),
                 precision: float = PRECISION, threads: int = 2, stage: Callable[[str], None] | None = None) -> list[OffloadRun]:
@@ -117,9 +178,14 @@ def run_offload(trace: RequestTrace, options: EngineOptions, results: dict[str, 
     mask = np.ones(trace.n_requests, bool) if counted is None else counted
     pages = engine_pages(trace, options.engine_block_size)
     runs = []
+    workers = None
+    if options.workers != "one":  # a static router: each worker its own pool and tiers
+        workers = assign_workers(trace, options, schedule_for(trace, options))
     for spec in specs:
-        model = offload_model(spec.model)
+        model: Any = offload_model(spec.model)
         gpu = results[model.behind]
+        if workers is not None:
+            model = PerWorker(model, workers, pages)
         hits = np.where((gpu.failed_request >= 0)[:, None], -1, gpu.hit_tokens)
         configs = resolve_offload(spec, bytes_per_token, options.engine_block_size)
         if stage is not None:
@@ -354,6 +420,7 @@ def offload_section(run: OffloadRun, trace: RequestTrace, counted: np.ndarray, b
         "organisation": model.organisation.format(**options),
         "options": options,
         "schedule": "serial",
+        "workers": len(model.parts) if isinstance(model, PerWorker) else 1,
         "unit": model.unit,
         "unit_tokens": unit_tokens,
         "unit_bytes": unit_bytes,

@@ -48,7 +48,9 @@ def offload_lines(section: dict[str, Any]) -> list[str]:
     lines = [f"== offload {section['spec']} behind {section['behind']} ({section['follows']}) ==",
              f"organisation: {section['organisation']}",
              f"validation: {section['validation']}",
-             f"units: {section['conversion']}; schedule serial; {section['requests']:,} requests counted",
+             f"units: {section['conversion']}; schedule serial; {section['requests']:,} requests counted"
+             + (f"; {section['workers']} workers, each with its own tiers of these sizes (per-worker sizes throughout)"
+                if section.get("workers", 1) > 1 else ""),
              (f"  {'GPU pool':>9} {'tiers (sizes in the JSON in ' + unit + ')':<34} {'hit rate':>9} {'GPU':>8} "
               f"{'by tier':<26} written (per s of trace)")]
     for row in section["rows"]:

@@ -162,7 +162,8 @@ def test_plan_ladder_json_and_errors(capsys, tmp_path: Path) -> None:
     assert [a["blocks"] for a in answers] == sorted(a["blocks"] for a in answers)
     for argv, match in ((["--offload", "vllm-native:cpu=8"], "not a size"),
                         (["--offload", "vllm-native:cpu=8blocks", "--schedule", "model"], "serial schedule only"),
-                        (["--offload", "vllm-native:cpu=8blocks", "--workers", "2"], "--workers is not modelled"),
+                        (["--offload", "vllm-native:cpu=8blocks", "--workers", "2", "--router", "kv-aware"],
+                         "--router kv-aware is not modelled"),
                         (["--offload", "vllm-native:cpu=9999999999blocks"], "too large"),
                         (["--offload", "lmcache:cpu=8chunks,chunk=24"], "multiple of the engine's 16-token page"),
                         (["--offload", "vllm-native:cpu=8blocks", "--semantics", "vllm", "--gpu-blocks", "inf", "--plot",
