@@ -314,7 +314,8 @@ def _cost(trace: RequestTrace, counted: np.ndarray, prices: DeploymentPrices) ->
 
     section = {**prices.describe(), "input_tokens": inputs, "span_s": span,
                "input_tokens_per_hour_basis": ("the counted requests' input tokens over their time span (first to last "
-                                               "arrival), per hour")}
+                                               "arrival), per hour; the per-token prices assume the priced GPUs serve "
+                                               "that rate (whether their compute keeps up is the scheduler's question)")}
     if rate is None:
         section["input_tokens_per_hour_not_given"] = why
     else:
