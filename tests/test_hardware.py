@@ -84,8 +84,9 @@ def test_weights_that_do_not_fit():
 
 def test_gpu_table_cites_every_number():
     for gpu in gpu_table().values():
-        assert set(gpu.source) == {"hbm_mib", "hbm_gbps", "bf16_tflops", "fp8_tflops", "host_link_gbps"}
-        assert gpu.hbm_mib > 0 and gpu.hbm_gbps > 0 and gpu.bf16_tflops > 0
+        assert set(gpu.source) == {"hbm_mib", "hbm_gbps", "bf16_tflops", "fp8_tflops", "host_link_gbps", "usd_per_gpu_hour"}
+        assert gpu.hbm_mib > 0 and gpu.hbm_gbps > 0 and gpu.bf16_tflops > 0 and gpu.usd_per_gpu_hour > 0
+        assert gpu.source["usd_per_gpu_hour"].startswith("assumption: ")
     assert gpu_for("H200").hbm_mib == 143771  # data/fixtures/README.md
     with pytest.raises(UsageError, match="--gpu must be one of h200, h100, b200"):
         gpu_for("tpu")

@@ -35,6 +35,7 @@ from stackdist.planning.hardware import (
     gpu_table,
     replica_pool,
 )
+from stackdist.planning.prices import AMORTISATION_YEARS, DeploymentPrices, parse_prices
 from stackdist.serving.engine_model import engine_model
 
 from .args import InputPath
@@ -44,9 +45,10 @@ __all__ = ["add_budget_arguments", "budget_epilog", "budget_options", "resolve_s
 
 def budget_epilog() -> str:
     """The catalog and GPU table for ``--help``."""
-    gpus = ", ".join(f"{g.name} ({g.hbm_mib / 1024:.1f} GiB)" for g in gpu_table().values())
+    gpus = ", ".join(f"{g.name} ({g.hbm_mib / 1024:.1f} GiB, ${g.usd_per_gpu_hour:.2f}/GPU-hour)" for g in gpu_table().values())
     return (f"\nbundled models (--model; KV bytes per token of the full-attention layers, model dtype):\n"
-            f"{catalog_help()}\n\nGPUs (--gpu; sources in stackdist/planning/data/gpus.json): {gpus}\n")
+            f"{catalog_help()}\n\nGPUs (--gpu; sources in stackdist/planning/data/gpus.json; the US$ per GPU-hour are "
+            f"assumed on-demand prices, --gpu-price sets yours): {gpus}\n")
 
 
 def _positive(flag: str, upper: float = math.inf, integer: bool = False) -> Any:
@@ -88,6 +90,11 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
                    help="GPUs per replica (the tensor-parallel size; default 1)")
     b.add_argument("--gpus", type=_positive("--gpus", 2**20, True), metavar="N",
                    help="GPUs in all (replicas = N / --gpus-per-replica; default one replica)")
+    b.add_argument("--gpu-price", type=_non_negative("--gpu-price"), metavar="USD_PER_HOUR",
+                   help="US$ per GPU-hour of --gpu (default: the GPU table's assumed on-demand price, with its source); "
+                   "prices the deployment: US$/hour = GPUs x this + CPU/SSD GiB behind it at the --prices dram/ssd "
+                   f"purchase prices amortised over {AMORTISATION_YEARS} years, and US$ per million input tokens "
+                   "(the trace's input tokens per hour)")
     b.add_argument("--gpu-memory-utilization", type=_positive("--gpu-memory-utilization", 1.0), default=0.9, metavar="F",
                    help="vLLM's --gpu-memory-utilization (default 0.9 here; vLLM 0.33.0's own default is 0.92)")
     b.add_argument("--weights", type=_positive("--weights"), metavar="GIB",
@@ -127,10 +134,13 @@ def _read_calibration(path: str) -> Any:
 
 def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions | None:
     """The budget answers asked for, or None when no budget flag is given."""
+    if getattr(args, "gpu_price", None) is not None and not args.gpu:
+        raise UsageError("--gpu-price prices the GPUs of --gpu: give --gpu too.")
     if not (args.capacity or args.gpu or args.ttft_calibration):
         return None
     budgets = parse_budgets(args.capacity) if args.capacity else ()
     hardware = None
+    prices: DeploymentPrices | None = None
     if args.gpu:
         if args.gpus is not None and args.gpus % args.gpus_per_replica:
             raise UsageError(f"--gpus ({args.gpus}) must be a multiple of --gpus-per-replica ({args.gpus_per_replica}).")
@@ -138,6 +148,7 @@ def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions |
                                    args.activation_gib, args.non_torch_gib, args.cudagraph_gib)
         if args.weights is not None:
             spec = dataclasses.replace(spec, weights_bytes=args.weights * 2**30, weights_source="--weights")
+        prices = _deployment_prices(args)
     ttft: Any = None
     notes = []
     if args.ttft_calibration:
@@ -147,7 +158,16 @@ def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions |
                             args.ttft_overhead_ms)
     else:
         notes.append("no TTFT estimate: it needs --gpu and a model with a parameter count, or --ttft-calibration")
-    return BudgetOptions(budgets, spec, hardware, ttft, args.engine_block_size, notes)
+    return BudgetOptions(budgets, spec, hardware, ttft, args.engine_block_size, notes, prices)
+
+
+def _deployment_prices(args: argparse.Namespace) -> DeploymentPrices:
+    """The GPU's price per hour (``--gpu-price`` or the table's, with its source) and ``--prices``."""
+    gpu = gpu_for(args.gpu)
+    given = getattr(args, "gpu_price", None)
+    price, source = (gpu.usd_per_gpu_hour, gpu.source["usd_per_gpu_hour"]) if given is None else (given, "given: --gpu-price")
+    prices = parse_prices(args.prices) if getattr(args, "prices", None) is not None else None
+    return DeploymentPrices(gpu.name, price, source, prices)
 
 
 def with_budget_pools(options: Any, trace: Any) -> Any:

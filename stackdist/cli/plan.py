@@ -22,7 +22,11 @@ from stackdist.planning.engine_plan import (
 )
 from stackdist.planning.offload_plan import offload_columns
 from stackdist.planning.plan import PlanOptions, parse_duration
-from stackdist.planning.prices import parse_prices
+from stackdist.planning.prices import (
+    AMORTISATION_HOURS,
+    AMORTISATION_YEARS,
+    parse_prices,
+)
 from stackdist.planning.routing import ROUTING_ROUTERS, RoutingOptions, parse_sizes
 from stackdist.serving.engine_model import ENGINE_MODELS
 from stackdist.serving.offload import (
@@ -68,6 +72,7 @@ EXAMPLES = """examples:
   stackdist plan tokens.jsonl --format tokens --block-size 16 --json plan.json --plot plan.png
   stackdist plan trace.jsonl --json - | jq '.semantics.engine.working_set'
   stackdist plan trace.jsonl --model qwen3-8b --gpu h200 --capacity 40GiB,80GiB --kv-dtype fp8
+  stackdist plan trace.jsonl --model qwen3-8b --gpu h100 --gpus 8 --gpu-price 2.5 --prices dram=3,ssd=0.1
   stackdist plan trace.jsonl --semantics vllm --gpu-blocks 60000 --offload vllm-native:cpu=256/512GiB,policy=arc
   stackdist plan trace.jsonl --gpu-blocks 60000 --offload lmcache:cpu=512GiB,disk=4TiB --per-request hits.csv
   stackdist plan trace.jsonl --semantics vllm --gpu-blocks 30000,60000 --schedule scheduler --gpu h200 --per-request load.csv
@@ -76,6 +81,10 @@ EXAMPLES = """examples:
 Capacities are exact for every size (one replay per semantics). --targets are prefix token
 hit rates; each is answered both as an absolute rate and as a fraction of the infinite-cache
 ceiling. Prices are per GB (1e9 bytes) and are assumptions unless you set --prices.
+With --gpu the deployment (replicas x GPUs) is priced: US$/hour = GPUs x the GPU's price per
+GPU-hour (an assumed on-demand price from gpus.json, or --gpu-price) + the DRAM or SSD GiB
+behind one replica at the --prices dram/ssd prices amortised over 3 years; US$ per million
+input tokens = US$/hour / the trace's input tokens per hour (over its time span).
 """
 
 
@@ -160,7 +169,10 @@ def add_plan_parser(sub: Any) -> None:
     _add_counting_arguments(p)
     p.add_argument("--tier-targets", default="0.5,0.9,0.99",
                    help="HBM, +DRAM, +SSD targets: fractions of the ceiling's prefix tokens, and (second plan) of requests covered")
-    p.add_argument("--prices", metavar="hbm=P,dram=P,ssd=P", help="US$ per GB for the tier plan (defaults are assumptions)")
+    p.add_argument("--prices", metavar="hbm=P,dram=P,ssd=P",
+                   help="US$ per GB (1e9 bytes, purchase) for the tier plan (defaults are assumptions); with --gpu, dram "
+                   f"and ssd also price the CPU/SSD GiB behind a replica, amortised over {AMORTISATION_YEARS} years "
+                   f"(US$ per GB / {AMORTISATION_HOURS:,} per hour); hbm is not used for a deployment (the GPU's hourly price includes its HBM)")
     p.add_argument("--optimal", action="store_true",
                    help="also compute Belady's bound (evict the block reused furthest ahead) at the working sets")
     p.add_argument("--json", "--output", "-o", dest="json", type=OutputPath, metavar="OUT", help="write the full report as JSON to OUT ('-' for stdout instead of the table)")

@@ -21,6 +21,15 @@ pool); the **conservative** capacity counts every layer as full attention
 (``bytes / (block tokens x all layers' bytes per token)``). Both are reported; the truth lies
 between. The engine models simulate the full-attention blocks only.
 
+**Cost.** With ``--gpu`` the plan knows a deployment (replicas x GPUs per replica) and prices it
+(:func:`~.prices.deployment_cost`: US$ per hour and per million input tokens): the whole
+deployment (``hardware.cost``), the rows of the HBM of 1 and of N replicas (``cost``, and per
+semantics and engine model the US$ per million uncached input tokens at that row's hit rate),
+and each target of ``requirements`` three ways: N replicas alone, or one replica plus the
+missing GiB as DRAM, or as SSD. The ``--capacity`` rows name bytes, not hardware: no US$. A
+replica whose weights leave no room for the KV cache gets no US$ anywhere. The price inputs,
+their sources and the input tokens per hour are the section's ``cost``.
+
 >>> [(b.unit, b.amount) for b in parse_budgets("880GiB, 2TB,40000blocks,2Mtokens")]
 [('bytes', 944892805120), ('bytes', 2000000000000), ('blocks', 40000), ('tokens', 2000000)]
 """
@@ -51,6 +60,7 @@ from .hardware import (
     ttft_summary,
 )
 from .prefix_curve import PrefixCurve
+from .prices import DeploymentPrices, deployment_cost, input_tokens_per_hour
 from .schema import unreachable_reason
 
 __all__ = [
@@ -73,12 +83,14 @@ BUDGET_UNITS = ("bytes: B, KB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (
 @dataclass(frozen=True)
 class Budget:
     """One size the user asked about: ``unit`` is bytes, tokens or blocks (of the trace);
-    ``replicas`` > 1: the HBM of that many replicas taken as one cache."""
+    ``replicas`` > 1: the HBM of that many replicas taken as one cache; ``gpus`` > 0: the size is
+    the KV pool of that many GPUs (a deployment, priced), 0: a size with no hardware."""
 
     label: str
     unit: str
     amount: int
     replicas: int = 1
+    gpus: int = 0
 
 
 def parse_budgets(text: str, flag: str = "--capacity") -> tuple[Budget, ...]:
@@ -112,6 +124,7 @@ class BudgetOptions:
     ttft: RooflineTTFT | CalibratedTTFT | None = None
     engine_block_size: int = 16
     notes: list[str] = field(default_factory=list)
+    prices: DeploymentPrices | None = None  # with hardware: what a GPU-hour, DRAM and SSD cost
 
 
 def budget_capacity(budget: Budget, block_size: int, geometry: ModelGeometry, longest_request_tokens: int,
@@ -207,8 +220,9 @@ def _engine_row(result: ServingResult, cap: dict[str, Any], counted: np.ndarray,
 
 
 def _requirements(curve: PrefixCurve, pool: dict[str, Any], block_size: int, geometry: ModelGeometry,
-                  targets: Sequence[float]) -> list[dict[str, Any]]:
-    """Per target: replicas needed (all replicas' HBM as one cache) and what one replica lacks."""
+                  targets: Sequence[float], cost: Any = None) -> list[dict[str, Any]]:
+    """Per target: replicas needed (all replicas' HBM as one cache) and what one replica lacks;
+    with ``cost(gpus, cpu_gib, disk_gib, hit_rate)``, what each way costs."""
     rows: list[dict[str, Any]] = []
     per_replica = pool["kv_tokens"]
     for t in targets:
@@ -219,10 +233,17 @@ def _requirements(curve: PrefixCurve, pool: dict[str, Any], block_size: int, geo
                              "unreachable": {"reason": unreachable_reason(curve, kind, t)}})
                 continue
             tokens = blocks * block_size
-            rows.append({"target": t, "kind": kind, "reachable": True, "tokens": int(tokens),
-                         "gib": tokens * geometry.kv_bytes_per_token / GIB,
-                         "replicas": math.ceil(tokens / per_replica) if per_replica else None,
-                         "behind_one_replica_gib": max(0, tokens - per_replica) * geometry.kv_bytes_per_token / GIB})
+            row: dict[str, Any] = {"target": t, "kind": kind, "reachable": True, "tokens": int(tokens),
+                                   "gib": tokens * geometry.kv_bytes_per_token / GIB,
+                                   "prefix_token_hit_rate": float(curve.prefix_token_hit_rate_at(blocks)),
+                                   "replicas": math.ceil(tokens / per_replica) if per_replica else None,
+                                   "behind_one_replica_gib": max(0, tokens - per_replica) * geometry.kv_bytes_per_token / GIB}
+            if cost is not None and row["replicas"] is not None:
+                tp, behind, rate = pool["gpus_per_replica"], row["behind_one_replica_gib"], row["prefix_token_hit_rate"]
+                row["cost"] = {"replicas": cost(row["replicas"] * tp, 0.0, 0.0, rate),
+                               "one_replica_plus_dram": cost(tp, behind, 0.0, rate),
+                               "one_replica_plus_ssd": cost(tp, 0.0, behind, rate)}
+            rows.append(row)
     return rows
 
 
@@ -236,28 +257,40 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
                            "sliding_window_accounting": _sliding_note(geometry), "notes": list(options.notes)}
     hbm_blocks = None
     longest = int(trace.input_length.max(initial=0) + trace.output_length.max(initial=0))
+    cost: Any = None
     if options.hardware is not None and options.spec is not None:
         pool = replica_pool(options.spec, options.hardware)
         out["hardware"] = pool
         hbm_blocks = pool["kv_tokens_all_replicas"] // trace.block_size
-        budgets.insert(0, Budget("HBM of 1 replica", "tokens", max(pool["kv_tokens"], 1)))
+        tp = pool["gpus_per_replica"]
+        budgets.insert(0, Budget("HBM of 1 replica", "tokens", max(pool["kv_tokens"], 1), gpus=tp))
         if pool["replicas"] > 1:
             budgets.insert(1, Budget(f"HBM of {pool['replicas']} replicas", "tokens", max(pool["kv_tokens_all_replicas"], 1),
-                                     pool["replicas"]))
+                                     pool["replicas"], gpus=tp * pool["replicas"]))
+        if options.prices is not None and pool["fits"]:  # weights that do not fit: no deployment, no US$
+            cost, out["cost"] = _cost(trace, counted, options.prices)
+            pool["cost"] = cost(tp * pool["replicas"], 0.0, 0.0, None)
         if replays:
             name = "engine" if "engine" in replays else next(iter(replays))
             out["requirements"] = {"semantics": name, "assumes": "all replicas' HBM as one cache (prefix-aware routing)",
                                    "targets": _requirements(PrefixCurve(replays[name], counted), pool,
-                                                            trace.block_size, geometry, targets)}
+                                                            trace.block_size, geometry, targets, cost)}
     rows = []
     for budget in budgets:
         cap = budget_capacity(budget, trace.block_size, geometry, longest, options.engine_block_size)
         row: dict[str, Any] = {**cap, "semantics": {}, "engine_models": {}}
+        priced = cost is not None and budget.gpus > 0
+        if priced:
+            row["cost"] = cost(budget.gpus, 0.0, 0.0, None)
         for name, replay in replays.items():
             row["semantics"][name] = _semantics_row(replay, counted, cap, options, hbm_blocks)
+            if priced:
+                _uncached(row["semantics"][name], cost(budget.gpus, 0.0, 0.0, row["semantics"][name]["prefix_token_hit_rate"]))
         for name, result in (engine_results or {}).items():
             engine_row = _engine_row(result, cap, counted, trace, options, budget.replicas)
             if engine_row is not None:
+                if priced and engine_row["feasible"]:
+                    _uncached(engine_row, cost(budget.gpus, 0.0, 0.0, engine_row["prefix_token_hit_rate"]))
                 row["engine_models"][name] = engine_row
         rows.append(row)
     out["rows"] = rows
@@ -266,6 +299,35 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
         out["notes"].append("the engine models simulate the full-attention blocks only; vLLM also spends blocks of the "
                             "same pool on the sliding-window groups (up to one window per running request per group)")
     return out
+
+
+def _cost(trace: RequestTrace, counted: np.ndarray, prices: DeploymentPrices) -> tuple[Any, dict[str, Any]]:
+    """The pricing function of this trace (``(gpus, cpu_gib, disk_gib, hit_rate) -> cost``) and
+    the section's ``cost``: the price inputs, their sources and the input tokens per hour."""
+    inputs = int(trace.input_length[counted].sum())
+    times = trace.timestamps_s[counted]
+    span = float(np.ptp(times)) if times.size else 0.0
+    rate, why = input_tokens_per_hour(inputs, span)
+
+    def cost(gpus: int, cpu_gib: float, disk_gib: float, hit_rate: float | None) -> dict[str, Any]:
+        return deployment_cost(gpus, prices, cpu_gib, disk_gib, rate, why, hit_rate)
+
+    section = {**prices.describe(), "input_tokens": inputs, "span_s": span,
+               "input_tokens_per_hour_basis": ("the counted requests' input tokens over their time span (first to last "
+                                               "arrival), per hour; the per-token prices assume the priced GPUs serve "
+                                               "that rate (whether their compute keeps up is the scheduler's question)")}
+    if rate is None:
+        section["input_tokens_per_hour_not_given"] = why
+    else:
+        section["input_tokens_per_hour"] = rate
+    return cost, section
+
+
+def _uncached(row: dict[str, Any], cost: dict[str, Any]) -> None:
+    """A row's US$ per million uncached input tokens (or why not) from its priced ``cost``."""
+    for key in ("usd_per_million_uncached_input_tokens", "usd_per_million_uncached_input_tokens_not_given"):
+        if key in cost:
+            row[key] = cost[key]
 
 
 def _sliding_note(geometry: ModelGeometry) -> str:

@@ -106,6 +106,7 @@ class GPU:
     bf16_tflops: float
     fp8_tflops: float | None
     host_link_gbps: float
+    usd_per_gpu_hour: float  # an assumed on-demand rental price (its source beside the others)
     source: dict[str, str]
 
     @property

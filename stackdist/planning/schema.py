@@ -21,8 +21,10 @@ __all__ = [
     "ClusterPoolRow",
     "ClusterWorkerRow",
     "Comparison",
+    "CostInputs",
     "Coverage",
     "CurveTable",
+    "DeploymentCost",
     "EngineModelPlan",
     "ModelInfo",
     "Plan",
@@ -198,6 +200,42 @@ class TTFTUnderLoad(TTFTSummary, total=False):
     keeps_up: bool
 
 
+class DeploymentCost(TypedDict, total=False):
+    """A priced deployment (planning/prices.py ``deployment_cost``): US$ per hour of its GPUs and the
+    DRAM / SSD GiB behind them, and per million input tokens; a figure that cannot be given is
+    absent and its reason is under the same key + ``_not_given``."""
+
+    gpus: int
+    cpu_gib: float
+    disk_gib: float
+    usd_per_hour: float
+    gpu_usd_per_hour: float
+    cpu_usd_per_hour: float
+    disk_usd_per_hour: float
+    usd_per_million_input_tokens: float
+    usd_per_million_input_tokens_not_given: str
+    usd_per_million_uncached_input_tokens: float
+    usd_per_million_uncached_input_tokens_not_given: str
+
+
+class CostInputs(TypedDict, total=False):
+    """The budgets section's price inputs and their sources (``DeploymentPrices.describe``) and
+    the trace's input tokens per hour (counted requests over their time span)."""
+
+    gpu: str
+    usd_per_gpu_hour: float
+    gpu_price_source: str
+    usd_per_gb: dict[str, float]  # dram, ssd: purchase US$ per GB (1e9 bytes)
+    usd_per_gb_source: dict[str, str]
+    usd_per_gb_hour: dict[str, float]  # amortised
+    amortisation: str
+    input_tokens: int
+    span_s: float
+    input_tokens_per_hour_basis: str
+    input_tokens_per_hour: float
+    input_tokens_per_hour_not_given: str
+
+
 class BudgetSemanticsRow(TypedDict, total=False):
     capacity_blocks: int
     prefix_token_hit_rate: float
@@ -206,6 +244,8 @@ class BudgetSemanticsRow(TypedDict, total=False):
     hit_tokens_from_lower_tier: int
     ttft: TTFTSummary | None
     conservative: dict[str, Any]
+    usd_per_million_uncached_input_tokens: float  # rows of a priced deployment (the HBM of 1 / N replicas)
+    usd_per_million_uncached_input_tokens_not_given: str
 
 
 class BudgetEngineRow(TypedDict, total=False):
@@ -215,9 +255,11 @@ class BudgetEngineRow(TypedDict, total=False):
     prefix_token_hit_rate: float
     ttft: TTFTSummary | TTFTUnderLoad | None
     ttft_not_given: str
+    usd_per_million_uncached_input_tokens: float
+    usd_per_million_uncached_input_tokens_not_given: str
 
 
-class BudgetRow(TypedDict):
+class BudgetRow(TypedDict, total=False):
     budget: str
     unit: str
     amount: int
@@ -232,6 +274,7 @@ class BudgetRow(TypedDict):
     sglang_pages: int
     semantics: dict[str, BudgetSemanticsRow]
     engine_models: dict[str, BudgetEngineRow]
+    cost: DeploymentCost  # the HBM of 1 / N replicas with --gpu (a --capacity size names no hardware: absent)
 
 
 class ReplicaPool(TypedDict, total=False):
@@ -249,6 +292,7 @@ class ReplicaPool(TypedDict, total=False):
     kv_gib: float
     kv_tokens_all_replicas: int
     kv_gib_all_replicas: float
+    cost: DeploymentCost  # every replica's GPUs (absent when the weights do not fit)
 
 
 class Budgets(TypedDict, total=False):
@@ -258,8 +302,9 @@ class Budgets(TypedDict, total=False):
     engine_ttft_under_load: bool
     sliding_window_accounting: str
     notes: list[str]
-    requirements: dict[str, Any]
+    requirements: dict[str, Any]  # per target with a deployment: cost {replicas, one_replica_plus_dram, _ssd}
     rows: list[BudgetRow]
+    cost: CostInputs
 
 
 class ClusterWorkerRow(TypedDict):

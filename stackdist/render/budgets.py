@@ -18,6 +18,35 @@ def _ttft(ttft: Any) -> str:
     return f"  TTFT p50 {ttft['p50_ms']:8.1f} ms  p99 {ttft['p99_ms']:8.1f} ms"
 
 
+def _usd(cost: Any) -> str:
+    """US$ per hour and per million input tokens (or why not) of a priced deployment."""
+    per_token = (f"${cost['usd_per_million_input_tokens']:,.4f} per million input tokens"
+                 if "usd_per_million_input_tokens" in cost else "no US$ per million input tokens")
+    return f"${cost['usd_per_hour']:,.2f}/hour, {per_token}"
+
+
+def _uncached(row: Any) -> str:
+    got = row.get("usd_per_million_uncached_input_tokens")
+    return "" if got is None else f", ${got:,.4f} per million uncached input tokens"
+
+
+def _cost_lines(section: Any, pool: Any) -> list[str]:
+    """The deployment's price and where each price input comes from."""
+    c = pool["cost"]
+    inputs = section["cost"]
+    rate = (f"{inputs['input_tokens_per_hour']:,.0f} input tokens/hour ({inputs['input_tokens']:,} over "
+            f"{inputs['span_s']:,.1f} s)" if "input_tokens_per_hour" in inputs
+            else f"no input tokens per hour: {inputs['input_tokens_per_hour_not_given']}")
+    return [
+        (f"cost    {c['gpus']} x {inputs['gpu']} at ${inputs['usd_per_gpu_hour']:,.2f}/GPU-hour = {_usd(c)}; {rate}"),
+        f"        GPU price: {inputs['gpu_price_source']}",
+        (f"        DRAM ${inputs['usd_per_gb']['dram']:g}/GB ({inputs['usd_per_gb_source']['dram']}), SSD "
+         f"${inputs['usd_per_gb']['ssd']:g}/GB ({inputs['usd_per_gb_source']['ssd']}) to buy = "
+         f"${inputs['usd_per_gb_hour']['dram']:.3g} and ${inputs['usd_per_gb_hour']['ssd']:.3g} per GB-hour: "
+         f"{inputs['amortisation']}"),
+    ]
+
+
 def _hardware_lines(pool: Any) -> list[str]:
     fit = "" if pool["fits"] else "  (DOES NOT FIT: the weights leave no room for the KV cache)"
     return [
@@ -42,8 +71,11 @@ def budget_lines(section: Budgets) -> list[str]:
                          f" + {model['num_sliding_layers']} sliding-window layers (window {model['sliding_window_tokens']})"
                          if model["num_sliding_layers"] else "") + (" (MLA)" if model["mla"] else ""))
     lines.append(f"        {section['sliding_window_accounting']}")
-    if section.get("hardware"):
-        lines += _hardware_lines(section["hardware"])
+    pool = section.get("hardware")
+    if pool:
+        lines += _hardware_lines(pool)
+        if "cost" in pool:
+            lines += _cost_lines(section, pool)
     req = section.get("requirements")
     if req:
         lines.append(f"needs ({req['semantics']} semantics; {req['assumes']}):")
@@ -56,6 +88,11 @@ def budget_lines(section: Budgets) -> list[str]:
                          f"{r['behind_one_replica_gib']:.2f} GiB of CPU/SSD behind it if that tier is exclusive (one "
                          "LRU stack with the GPU); the engines' write-through tiers need more: their offload models "
                          "size them")
+            if "cost" in r:
+                c = r["cost"]
+                lines.append(f"  {'':<22} {r['replicas']} replica(s) {_usd(c['replicas'])}; one replica + DRAM "
+                             f"${c['one_replica_plus_dram']['usd_per_hour']:,.2f}/hour, + SSD "
+                             f"${c['one_replica_plus_ssd']['usd_per_hour']:,.2f}/hour")
     ttft_model = section.get("ttft_model")
     if ttft_model:
         lines.append(f"TTFT    an ESTIMATE ({ttft_model['kind']} model, one request at a time, inputs in the JSON)"
@@ -64,11 +101,12 @@ def budget_lines(section: Budgets) -> list[str]:
     for note in section.get("notes", []):
         lines.append(f"note    {note}")
     for row in section["rows"]:
-        lines.append(f"  {row['budget']}: {row['blocks']:,} blocks, {row['tokens']:,} tokens, {row['gib']:.2f} GiB of KV")
+        lines.append(f"  {row['budget']}: {row['blocks']:,} blocks, {row['tokens']:,} tokens, {row['gib']:.2f} GiB of KV"
+                     + (f"; {row['cost']['gpus']} GPU(s) {_usd(row['cost'])}" if "cost" in row else ""))
         for name, s in row["semantics"].items():
             lower = f", {s['hit_tokens_from_lower_tier']:,} from below HBM" if s.get("hit_tokens_from_lower_tier") else ""
             lines.append(f"    {name:<11} prefix token hit rate {s['prefix_token_hit_rate']:7.2%}, "
-                         f"{s['hit_tokens']:,} tokens saved{lower}{_ttft(s.get('ttft'))}")
+                         f"{s['hit_tokens']:,} tokens saved{lower}{_ttft(s.get('ttft'))}{_uncached(s)}")
             if "conservative" in s:
                 c = s["conservative"]
                 lines.append(f"    {'':<11} conservative (every layer full): {c['capacity_blocks']:,} blocks, "
@@ -78,6 +116,6 @@ def budget_lines(section: Budgets) -> list[str]:
                 lines.append(f"    {name:<11} pool {e['pool']:,}: infeasible (the requests running at once do not fit)")
                 continue
             lines.append(f"    {name:<11} pool {e['pool']:,}: prefix token hit rate {e['prefix_token_hit_rate']:7.2%}, "
-                         f"{e['hit_tokens']:,} tokens saved{_ttft(e.get('ttft'))}"
+                         f"{e['hit_tokens']:,} tokens saved{_ttft(e.get('ttft'))}{_uncached(e)}"
                          + (f"  (no TTFT under load: {e['ttft_not_given']})" if e.get("ttft_not_given") else ""))
     return lines
