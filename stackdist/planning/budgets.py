@@ -47,7 +47,7 @@ from .hardware import (
     CalibratedTTFT,
     HardwareOptions,
     RooflineTTFT,
-    replica_pool,
+    require_holds,
     ttft_summary,
 )
 from .prefix_curve import PrefixCurve
@@ -136,7 +136,7 @@ def budget_capacity(budget: Budget, block_size: int, geometry: ModelGeometry, lo
         pools = {m.budget_key: int(m.pool_for_tokens(tokens, engine_block_size)) for m in ENGINE_MODELS.values()}
     blocks = tokens // block_size
     return {"budget": budget.label, "unit": budget.unit, "amount": budget.amount, "blocks": int(blocks),
-            "tokens": int(blocks * block_size), "gib": blocks * block_size * full / GIB,
+            "tokens": int(blocks * block_size), "pool_tokens": int(tokens), "gib": blocks * block_size * full / GIB,
             "sliding_reserve_bytes": int(reserve), "conservative_blocks": int(conservative), **pools}
 
 
@@ -210,7 +210,7 @@ def _requirements(curve: PrefixCurve, pool: dict[str, Any], block_size: int, geo
                   targets: Sequence[float]) -> list[dict[str, Any]]:
     """Per target: replicas needed (all replicas' HBM as one cache) and what one replica lacks."""
     rows: list[dict[str, Any]] = []
-    per_replica = pool["kv_tokens"]
+    per_replica = pool["kv_tokens"]  # > 0: budget_report refuses a replica that holds no prompt (require_holds)
     for t in targets:
         for kind in ("fraction_of_ceiling", "token_hit_rate"):
             blocks = curve.min_capacity_for(**{kind: t})
@@ -221,7 +221,7 @@ def _requirements(curve: PrefixCurve, pool: dict[str, Any], block_size: int, geo
             tokens = blocks * block_size
             rows.append({"target": t, "kind": kind, "reachable": True, "tokens": int(tokens),
                          "gib": tokens * geometry.kv_bytes_per_token / GIB,
-                         "replicas": math.ceil(tokens / per_replica) if per_replica else None,
+                         "replicas": math.ceil(tokens / per_replica),
                          "behind_one_replica_gib": max(0, tokens - per_replica) * geometry.kv_bytes_per_token / GIB})
     return rows
 
@@ -236,8 +236,9 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
                            "sliding_window_accounting": _sliding_note(geometry), "notes": list(options.notes)}
     hbm_blocks = None
     longest = int(trace.input_length.max(initial=0) + trace.output_length.max(initial=0))
-    if options.hardware is not None and options.spec is not None:
-        pool = replica_pool(options.spec, options.hardware)
+    longest_prompt = int(trace.input_length.max(initial=0))
+    if options.hardware is not None and options.spec is not None:  # a replica that cannot run the trace: refused
+        pool = require_holds(options.spec, options.hardware, longest_prompt, "the trace's longest prompt")
         out["hardware"] = pool
         hbm_blocks = pool["kv_tokens_all_replicas"] // trace.block_size
         budgets.insert(0, Budget("HBM of 1 replica", "tokens", max(pool["kv_tokens"], 1)))
@@ -253,10 +254,17 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
     for budget in budgets:
         cap = budget_capacity(budget, trace.block_size, geometry, longest, options.engine_block_size)
         row: dict[str, Any] = {**cap, "semantics": {}, "engine_models": {}}
+        short = None
+        if cap["pool_tokens"] < longest_prompt:  # no engine runs that pool: no hit rate or TTFT computed from it
+            short = (f"a pool of {cap['pool_tokens']:,} tokens cannot hold the trace's longest prompt "
+                     f"({longest_prompt:,} tokens): an engine with it could not run the trace")
         for name, replay in replays.items():
-            row["semantics"][name] = _semantics_row(replay, counted, cap, options, hbm_blocks)
+            row["semantics"][name] = ({"capacity_blocks": cap["blocks"], "not_given": short} if short
+                                      else _semantics_row(replay, counted, cap, options, hbm_blocks))
         for name, result in (engine_results or {}).items():
             engine_row = _engine_row(result, cap, counted, trace, options, budget.replicas)
+            if engine_row is None and short:  # a pool too small to run (with_budget_pools runs none): say why
+                engine_row = {"pool": int(cap[engine_model(name).budget_key]), "feasible": False, "not_run": short}
             if engine_row is not None:
                 row["engine_models"][name] = engine_row
         rows.append(row)

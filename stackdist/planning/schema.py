@@ -200,6 +200,7 @@ class TTFTUnderLoad(TTFTSummary, total=False):
 
 class BudgetSemanticsRow(TypedDict, total=False):
     capacity_blocks: int
+    not_given: str  # instead of the numbers, when the budget cannot hold the trace's longest prompt
     prefix_token_hit_rate: float
     hit_tokens: int
     block_hit_rate: float
@@ -215,6 +216,7 @@ class BudgetEngineRow(TypedDict, total=False):
     prefix_token_hit_rate: float
     ttft: TTFTSummary | TTFTUnderLoad | None
     ttft_not_given: str
+    not_run: str  # the pool cannot hold the trace's longest prompt: not simulated
 
 
 class BudgetRow(TypedDict):
@@ -223,6 +225,7 @@ class BudgetRow(TypedDict):
     amount: int
     blocks: int
     tokens: int
+    pool_tokens: int  # the budget's tokens before rounding down to the trace's blocks
     gib: float
     sliding_reserve_bytes: int
     conservative_blocks: int
