@@ -41,6 +41,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "INT64_MAX",
+    "DeploymentError",
     "EmptyInputError",
     "TraceFormatError",
     "UsageError",
@@ -94,6 +95,13 @@ class EmptyInputError(ValueError):
         self.source = os.fspath(source)
         self.why = why
         super().__init__(f"{self.source}: nothing to answer from: {why}")
+
+
+class DeploymentError(ValueError):
+    """The deployment asked for cannot run (exit 1): the weights leave no room for the KV cache,
+    or its KV pool cannot hold the trace's longest prompt. The message names the reason and what
+    would run.
+    """
 
 
 def require_data(count: int, source: str | os.PathLike[str], why: str) -> None:

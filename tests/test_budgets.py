@@ -97,7 +97,7 @@ def test_report_rows_and_lower_tier_loads():
     spec = model_spec("qwen3-8b")
     from stackdist.planning.hardware import CalibratedTTFT
 
-    options = BudgetOptions(parse_budgets("4blocks,40blocks"), spec, None, CalibratedTTFT(10.0, 0.01, 0.001))
+    options = BudgetOptions(parse_budgets("7blocks,40blocks"), spec, None, CalibratedTTFT(10.0, 0.01, 0.001))
     report = budget_report(trace, replays, counted, spec.geometry, options)
     small, large = (row["semantics"]["engine"] for row in report["rows"])
     assert small["hit_tokens"] <= large["hit_tokens"]
@@ -121,13 +121,13 @@ def head(tmp_path_factory):
 
 def test_cli_end_to_end_strict_json(capsys, head):
     code, out, err = run_stackdist(capsys, "plan", head, "--model", "qwen3-8b", "--gpu", "h200", "--gpus", "2",
-                                   "--capacity", "1GiB,4GiB,500GiB", "--kv-dtype", "fp8", "--semantics", "engine,vllm",
+                                   "--capacity", "10GiB,40GiB,500GiB", "--kv-dtype", "fp8", "--semantics", "engine,vllm",
                                    "--json", "-")
     assert code == 0, err
     report = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
     budgets = report["budgets"]
     assert report["model"]["kv_bytes_per_token"] == 147456 // 2
-    assert [r["budget"] for r in budgets["rows"]] == ["HBM of 1 replica", "HBM of 2 replicas", "1GiB", "4GiB", "500GiB"]
+    assert [r["budget"] for r in budgets["rows"]] == ["HBM of 1 replica", "HBM of 2 replicas", "10GiB", "40GiB", "500GiB"]
     pools = {row["gpu_blocks"]: row for row in report["engine_models"]["vllm"]["pools"]}
     for row in budgets["rows"]:
         e = row["engine_models"]["vllm"]
@@ -135,7 +135,7 @@ def test_cli_end_to_end_strict_json(capsys, head):
         if e["feasible"]:
             assert pools[e["pool"]]["hit_tokens"] == e["hit_tokens"] and e["ttft"]["p50_ms"] > 0
         assert row["semantics"]["engine"]["ttft"]["p99_ms"] >= row["semantics"]["engine"]["ttft"]["p50_ms"]
-    assert budgets["rows"][2]["vllm_gpu_blocks"] == GIB // (16 * 73728) + 1
+    assert budgets["rows"][2]["vllm_gpu_blocks"] == 10 * GIB // (16 * 73728) + 1
     big = budgets["rows"][-1]["semantics"]["engine"]  # 500 GiB is beyond the HBM of both replicas: loads from below
     hbm = budgets["rows"][1]["semantics"]["engine"]
     assert big["hit_tokens"] >= hbm["hit_tokens"]
@@ -147,7 +147,7 @@ def test_cli_end_to_end_strict_json(capsys, head):
 def test_cli_table_and_calibration(capsys, head, tmp_path):
     calib = tmp_path / "ttft.jsonl"
     calib.write_text("".join(json.dumps({"prefill_tokens": n, "ttft_ms": 5 + 0.01 * n}) + "\n" for n in (10, 100, 1000)))
-    code, out, err = run_stackdist(capsys, "plan", head, "--model", "gemma-3-27b", "--capacity", "2GiB",
+    code, out, err = run_stackdist(capsys, "plan", head, "--model", "gemma-3-27b", "--capacity", "20GiB",
                                    "--ttft-calibration", calib, "--semantics", "engine")
     assert code == 0, err
     assert "== budgets" in out and "conservative (every layer full)" in out and "ESTIMATE (calibrated" in out

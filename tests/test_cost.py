@@ -165,12 +165,13 @@ def test_dram_and_ssd_behind_one_replica(capsys, tmp_path):
 
 
 def test_weights_that_do_not_fit_get_no_usd():
+    """A deployment that cannot run is refused (DeploymentError, exit 1 in the CLI): no US$ for it."""
+    from stackdist.errors import DeploymentError
+
     trace = RequestTrace.from_blocks([[1, 2, 3], [1, 2]], block_size=16, last_tokens=[16, 16])  # one per second
     spec = model_spec("llama-3.1-405b")
     prices = DeploymentPrices("a100-40g", 1.3, "assumed")
     options = BudgetOptions((), spec, HardwareOptions("a100-40g"), prices=prices)
     counted = np.ones(trace.n_requests, bool)
-    out = budget_report(trace, {"engine": replay_requests(trace, "engine")}, counted, spec.geometry, options)
-    assert not out["hardware"]["fits"]
-    assert "cost" not in out and "cost" not in out["hardware"] and all("cost" not in r for r in out["rows"])
-    assert all("cost" not in t for t in out["requirements"]["targets"])
+    with pytest.raises(DeploymentError, match="does not fit"):
+        budget_report(trace, {"engine": replay_requests(trace, "engine")}, counted, spec.geometry, options)

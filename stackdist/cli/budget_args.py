@@ -34,6 +34,10 @@ from stackdist.planning.hardware import (
     gpu_for,
     gpu_table,
     replica_pool,
+    require_fits,
+    require_holds,
+    tensor_parallel_problem,
+    tensor_parallel_sizes,
 )
 from stackdist.planning.prices import AMORTISATION_YEARS, DeploymentPrices, parse_prices
 from stackdist.serving.engine_model import engine_model
@@ -144,11 +148,17 @@ def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions |
     if args.gpu:
         if args.gpus is not None and args.gpus % args.gpus_per_replica:
             raise UsageError(f"--gpus ({args.gpus}) must be a multiple of --gpus-per-replica ({args.gpus_per_replica}).")
+        problem = tensor_parallel_problem(spec, args.gpus_per_replica)
+        if problem:  # a wrong argument for this model (exit 2), as --gpus not a multiple of it is
+            raise UsageError(f"--gpus-per-replica {args.gpus_per_replica}: vLLM cannot shard {spec.name} over "
+                             f"{args.gpus_per_replica} GPUs: {problem}; allowed for this model: "
+                             f"{', '.join(map(str, tensor_parallel_sizes(spec)))}.")
         hardware = HardwareOptions(args.gpu, args.gpus_per_replica, args.gpus, args.gpu_memory_utilization, args.weights,
                                    args.activation_gib, args.non_torch_gib, args.cudagraph_gib)
         if args.weights is not None:
             spec = dataclasses.replace(spec, weights_bytes=args.weights * 2**30, weights_source="--weights")
         prices = _deployment_prices(args)
+        require_fits(spec, hardware)  # weights that leave no room for the KV cache: exit 1 before reading the trace
     ttft: Any = None
     notes = []
     if args.ttft_calibration:
@@ -171,8 +181,15 @@ def _deployment_prices(args: argparse.Namespace) -> DeploymentPrices:
 
 
 def with_budget_pools(options: Any, trace: Any) -> Any:
-    """The engine models also run at the budgets' pools (unless ``--gpu-blocks`` names them)."""
+    """The engine models also run at the budgets' pools (unless ``--gpu-blocks`` names them).
+
+    First, before any replay: a ``--gpu`` replica whose pool cannot hold the trace's longest
+    prompt is refused (:func:`~stackdist.planning.hardware.require_holds`, exit 1)."""
     budgets, engine = options.budgets, options.engine
+    if budgets is not None and budgets.hardware is not None and budgets.spec is not None and trace.n_requests:
+        i = int(trace.input_length.argmax())
+        require_holds(budgets.spec, budgets.hardware, int(trace.input_length[i]),
+                      f"the trace's longest prompt (request {i + 1})")
     if budgets is None or not engine.models or engine.pools:
         return options
     sizes = list(budgets.budgets)

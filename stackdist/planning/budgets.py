@@ -56,7 +56,7 @@ from .hardware import (
     CalibratedTTFT,
     HardwareOptions,
     RooflineTTFT,
-    replica_pool,
+    require_holds,
     ttft_summary,
 )
 from .prefix_curve import PrefixCurve
@@ -149,7 +149,7 @@ def budget_capacity(budget: Budget, block_size: int, geometry: ModelGeometry, lo
         pools = {m.budget_key: int(m.pool_for_tokens(tokens, engine_block_size)) for m in ENGINE_MODELS.values()}
     blocks = tokens // block_size
     return {"budget": budget.label, "unit": budget.unit, "amount": budget.amount, "blocks": int(blocks),
-            "tokens": int(blocks * block_size), "gib": blocks * block_size * full / GIB,
+            "tokens": int(blocks * block_size), "pool_tokens": int(tokens), "gib": blocks * block_size * full / GIB,
             "sliding_reserve_bytes": int(reserve), "conservative_blocks": int(conservative), **pools}
 
 
@@ -224,7 +224,7 @@ def _requirements(curve: PrefixCurve, pool: dict[str, Any], block_size: int, geo
     """Per target: replicas needed (all replicas' HBM as one cache) and what one replica lacks;
     with ``cost(gpus, cpu_gib, disk_gib, hit_rate)``, what each way costs."""
     rows: list[dict[str, Any]] = []
-    per_replica = pool["kv_tokens"]
+    per_replica = pool["kv_tokens"]  # > 0: budget_report refuses a replica that holds no prompt (require_holds)
     for t in targets:
         for kind in ("fraction_of_ceiling", "token_hit_rate"):
             blocks = curve.min_capacity_for(**{kind: t})
@@ -236,9 +236,9 @@ def _requirements(curve: PrefixCurve, pool: dict[str, Any], block_size: int, geo
             row: dict[str, Any] = {"target": t, "kind": kind, "reachable": True, "tokens": int(tokens),
                                    "gib": tokens * geometry.kv_bytes_per_token / GIB,
                                    "prefix_token_hit_rate": float(curve.prefix_token_hit_rate_at(blocks)),
-                                   "replicas": math.ceil(tokens / per_replica) if per_replica else None,
+                                   "replicas": math.ceil(tokens / per_replica),
                                    "behind_one_replica_gib": max(0, tokens - per_replica) * geometry.kv_bytes_per_token / GIB}
-            if cost is not None and row["replicas"] is not None:
+            if cost is not None:
                 tp, behind, rate = pool["gpus_per_replica"], row["behind_one_replica_gib"], row["prefix_token_hit_rate"]
                 row["cost"] = {"replicas": cost(row["replicas"] * tp, 0.0, 0.0, rate),
                                "one_replica_plus_dram": cost(tp, behind, 0.0, rate),
@@ -258,8 +258,9 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
     hbm_blocks = None
     longest = int(trace.input_length.max(initial=0) + trace.output_length.max(initial=0))
     cost: Any = None
-    if options.hardware is not None and options.spec is not None:
-        pool = replica_pool(options.spec, options.hardware)
+    longest_prompt = int(trace.input_length.max(initial=0))
+    if options.hardware is not None and options.spec is not None:  # a replica that cannot run the trace: refused
+        pool = require_holds(options.spec, options.hardware, longest_prompt, "the trace's longest prompt")
         out["hardware"] = pool
         hbm_blocks = pool["kv_tokens_all_replicas"] // trace.block_size
         tp = pool["gpus_per_replica"]
@@ -282,12 +283,19 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
         priced = cost is not None and budget.gpus > 0
         if priced:
             row["cost"] = cost(budget.gpus, 0.0, 0.0, None)
+        short = None
+        if cap["pool_tokens"] < longest_prompt:  # no engine runs that pool: no hit rate or TTFT computed from it
+            short = (f"a pool of {cap['pool_tokens']:,} tokens cannot hold the trace's longest prompt "
+                     f"({longest_prompt:,} tokens): an engine with it could not run the trace")
         for name, replay in replays.items():
-            row["semantics"][name] = _semantics_row(replay, counted, cap, options, hbm_blocks)
-            if priced:
+            row["semantics"][name] = ({"capacity_blocks": cap["blocks"], "not_given": short} if short
+                                      else _semantics_row(replay, counted, cap, options, hbm_blocks))
+            if priced and not short:
                 _uncached(row["semantics"][name], cost(budget.gpus, 0.0, 0.0, row["semantics"][name]["prefix_token_hit_rate"]))
         for name, result in (engine_results or {}).items():
             engine_row = _engine_row(result, cap, counted, trace, options, budget.replicas)
+            if engine_row is None and short:  # a pool too small to run (with_budget_pools runs none): say why
+                engine_row = {"pool": int(cap[engine_model(name).budget_key]), "feasible": False, "not_run": short}
             if engine_row is not None:
                 if priced and engine_row["feasible"]:
                     _uncached(engine_row, cost(budget.gpus, 0.0, 0.0, engine_row["prefix_token_hit_rate"]))

@@ -396,6 +396,7 @@ class ModelSpec:
     weights_bytes: float | None = None
     weights_source: str = "unknown"
     attention_flops_per_pair: int | None = None
+    num_attention_heads: int | None = None
 
     @property
     def active(self) -> float | None:
@@ -457,8 +458,10 @@ def spec_from_config(
         weights, source = float(fields["weights_gib"]) * 2**30, "published checkpoint size"
     elif params is not None:
         weights = float(params) * float(per)
+    heads = text.get("num_attention_heads")
     return ModelSpec(name or geometry.name, geometry, fields.get("hf_repo"), params, active, weights, source,
-                     _attention_flops(text))
+                     _attention_flops(text), heads if isinstance(heads, int) and not isinstance(heads, bool) and heads > 0
+                     else None)
 
 
 def _weight_bytes(config: Mapping[str, Any]) -> float:

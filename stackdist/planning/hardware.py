@@ -29,6 +29,18 @@ vLLM's own formula (file:line in the vllm-0.33.0 wheel):
 Also assumed: the weights split evenly over the replica's GPUs (tensor parallelism; replicated
 embeddings and expert parallelism not modelled).
 
+**Deployments that cannot run are refused** (never a pool of 0 blocks with exit 0):
+
+- a tensor-parallel size vLLM 0.33.0 refuses (:func:`tensor_parallel_problem`; a usage error
+  naming the flag and the allowed sizes, exit 2);
+- weights (plus the assumed start-up memory) that leave no room for the KV cache
+  (:func:`require_fits`; vLLM refuses to start, "No available memory for the cache blocks",
+  ``vllm/v1/core/kv_cache_planning.py:56-63``): :class:`~stackdist.errors.DeploymentError`
+  (exit 1) naming the model, GPUs, weights per GPU and what would fit;
+- a pool that cannot hold the trace's longest prompt (:func:`require_holds`; vLLM refuses to
+  start when the pool cannot hold one request of ``max_model_len`` tokens,
+  ``kv_cache_planning.py:68-87``): :class:`~stackdist.errors.DeploymentError` (exit 1).
+
 **TTFT estimates**: the prefill of the uncached tokens plus the load of hits from lower tiers.
 
 An **estimate**, labelled as one everywhere: one request at a time (no queueing, batching or
@@ -62,6 +74,7 @@ Quantiles: numpy's default (linear) interpolation over the counted requests.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Sequence
@@ -72,7 +85,7 @@ from typing import Any
 
 import numpy as np
 
-from stackdist.errors import UsageError
+from stackdist.errors import DeploymentError, UsageError
 from stackdist.serving.vllm import VLLM
 
 from .geometry import ModelGeometry, ModelSpec
@@ -88,7 +101,11 @@ __all__ = [
     "gpu_for",
     "gpu_table",
     "replica_pool",
+    "require_fits",
+    "require_holds",
     "sliding_pairs",
+    "tensor_parallel_problem",
+    "tensor_parallel_sizes",
     "ttft_summary",
     "vllm_groups",
 ]
@@ -221,6 +238,133 @@ def replica_pool(spec: ModelSpec, options: HardwareOptions) -> dict[str, Any]:
                         "hybrid models: one running request's sliding-window blocks reserved"],
         "sources": gpu.source,
     }
+
+
+MAX_TENSOR_PARALLEL = 1024  # the largest tensor-parallel size tried
+
+
+def tensor_parallel_problem(spec: ModelSpec, tp: int) -> str | None:
+    """Why vLLM 0.33.0 refuses tensor-parallel size ``tp`` for this model, or None when it accepts it.
+
+    vLLM's rules (files of the vllm-0.33.0 wheel):
+
+    - the attention heads split evenly: ``total_num_attention_heads % tensor_parallel_size == 0``
+      (``vllm/config/model.py:1558-1564``, ``verify_with_parallel_config``, at engine start);
+    - the KV heads (``QKVParallelLinear``, ``vllm/model_executor/layers/linear.py:1066-1071``):
+      when ``tp >= total_num_kv_heads`` each GPU holds one KV head, replicated
+      ``divide(tp, total_num_kv_heads)`` times, else ``divide(total_num_kv_heads, tp)`` heads;
+      ``divide`` asserts divisibility (``vllm/distributed/utils.py:51-55, 130-134``). So
+      ``tp % kv_heads == 0`` when ``tp >= kv_heads``, else ``kv_heads % tp == 0``;
+    - MLA (DeepSeek-V2/V3, Kimi K2): one latent KV head on every GPU (``get_num_kv_heads``
+      returns 1, ``vllm/config/model.py:1676-1678``), so only the attention heads must split:
+      ``assert num_heads % tp_size == 0`` (``vllm/model_executor/models/deepseek_v2.py:484``).
+
+    >>> from stackdist.planning.geometry import model_spec
+    >>> tensor_parallel_problem(model_spec("llama-3.1-8b"), 4) is None
+    True
+    >>> tensor_parallel_problem(model_spec("llama-3.1-8b"), 3)
+    'its 32 attention heads do not split over 3 GPUs (vLLM requires num_attention_heads % tensor_parallel_size == 0)'
+    >>> tensor_parallel_problem(model_spec("qwen2.5-1.5b"), 3)
+    'its 2 KV heads cannot be split over or replicated on 3 GPUs (vLLM requires tensor_parallel_size % num_kv_heads == 0 when it is larger)'
+    """
+    heads = spec.num_attention_heads
+    if heads is not None and heads % tp:
+        return (f"its {heads} attention heads do not split over {tp} GPUs (vLLM requires "
+                "num_attention_heads % tensor_parallel_size == 0)")
+    g = spec.geometry
+    if g.is_mla:  # one latent head, replicated on every GPU
+        return None
+    kv = g.num_kv_heads
+    if tp >= kv and tp % kv:
+        return (f"its {kv} KV heads cannot be split over or replicated on {tp} GPUs (vLLM requires "
+                "tensor_parallel_size % num_kv_heads == 0 when it is larger)")
+    if tp < kv and kv % tp:
+        return (f"its {kv} KV heads do not split over {tp} GPUs (vLLM requires num_kv_heads % "
+                "tensor_parallel_size == 0 when it is smaller)")
+    return None
+
+
+def tensor_parallel_sizes(spec: ModelSpec, upto: int = MAX_TENSOR_PARALLEL) -> list[int]:
+    """Every tensor-parallel size from 1 to ``upto`` vLLM accepts for this model.
+
+    >>> from stackdist.planning.geometry import model_spec
+    >>> tensor_parallel_sizes(model_spec("qwen2.5-1.5b")), tensor_parallel_sizes(model_spec("deepseek-v3"))[-3:]
+    ([1, 2, 4, 6, 12], [32, 64, 128])
+    """
+    return [tp for tp in range(1, upto + 1) if tensor_parallel_problem(spec, tp) is None]
+
+
+def _model_name(spec: ModelSpec) -> str:
+    return spec.name if spec.hf_repo is None else f"{spec.name} ({spec.hf_repo})"
+
+
+def _what_would(spec: ModelSpec, options: HardwareOptions, runs: Any) -> str:
+    """The smallest larger tensor-parallel size, fp8 weights, other GPUs: each that passes ``runs(pool)``."""
+    ideas = []
+    for tp in tensor_parallel_sizes(spec):
+        if tp > options.gpus_per_replica and runs(replica_pool(spec, dataclasses.replace(options, gpus_per_replica=tp))):
+            ideas.append(f"{tp} GPUs per replica (tensor-parallel size {tp})")
+            break
+    if options.weights_gib is None and spec.params and spec.weights_bytes and spec.weights_bytes > spec.params * 1.01:
+        fp8 = dataclasses.replace(options, weights_gib=spec.params / GIB)
+        if runs(replica_pool(spec, fp8)):
+            ideas.append(f"fp8 weights ({spec.params / GIB:.1f} GiB) on {options.gpus_per_replica} x {options.gpu}")
+    others = [g for g in gpu_table() if g != options.gpu and runs(replica_pool(spec, dataclasses.replace(options, gpu=g)))]
+    if others:
+        ideas.append(f"{options.gpus_per_replica} x {' or '.join(others)}")
+    if not ideas:
+        return f"no tensor-parallel size up to {MAX_TENSOR_PARALLEL} would"
+    return "it would run with " + "; or ".join(ideas)
+
+
+def require_fits(spec: ModelSpec, options: HardwareOptions) -> dict[str, Any]:
+    """The replica's pool (:func:`replica_pool`), or :class:`~stackdist.errors.DeploymentError`
+    when the weights and the assumed start-up memory leave no room for the KV cache (vLLM
+    refuses to start: ``vllm/v1/core/kv_cache_planning.py:56-63``).
+
+    >>> from stackdist.planning.geometry import model_spec
+    >>> require_fits(model_spec("llama-3.1-405b"), HardwareOptions("h100", 4))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    stackdist.errors.DeploymentError: llama-3.1-405b (meta-llama/Llama-3.1-405B-Instruct) does not fit on 4 x h100: ...
+    """
+    pool = replica_pool(spec, options)
+    if pool["fits"]:
+        return pool
+    other = pool["activation_gib_per_gpu"] + pool["non_torch_gib_per_gpu"] + pool["cudagraph_gib_per_gpu"]
+    usable = (f"the {pool['requested_gib_per_gpu']:.2f} GiB vLLM may use ({pool['hbm_gib_per_gpu']:.1f} GiB x "
+              f"GPU memory utilization {options.gpu_memory_utilization:g})")
+    left = pool["available_kv_gib_per_gpu"]
+    smallest = pool["bytes_per_block_per_gpu"] * (VLLM.min_pool + pool["sliding_reserve_blocks"]) / 2**20
+    room = (f"more than {usable}: no room for the KV cache" if left <= 0 else
+            f"leaving {left * 1024:.1f} MiB of {usable} for the KV cache, under the {smallest:.1f} MiB its smallest "
+            "pool needs")
+    raise DeploymentError(
+        f"{_model_name(spec)} does not fit on {options.gpus_per_replica} x {pool['gpu']}: per GPU "
+        f"{pool['weights_gib_per_gpu']:.1f} GiB of weights ({pool['weights_source']}) + {other:.1f} GiB assumed "
+        f"activation/non-torch/CUDA-graph memory = {pool['weights_gib_per_gpu'] + other:.2f} GiB, {room} (vLLM "
+        f"would refuse to start); {_what_would(spec, options, lambda p: p['fits'])}.")
+
+
+def require_holds(spec: ModelSpec, options: HardwareOptions, prompt_tokens: int, where: str) -> dict[str, Any]:
+    """The replica's pool, or :class:`~stackdist.errors.DeploymentError` when it cannot hold a
+    prompt of ``prompt_tokens`` (``where`` names that prompt): vLLM refuses to start when its
+    pool cannot hold one request of ``max_model_len`` tokens (``kv_cache_planning.py:68-87``)
+    and could never schedule that prompt.
+
+    >>> from stackdist.planning.geometry import model_spec
+    >>> require_holds(model_spec("qwen3-8b"), HardwareOptions("h200"), 1000, "request 1")["kv_tokens"]
+    787040
+    """
+    pool = require_fits(spec, options)
+    if pool["kv_tokens"] >= prompt_tokens:
+        return pool
+    raise DeploymentError(
+        f"one replica of {options.gpus_per_replica} x {pool['gpu']} holds {pool['kv_tokens']:,} tokens of "
+        f"{_model_name(spec)}'s KV cache (vLLM num_gpu_blocks {pool['num_gpu_blocks']:,}, "
+        f"{pool['available_kv_gib_per_gpu']:.2f} GiB per GPU), fewer than the {prompt_tokens:,} tokens of {where}: "
+        f"vLLM could never schedule it (it refuses to start when one request of max_model_len does not fit); "
+        f"{_what_would(spec, options, lambda p: p['fits'] and p['kv_tokens'] >= prompt_tokens)}.")
 
 
 def sliding_pairs(start: Any, end: Any, window: int) -> Any:

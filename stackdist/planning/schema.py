@@ -238,6 +238,7 @@ class CostInputs(TypedDict, total=False):
 
 class BudgetSemanticsRow(TypedDict, total=False):
     capacity_blocks: int
+    not_given: str  # instead of the numbers, when the budget cannot hold the trace's longest prompt
     prefix_token_hit_rate: float
     hit_tokens: int
     block_hit_rate: float
@@ -257,6 +258,7 @@ class BudgetEngineRow(TypedDict, total=False):
     ttft_not_given: str
     usd_per_million_uncached_input_tokens: float
     usd_per_million_uncached_input_tokens_not_given: str
+    not_run: str  # the pool cannot hold the trace's longest prompt: not simulated
 
 
 class BudgetRow(TypedDict, total=False):
@@ -265,6 +267,7 @@ class BudgetRow(TypedDict, total=False):
     amount: int
     blocks: int
     tokens: int
+    pool_tokens: int  # the budget's tokens before rounding down to the trace's blocks
     gib: float
     sliding_reserve_bytes: int
     conservative_blocks: int

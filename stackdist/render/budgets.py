@@ -84,7 +84,8 @@ def budget_lines(section: Budgets) -> list[str]:
             if not r["reachable"]:
                 lines.append(f"  {what:<22} unreachable" + (f" ({r['unreachable']['reason']})" if "unreachable" in r else ""))
                 continue
-            lines.append(f"  {what:<22} {r['gib']:10.2f} GiB = {r['replicas']} replica(s), or one replica plus "
+            replicas = f"{r['replicas']} replica(s)" if r.get("replicas") else "no whole number of replicas"
+            lines.append(f"  {what:<22} {r['gib']:10.2f} GiB = {replicas}, or one replica plus "
                          f"{r['behind_one_replica_gib']:.2f} GiB of CPU/SSD behind it if that tier is exclusive (one "
                          "LRU stack with the GPU); the engines' write-through tiers need more: their offload models "
                          "size them")
@@ -104,6 +105,9 @@ def budget_lines(section: Budgets) -> list[str]:
         lines.append(f"  {row['budget']}: {row['blocks']:,} blocks, {row['tokens']:,} tokens, {row['gib']:.2f} GiB of KV"
                      + (f"; {row['cost']['gpus']} GPU(s) {_usd(row['cost'])}" if "cost" in row else ""))
         for name, s in row["semantics"].items():
+            if s.get("not_given"):
+                lines.append(f"    {name:<11} no answer: {s['not_given']}")
+                continue
             lower = f", {s['hit_tokens_from_lower_tier']:,} from below HBM" if s.get("hit_tokens_from_lower_tier") else ""
             lines.append(f"    {name:<11} prefix token hit rate {s['prefix_token_hit_rate']:7.2%}, "
                          f"{s['hit_tokens']:,} tokens saved{lower}{_ttft(s.get('ttft'))}{_uncached(s)}")
@@ -113,7 +117,8 @@ def budget_lines(section: Budgets) -> list[str]:
                              f"hit rate {c['prefix_token_hit_rate']:.2%}")
         for name, e in row["engine_models"].items():
             if not e["feasible"]:
-                lines.append(f"    {name:<11} pool {e['pool']:,}: infeasible (the requests running at once do not fit)")
+                why = e.get("not_run") or "the requests running at once do not fit"
+                lines.append(f"    {name:<11} pool {e['pool']:,}: infeasible ({why})")
                 continue
             lines.append(f"    {name:<11} pool {e['pool']:,}: prefix token hit rate {e['prefix_token_hit_rate']:7.2%}, "
                          f"{e['hit_tokens']:,} tokens saved{_ttft(e.get('ttft'))}{_uncached(e)}"

@@ -184,8 +184,9 @@ def test_a_registered_third_model_gets_its_own_pool_unit_everywhere(pairs, capsy
         assert (row["vllm_gpu_blocks"], row["sglang_pages"]) == (pages + 1, pages)
         if pages // 2 >= 2:
             assert row["engine_models"]["pairs"]["pool"] == pages // 2
-        else:  # a pool under 2 units is not run for a budget (as before: 1 MiB is 1 pair)
-            assert "pairs" not in row["engine_models"] and row["engine_models"]["sglang"]["pool"] == pages
+        else:  # a pool under 2 units is not run for a budget (1 MiB is 1 pair); below the longest prompt, it says why
+            assert not row["engine_models"]["pairs"]["feasible"] and row["engine_models"]["sglang"]["pool"] == pages
+            assert "cannot hold the trace's longest prompt" in row["engine_models"]["pairs"]["not_run"]
     # every model runs at every model's budget pools of 2 units or more (as before), the pairs' own among them
     wanted = sorted(p for p in {2 // 2, 45 // 2, 2, 3, 45, 46} if p >= 2)
     assert pairs.calls == [(*wanted, None)]
