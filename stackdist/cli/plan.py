@@ -28,7 +28,7 @@ from stackdist.planning.prices import (
     parse_prices,
 )
 from stackdist.planning.routing import ROUTING_ROUTERS, RoutingOptions, parse_sizes
-from stackdist.serving.engine_model import ENGINE_MODELS
+from stackdist.serving.engine_model import ENGINE_MODELS, engine_model
 from stackdist.serving.offload import (
     OFFLOAD_MODELS,
     OffloadSpec,
@@ -197,6 +197,9 @@ def _add_counting_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_routing_arguments(eng: Any) -> None:
     """Workers, routers and the shared tier (both the engine semantics and the engine models)."""
+    eng.add_argument("--max-replicas", type=bounded_int("--max-replicas", 1, 256), default=8, metavar="N",
+                     help="with --gpu: the deployment search tries 1 to N replicas (default 8, or the deployment's own "
+                     "count if larger) for each --targets fraction of the ceiling")
     eng.add_argument("--workers", default="one", metavar="recorded|K",
                      help="recorded: each request on the worker the trace names; K: K workers chosen by --router; "
                      "each worker has its own pool of --gpu-blocks (default: one worker); reported per worker, in total, "
@@ -330,6 +333,7 @@ def run_plan(args: argparse.Namespace) -> int:
                                                                                    options.budgets))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
     options = dataclasses.replace(options, routing=_routing_options(args, options, trace))
+    options = dataclasses.replace(options, deployment=_deployment(args, options, trace))
     result = plan(trace, options, _method(args, options), Progress, _stage)
     report = result.plan
     if args.per_request:
@@ -595,6 +599,37 @@ def _step_time(args: argparse.Namespace, trace: Any, ttft: Any, decode: bool) ->
     except ValueError as exc:
         raise UsageError(f"--schedule scheduler: {exc}; give --step-time FIXED_S,PER_TOKEN_S.") from None
     return dataclasses.replace(ASSUMED, detail="an assumed step time (no --step-time, --gpu or --ttft-calibration)")
+
+
+def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> Any:
+    """With --gpu (and a model that fits): the deployment the flags name, for its answer and the
+    cheapest one per target (planning/deployment.py); its load floor from the engine's scheduler
+    when a step time can be derived (given, fitted or the roofline; not the bare assumption)."""
+    from stackdist.planning.deployment import DeploymentSpec
+    from stackdist.planning.engine_plan import STATIC_ROUTERS
+    from stackdist.planning.hardware import replica_pool
+    from stackdist.serving.scheduler import SchedulerSettings
+
+    budgets = options.budgets
+    if budgets is None or budgets.hardware is None or budgets.spec is None or budgets.prices is None:
+        return None
+    engine = next(iter(options.engine.models), "vllm")
+    pool = replica_pool(budgets.spec, budgets.hardware)
+    pages = pool["kv_tokens"] // options.engine.engine_block_size
+    offload = next((s for s in options.engine.offload if offload_model(s.model).behind == engine), None)
+    router = args.router if args.router in STATIC_ROUTERS else "session"
+    scheduler = None
+    if engine_model(engine).supports_scheduler:
+        try:
+            step = _step_time(args, trace, budgets.ttft, options.engine.decode)
+        except UsageError:
+            step = None
+        if step is not None and step.source != "assumed":
+            scheduler = SchedulerSettings(args.max_num_seqs or 1024, args.max_num_batched_tokens or 8192, step.fixed_s,
+                                          step.per_token_s, step.source, step.detail, args.async_scheduling)
+    return DeploymentSpec(engine, budgets.hardware.replicas, budgets.hardware.gpus_per_replica,
+                          engine_model(engine).pool_for_pages(pages), router, offload,
+                          max(args.max_replicas, budgets.hardware.replicas), scheduler)
 
 
 def _routing_options(args: argparse.Namespace, options: PlanOptions, trace: Any) -> RoutingOptions | None:

@@ -71,6 +71,7 @@ __all__ = [
     "budget_report",
     "parse_budgets",
     "per_request_hits",
+    "pricing",
 ]
 
 _BYTES = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
@@ -269,7 +270,7 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
             budgets.insert(1, Budget(f"HBM of {pool['replicas']} replicas", "tokens", max(pool["kv_tokens_all_replicas"], 1),
                                      pool["replicas"], gpus=tp * pool["replicas"]))
         if options.prices is not None and pool["fits"]:  # weights that do not fit: no deployment, no US$
-            cost, out["cost"] = _cost(trace, counted, options.prices)
+            cost, out["cost"] = pricing(trace, counted, options.prices)
             pool["cost"] = cost(tp * pool["replicas"], 0.0, 0.0, None)
         if replays:
             name = "engine" if "engine" in replays else next(iter(replays))
@@ -309,7 +310,7 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
     return out
 
 
-def _cost(trace: RequestTrace, counted: np.ndarray, prices: DeploymentPrices) -> tuple[Any, dict[str, Any]]:
+def pricing(trace: RequestTrace, counted: np.ndarray, prices: DeploymentPrices) -> tuple[Any, dict[str, Any]]:
     """The pricing function of this trace (``(gpus, cpu_gib, disk_gib, hit_rate) -> cost``) and
     the section's ``cost``: the price inputs, their sources and the input tokens per hour."""
     inputs = int(trace.input_length[counted].sum())

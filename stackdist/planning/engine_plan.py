@@ -71,6 +71,7 @@ __all__ = [
     "routing_worth_rows",
     "run_engine_models",
     "schedule_for",
+    "scheduler_run",
 ]
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
     every router and one pool of K x N (what routing is worth)."""
     pools = tuple(options.pools) or default_pools(trace, options.engine_block_size)
     if options.schedule == "scheduler":  # the engine's own scheduler under load, one per worker
-        return {model: _scheduler_run(model, trace, options, pools, progress) for model in options.models}
+        return {model: scheduler_run(model, trace, options, pools, progress) for model in options.models}
     schedule = schedule_for(trace, options)
     kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
     workers = np.zeros(0, np.int64) if kv_aware else assign_workers(trace, options, schedule)
@@ -244,7 +245,7 @@ STATIC_ROUTERS = ("round-robin", "random", "session", "prefix-hash")
 worker runs its requests alone (least-loaded and kv-aware would need the schedulers jointly)."""
 
 
-def _scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools: tuple[int | None, ...],
+def scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools: tuple[int | None, ...],
                    progress: Any) -> LoadResult | LoadCluster:
     """The model under its scheduler at every pool: one worker, or K workers behind a static
     router (each its requests, at their own arrival times, with its own pool and scheduler)."""

@@ -63,7 +63,19 @@ from stackdist.traces import RequestTrace
 
 from .engine_plan import EngineOptions, assign_workers, schedule_for
 
-__all__ = ["PRECISION", "OffloadRun", "PerWorker", "distinct_units", "effective_tier_hits", "offload_columns", "offload_section", "run_offload", "select_pages"]
+__all__ = [
+    "PRECISION",
+    "OffloadRun",
+    "PerWorker",
+    "counted_hits",
+    "distinct_units",
+    "effective_tier_hits",
+    "offload_columns",
+    "offload_section",
+    "run_offload",
+    "select_pages",
+    "size_search",
+]
 
 PRECISION = 0.02
 """The sizing bisection stops when the bracket is within this relative width (or one unit)."""
@@ -100,7 +112,7 @@ def effective_tier_hits(P: np.ndarray, gpu: np.ndarray, tiers: Sequence[np.ndarr
     return out[::-1]
 
 
-def _counted_hits(model: OffloadModel, result: OffloadResult, pages: EnginePages, i: int, j: int,
+def counted_hits(model: OffloadModel, result: OffloadResult, pages: EnginePages, i: int, j: int,
                   counted: np.ndarray) -> tuple[int, dict[str, int]]:
     if not result.config_feasible(i, j):
         return -1, {}
@@ -260,7 +272,7 @@ def _sizing(run: OffloadRun, i: int, configs: Sequence[TierConfig], counted: np.
         for j, config in enumerate(configs):  # the ladder's points are known already
             rest = tuple((t, config.size(t)) for t in model.tiers if t != tier)
             if rest == (*fixed, *((t, 0) for t in model.tiers[depth + 1:])):
-                run.points[(i, label, config.size(tier))] = _counted_hits(model, result, pages, i, j, counted)
+                run.points[(i, label, config.size(tier))] = counted_hits(model, result, pages, i, j, counted)
 
         def evaluate(size: int | None, fixed: tuple[tuple[str, int | None], ...] = fixed, tier: str = tier,
                      label: str = label) -> int:
@@ -270,7 +282,7 @@ def _sizing(run: OffloadRun, i: int, configs: Sequence[TierConfig], counted: np.
                 one = model.simulate(pages, [result.gpu_pools[i]], gpu_hits, [TierConfig(sizes, options)], decode)
                 if not one.config_feasible(0, 0):
                     run.reasons[key] = one.infeasible[(0, 0)]
-                run.points[key] = _counted_hits(model, one, pages, 0, 0, counted)
+                run.points[key] = counted_hits(model, one, pages, 0, 0, counted)
             return run.points[key][0]
 
         entry: dict[str, Any] = {"tier": tier, "behind": dict(fixed), "never_evicting_size": upper}
@@ -279,13 +291,13 @@ def _sizing(run: OffloadRun, i: int, configs: Sequence[TierConfig], counted: np.
             out["tiers"].append(entry)
             continue
         seeds = {size: v[0] for (pi, lab, size), v in run.points.items() if pi == i and lab == label and size is not None}
-        answers = _search(evaluate, targets, upper, precision, threads, seeds)
+        answers = size_search(evaluate, targets, upper, precision, threads, seeds)
         out["tiers"].append({**entry, "ceiling_hit_tokens": evaluate(None), "no_tier_hit_tokens": evaluate(0),
                              "answers": answers})
     return out
 
 
-def _search(evaluate: Callable[[int | None], int], targets: Sequence[float], upper: int, precision: float,
+def size_search(evaluate: Callable[[int | None], int], targets: Sequence[float], upper: int, precision: float,
             threads: int, seeds: dict[int, int] | None = None) -> list[dict[str, Any]]:
     """Every target's smallest size at once: each round evaluates, on ``threads`` threads, the
     log-space midpoint of every unresolved target's bracket (the brackets come from every point
@@ -295,7 +307,7 @@ def _search(evaluate: Callable[[int | None], int], targets: Sequence[float], upp
     ``upper`` is a size that never evicts (its hits are the ceiling's).
 
     >>> hits = lambda c: 100 if c is None else min(c, 100)
-    >>> [a["size"] for a in _search(hits, [0.5, 0.9, 1.0], 1000, 0.0, 2)]
+    >>> [a["size"] for a in size_search(hits, [0.5, 0.9, 1.0], 1000, 0.0, 2)]
     [50, 90, 100]
     """
     known = {c: h for c, h in (seeds or {}).items() if c <= upper}
@@ -365,7 +377,7 @@ def offload_section(run: OffloadRun, trace: RequestTrace, counted: np.ndarray, b
                              "infeasible": result.infeasible[(i, j)]})
                 continue
             gpu = int(result.gpu_hits(i, j)[counted].sum())
-            hits, by_tier = _counted_hits(model, result, pages, i, j, counted)
+            hits, by_tier = counted_hits(model, result, pages, i, j, counted)
             written = {t: int(result.written[t][i, j]) for t in model.tiers}
             rows.append({
                 "gpu_blocks": _pool_label(pool),

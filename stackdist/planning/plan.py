@@ -20,7 +20,8 @@ from stackdist.serving.semantics import PrefixReplay, replay_requests
 from stackdist.traces import RequestTrace
 from stackdist.version import __version__
 
-from .budgets import BudgetOptions, budget_report
+from .budgets import BudgetOptions, budget_report, pricing
+from .deployment import DeploymentSpec, deployment_report
 from .engine_plan import EngineOptions, engine_section, run_engine_models
 from .geometry import DEFAULT_MODEL, ModelGeometry
 from .offload_plan import OffloadRun, offload_section, run_offload
@@ -72,6 +73,7 @@ class PlanOptions:
     budgets: BudgetOptions | None = None
     optimal: bool = False
     routing: RoutingOptions | None = None
+    deployment: DeploymentSpec | None = None  # --gpu: the deployment answer (planning/deployment.py)
 
 
 Curve = PrefixCurve | SampledPrefixCurve
@@ -308,6 +310,11 @@ def plan_of_replays(trace: RequestTrace, options: PlanOptions, replays: Mapping[
     if options.budgets is not None:  # the sizes the user named (--capacity, --gpu): planning/budgets.py
         report["budgets"] = cast(Budgets, budget_report(trace, made, counted, options.geometry, options.budgets, results,
                                                         options.targets))
+        cost = report["budgets"].get("cost")
+        if options.deployment is not None and options.budgets.prices is not None and cost is not None:
+            report["deployment"] = deployment_report(
+                trace, options.engine, options.deployment, counted, options.geometry.kv_bytes_per_token,
+                pricing(trace, counted, options.budgets.prices)[0], options.targets, stage)
     return PlanResult(report, curves, results, offload)
 
 

@@ -397,6 +397,7 @@ class Plan(TypedDict, total=False):
     engine_models: dict[str, EngineModelPlan]
     offload: list[dict[str, Any]]
     budgets: Budgets
+    deployment: dict[str, Any]
     optimal_bound: dict[str, Any]
     cluster: ClusterPlan
     sampled: bool

@@ -8,6 +8,7 @@ from stackdist.planning.schema import Capacity, EngineModelPlan, Plan
 
 from .budgets import budget_lines
 from .cluster import cluster_lines
+from .deployment import deployment_lines
 from .offload import offload_lines
 
 __all__ = ["render_plan_table"]
@@ -53,6 +54,8 @@ def render_plan_table(report: Plan) -> str:
            f"{m['sliding_window_tokens']:,} tokens per request)" if m.get("sliding_window_tokens") else ""),
         f"counted {report['counted']['requests']:,} requests (warm-up excluded)",
     ]
+    if report.get("deployment"):  # the answer a user reads first: the deployment they run
+        lines += ["", *deployment_lines(report["deployment"])]
     sampling = report.get("sampling")
     spread = sampling["spread"] if sampling else {}
     lines += _sampling_lines(sampling)

@@ -1,0 +1,266 @@
+"""The deployment answer: what the deployment the user names delivers, and the cheapest one that
+reaches each target, every point an exact simulation of the engine model (and its offload tier).
+
+A **deployment** is ``R`` replicas of ``TP`` GPUs (``--gpu``, ``--gpus-per-replica``, ``--gpus``),
+each with vLLM's KV pool for the model (:func:`~.hardware.replica_pool`: ``num_gpu_blocks``), the
+engine model (``vllm`` unless ``--semantics`` names another), a static router over the replicas
+(``--router``; one replica: none), and optionally an offload tier per replica (``--offload``: its
+first size; each replica has its own, :class:`~.offload_plan.PerWorker`). It **delivers** a prefix
+hit rate by tier (GPU, then the tiers, the last prompt token recomputed as the engine does) and
+costs US$ per hour (:func:`~.prices.deployment_cost`: GPUs x their hourly price, CPU as DRAM and
+disk as SSD amortised) and US$ per million input tokens at the trace's arrival rate.
+
+**The cheapest deployment per target.** A target is a fraction of the ceiling: the engine model's
+hit rate with one pool that never evicts (everything the trace could reuse, on one replica). For
+each replica count ``R = 1 .. max_replicas`` the GPU-only deployment is simulated; when it falls
+short and an offload model is given, the tier size per replica that reaches the target is found
+by the offload plan's bisection (log space, within 2 % or one unit, every point exact; sizes are
+per replica). Each candidate is priced; the cheapest that reaches the target is the answer, with
+the candidates kept in the JSON. A target that no candidate reaches says so (more replicas split
+the reuse across pools: a static router's ceiling is below one pool's). The search is exhaustive
+over ``R`` and a bisection over the tier size (the hit rate is not proved monotone in it).
+
+**Load.** A deployment must also keep up with the arrivals. With a step time (the scheduler's:
+given, fitted or the GPU and model's roofline, :mod:`.step_time`) the engine's own scheduler runs
+the replicas behind the router (:mod:`stackdist.serving.scheduler`, one scheduler per replica,
+GPU pools only) for ``R = 1, 2, ...`` until one keeps up (:func:`~.engine_plan.load_summary`);
+the search considers only that many replicas or more, and the deployment the user names reports
+its TTFT under load. Tiers are not in the scheduler model (their loads would only add time), so
+the load floor is a lower bound on the replicas.
+
+Not modelled here: routers that need the pools jointly (kv-aware), shared tiers across replicas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from stackdist.serving.engine_model import engine_model
+from stackdist.serving.offload import OffloadSpec, TierConfig, offload_model
+from stackdist.serving.offload.spec import resolve_offload
+from stackdist.serving.pages import engine_pages
+from stackdist.serving.schedule import Schedule
+from stackdist.serving.scheduler import SchedulerSettings
+from stackdist.traces import RequestTrace
+
+from .engine_plan import (
+    EngineOptions,
+    assign_workers,
+    load_summary,
+    run_engine_models,
+    scheduler_run,
+)
+from .offload_plan import (
+    PRECISION,
+    PerWorker,
+    counted_hits,
+    distinct_units,
+    size_search,
+)
+
+__all__ = ["DeploymentSpec", "deployment_report"]
+
+TIER_MEMORY = {"cpu": "dram", "host": "dram", "disk": "ssd"}
+"""Which priced memory an offload tier is (CPU and SGLang's host tier: DRAM; disk: SSD)."""
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """The deployment the user names: replicas of ``gpus_per_replica`` GPUs with ``pool`` blocks
+    (the engine's unit) each, the engine model, the router, an offload specification (its first
+    size is the deployment's tier), and the search bound."""
+
+    engine: str
+    replicas: int
+    gpus_per_replica: int
+    pool: int
+    router: str = "round-robin"
+    offload: OffloadSpec | None = None
+    max_replicas: int = 16
+    scheduler: SchedulerSettings | None = None  # the step time: load decides the fewest replicas
+
+
+def _engine_hits(trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, replicas: int,
+                 pool: int | None) -> np.ndarray:
+    """Per request GPU hits of ``replicas`` replicas of ``pool`` behind the router (serial)."""
+    opts = dataclasses.replace(options, models=(spec.engine,), pools=(pool,), schedule="serial", offload=(),
+                               scheduler=None, workers="one" if replicas == 1 else replicas, router=spec.router,
+                               shared_blocks=(0,), decode_reuse=False)
+    result = run_engine_models(trace, dataclasses.replace(opts, compare_routers=False))[spec.engine]
+    if result.failed_request[0] >= 0:
+        raise ValueError(f"a replica's pool of {pool} blocks cannot hold request {int(result.failed_request[0])}")
+    return np.asarray(result.hit_tokens[0])
+
+
+class _Tiers:
+    """The offload model behind ``replicas`` replicas: the counted hits (GPU + tiers) at a first-
+    tier size per replica, the others fixed at the specification's first configuration."""
+
+    def __init__(self, trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, replicas: int,
+                 gpu_hits: np.ndarray, bytes_per_token: int, counted: np.ndarray):
+        assert spec.offload is not None
+        self.model = offload_model(spec.offload.model)
+        self.pages = engine_pages(trace, options.engine_block_size)
+        self.configs = resolve_offload(spec.offload, bytes_per_token, options.engine_block_size)
+        if replicas > 1:
+            workers = assign_workers(trace, dataclasses.replace(options, workers=replicas, router=spec.router),
+                                     Schedule.serial(trace.n_requests))
+            self.runner: Any = PerWorker(self.model, workers, self.pages)
+        else:
+            self.runner = self.model
+        self.gpu_hits, self.pool, self.counted, self.decode = gpu_hits[None, :], spec.pool, counted, options.decode
+        self.first = self.model.tiers[0]
+        options_ = dict(self.configs[0].options)
+        self.unit_tokens = self.model.chunk_tokens(options_, self.pages.page_tokens)
+        self.unit_bytes = self.unit_tokens * bytes_per_token
+        self.never_evicts = distinct_units(self.pages, self.unit_tokens)
+        self.cache: dict[int | None, tuple[int, dict[str, int]]] = {}
+
+    def sizes(self, first: int | None) -> tuple[tuple[str, int | None], ...]:
+        return ((self.first, first), *((t, self.configs[0].size(t)) for t in self.model.tiers[1:]))
+
+    def hits(self, first: int | None) -> tuple[int, dict[str, int]]:
+        if first not in self.cache:
+            config = TierConfig(self.sizes(first), self.configs[0].options)
+            one = self.runner.simulate(self.pages, [self.pool], self.gpu_hits, [config], self.decode)
+            self.cache[first] = counted_hits(self.model, one, self.pages, 0, 0, self.counted)
+        return self.cache[first]
+
+    def gib(self, units: int | None) -> float:
+        return (units or 0) * self.unit_bytes / 2**30
+
+
+def _load(trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, replicas: int) -> dict[str, Any]:
+    """``replicas`` replicas of the pool under the engine's scheduler: TTFT, keeping up, served share."""
+    opts = dataclasses.replace(options, models=(spec.engine,), pools=(spec.pool,), schedule="scheduler",
+                               scheduler=spec.scheduler, workers="one" if replicas == 1 else replicas, router=spec.router)
+    result: Any = scheduler_run(spec.engine, trace, opts, (spec.pool,), None)
+    if result.load is None or result.failed_request[0] >= 0:
+        return {"keeps_up": False, "infeasible": True}
+    summary = load_summary(result.load, 0, np.ones(trace.n_requests, bool), trace)
+    return {"keeps_up": summary["keeps_up"], "ttft_s": summary["ttft_s"], "served_fraction": summary["served_fraction"],
+            "preemptions": summary["preemptions"]}
+
+
+def _priced(cost: Callable[..., dict[str, Any]], spec: DeploymentSpec, replicas: int, tiers: _Tiers | None,
+            first: int | None, hit_rate: float) -> dict[str, Any]:
+    memory = {"dram": 0.0, "ssd": 0.0}
+    sizes: dict[str, Any] = {}
+    if tiers is not None:
+        for tier, size in tiers.sizes(first):
+            sizes[tier] = {tiers.model.unit: size, "gib_per_replica": tiers.gib(size)}
+            memory[TIER_MEMORY.get(tier, "dram")] += tiers.gib(size) * replicas
+    return {"replicas": replicas, "gpus": replicas * spec.gpus_per_replica, "tiers_per_replica": sizes,
+            "prefix_token_hit_rate": hit_rate,
+            "cost": cost(replicas * spec.gpus_per_replica, memory["dram"], memory["ssd"], hit_rate)}
+
+
+def deployment_report(trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, counted: np.ndarray,
+                      bytes_per_token: int, cost: Callable[..., dict[str, Any]], targets: Sequence[float],
+                      stage: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The plan's ``deployment`` section (module docstring). O(max_replicas x (engine run + tier
+    bisection))."""
+    total = int(trace.input_length[counted].sum())
+    rate = (lambda tokens: tokens / total if total else 0.0)
+    model = engine_model(spec.engine)
+    if stage is not None:
+        stage(f"deployment: {spec.replicas} replica(s) of {spec.pool:,} {spec.engine} blocks, router {spec.router}")
+    ceiling = int(_engine_hits(trace, options, spec, 1, None)[counted].sum())
+    found: dict[int, tuple[int, _Tiers | None]] = {}
+
+    def at(replicas: int) -> tuple[int, _Tiers | None]:
+        if replicas not in found:
+            gpu = _engine_hits(trace, options, spec, replicas, spec.pool)
+            tiers = (_Tiers(trace, options, spec, replicas, gpu, bytes_per_token, counted)
+                     if spec.offload is not None else None)
+            found[replicas] = int(gpu[counted].sum()), tiers
+        return found[replicas]
+
+    load_rows: list[dict[str, Any]] = []
+    floor: int | None = 1
+    if spec.scheduler is not None and model.supports_scheduler:
+        floor = None
+        for replicas in range(1, spec.max_replicas + 1):
+            if stage is not None:
+                stage(f"deployment: {replicas} replica(s) under load (the engine's scheduler)")
+            load = _load(trace, options, spec, replicas)
+            load_rows.append({"replicas": replicas, **load})
+            if load["keeps_up"]:
+                floor = replicas
+                break
+    under_load = _load(trace, options, spec, spec.replicas) if spec.scheduler is not None and model.supports_scheduler \
+        else None
+    gpu_hits, tiers = at(spec.replicas)
+    delivers: dict[str, Any] = {"gpu_token_hit_rate": rate(gpu_hits)}
+    first = None
+    if tiers is not None:
+        first = tiers.configs[0].size(tiers.first)
+        hits, by_tier = tiers.hits(first)
+        delivers["tier_token_hit_rate"] = {t: rate(v) for t, v in by_tier.items()}
+        delivers["prefix_token_hit_rate"] = rate(hits)
+    else:
+        delivers["prefix_token_hit_rate"] = rate(gpu_hits)
+    delivers.update(_priced(cost, spec, spec.replicas, tiers, first, delivers["prefix_token_hit_rate"]))
+    if under_load is not None:
+        delivers["under_load"] = under_load
+    answers = []
+    for target in targets:
+        need = math.ceil(target * ceiling - 1e-9)
+        candidates = []
+        most = (0, 0)  # the most any replica count reaches (hits, replicas), for an unreachable target
+        for replicas in range(floor or spec.max_replicas + 1, spec.max_replicas + 1):
+            if stage is not None:
+                stage(f"deployment: {target:g} of the ceiling, {replicas} replica(s)")
+            gpu_only, tiers_r = at(replicas)
+            most = max(most, (gpu_only if tiers_r is None else tiers_r.hits(None)[0], replicas))
+            if gpu_only >= need:
+                candidates.append(_priced(cost, spec, replicas, tiers_r, 0 if tiers_r else None, rate(gpu_only)))
+                break  # more replicas only cost more
+            if tiers_r is None:
+                continue
+            t = tiers_r
+
+            def evaluate(size: int | None, t: _Tiers = t) -> int:
+                return t.hits(size)[0]
+
+            if evaluate(None) < need:
+                continue  # even a tier that never evicts does not reach it at this replica count
+            size = size_search(evaluate, [target * ceiling / evaluate(None)] if evaluate(None) else [1.0], t.never_evicts,
+                           PRECISION, 1)[0]["size"]
+            candidates.append(_priced(cost, spec, replicas, t, size, rate(evaluate(size))))
+        best = min(candidates, key=lambda c: c["cost"]["usd_per_hour"]) if candidates else None
+        answers.append({"target": target, "fraction_of_ceiling": target, "needs_prefix_token_hit_rate": rate(need),
+                        "cheapest": best, "candidates": candidates,
+                        **({} if best else {"unreachable": (
+                            f"no deployment of up to {spec.max_replicas} replicas keeps up with the arrivals"
+                            if floor is None else
+                            f"no deployment of {floor} to {spec.max_replicas} replicas behind {spec.router}"
+                            + (" with any tier size" if spec.offload else " without an offload tier")
+                            + f" reaches it (at most {rate(most[0]):.2%}, {most[1]} replicas"
+                            + (" with tiers that never evict" if spec.offload else "")
+                            + "): a static router splits the reuse across the replicas' pools")})})
+    return {
+        "engine": spec.engine, "follows": model.follows, "router": spec.router if spec.replicas > 1 else None,
+        "replicas": spec.replicas, "gpus_per_replica": spec.gpus_per_replica, "pool_per_replica": spec.pool,
+        "offload": spec.offload.text if spec.offload else None,
+        "offload_organisation": offload_model(spec.offload.model).organisation if spec.offload else None,
+        "ceiling_prefix_token_hit_rate": rate(ceiling),
+        "delivers": delivers, "targets": answers,
+        "load": {"fewest_replicas_keeping_up": floor, "runs": load_rows,
+                 "step_time": (spec.scheduler.step_time_detail if spec.scheduler else None),
+                 **({} if spec.scheduler is not None and model.supports_scheduler else {
+                     "not_given": "no step time or no scheduler model for this engine: replicas from hit rates only"})},
+        "search": (f"replicas 1 to {spec.max_replicas} behind {spec.router}, each with vLLM's pool for the model; "
+                   + ("per replica count the first tier's size per replica by bisection in log space to within "
+                      f"{PRECISION:.0%} (or one unit); " if spec.offload else "")
+                   + "every point an exact simulation (serial schedule); the cheapest in US$ per hour that reaches the "
+                     "target is the answer"),
+        "bound": "the pooled exclusive LRU (all replicas' HBM and the tier as one cache) is the budgets section's "
+                 "'needs' rows: an optimistic bound, not a deployment",
+    }

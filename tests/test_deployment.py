@@ -1,0 +1,88 @@
+"""The deployment answer (issue 24): what the named deployment delivers and the cheapest one per
+target, every point an exact simulation; checked against the engine model run directly, the
+offload model run directly, and the scheduler's load floor on a constructed overload."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from naive import run_stackdist
+
+from stackdist.planning.deployment import DeploymentSpec, deployment_report
+from stackdist.planning.engine_plan import EngineOptions, run_engine_models
+from stackdist.planning.offload_plan import counted_hits
+from stackdist.planning.prices import DeploymentPrices, deployment_cost
+from stackdist.serving.offload import TierConfig, offload_model, parse_offload
+from stackdist.serving.pages import engine_pages
+from stackdist.serving.scheduler import SchedulerSettings
+from stackdist.traces import RequestTrace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "serving"))
+from traces_random import random_trace
+
+PRICES = DeploymentPrices("h200", 4.0, "test", {"dram": 3.5, "ssd": 0.08})
+
+
+def _cost(gpus: int, cpu_gib: float, disk_gib: float, hit_rate: float | None) -> dict:
+    return deployment_cost(gpus, PRICES, cpu_gib, disk_gib, 1e6, "", hit_rate)
+
+
+def test_cheapest_tier_reaches_the_target_and_delivers_what_the_models_give() -> None:
+    trace = random_trace(5, n_requests=80, pages_per_block=2)
+    options = EngineOptions(models=("vllm",), schedule="serial", decode=True)
+    spec = DeploymentSpec("vllm", 2, 1, 30, "round-robin", parse_offload("vllm-native:cpu=20blocks"), max_replicas=3)
+    counted = np.ones(trace.n_requests, bool)
+    report = deployment_report(trace, options, spec, counted, 1024, _cost, (0.9,))
+    total = trace.input_length.sum()
+    # what it delivers: the engine model on 2 replicas behind round-robin, then each replica's own CPU tier
+    gpu = run_engine_models(trace, EngineOptions(models=("vllm",), pools=(30,), schedule="serial", decode=True,
+                                                 workers=2, router="round-robin", compare_routers=False))["vllm"]
+    assert report["delivers"]["gpu_token_hit_rate"] == pytest.approx(gpu.hit_tokens[0].sum() / total)
+    ceiling = run_engine_models(trace, EngineOptions(models=("vllm",), pools=(None,), schedule="serial",
+                                                     decode=True))["vllm"].hit_tokens[0].sum()
+    assert report["ceiling_prefix_token_hit_rate"] == pytest.approx(ceiling / total)
+    answer = report["targets"][0]
+    best = answer["cheapest"]
+    assert best is not None and best["prefix_token_hit_rate"] >= 0.9 * ceiling / total - 1e-12
+    assert best["cost"]["usd_per_hour"] == min(c["cost"]["usd_per_hour"] for c in answer["candidates"])
+    # the answer: one replica with a CPU tier; its size simulated directly reaches the target
+    assert best["replicas"] == 1 and best["tiers_per_replica"]["cpu"]["blocks"] > 20
+    size = best["tiers_per_replica"]["cpu"]["blocks"]
+    one = run_engine_models(trace, EngineOptions(models=("vllm",), pools=(30,), schedule="serial", decode=True))["vllm"]
+    model, pages = offload_model("vllm-native"), engine_pages(trace, 16)
+    r = model.simulate(pages, [30], one.hit_tokens, [TierConfig((("cpu", size),), (("policy", "lru"),))], True)
+    hits, _ = counted_hits(model, r, pages, 0, 0, counted)
+    assert hits == round(best["prefix_token_hit_rate"] * total) and hits >= 0.9 * ceiling
+
+
+def test_load_sets_the_fewest_replicas() -> None:
+    """One 32-token request a second, each step 1.5 s: one replica serves 2/3 of the arrival rate,
+    two keep up; the search starts at two."""
+    n = 60
+    trace = RequestTrace.from_blocks([[i, 1000 + i] for i in range(n)], block_size=16)
+    options = EngineOptions(models=("vllm",), schedule="serial", decode=False)
+    load = SchedulerSettings(max_num_seqs=1, step_fixed_s=1.5, step_per_token_s=0.0, step_time_detail="test")
+    spec = DeploymentSpec("vllm", 1, 1, 50, "round-robin", None, max_replicas=4, scheduler=load)
+    report = deployment_report(trace, options, spec, np.ones(n, bool), 1024, _cost, (0.5,))
+    assert report["load"]["fewest_replicas_keeping_up"] == 2
+    assert [r["keeps_up"] for r in report["load"]["runs"]] == [False, True]
+    assert not report["delivers"]["under_load"]["keeps_up"]
+    assert all(c["replicas"] >= 2 for t in report["targets"] for c in t["candidates"])
+
+
+def test_plan_prints_the_deployment_first(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    trace = Path(__file__).resolve().parent / "data" / "mooncake_small.jsonl"
+    code, text, err = run_stackdist(capsys, "plan", trace, "--gpu", "h200", "--model", "qwen3-8b", "--gpus", 2,
+                                    "--json", out)
+    assert code == 0, err
+    section = json.loads(out.read_text())["deployment"]
+    assert section["replicas"] == 2 and section["delivers"]["gpus"] == 2
+    assert section["delivers"]["cost"]["usd_per_hour"] == pytest.approx(8.0)
+    first = next(i for i, line in enumerate(text.splitlines()) if line.startswith("=="))
+    assert text.splitlines()[first].startswith("== deployment: 2 replica(s)")
+    assert "the cheapest deployment per target" in text and "None" not in text
