@@ -592,6 +592,7 @@ def engine_section(
     return {
         "model": result.engine,
         "follows": engine_model(result.engine).follows,
+        "engine": {"name": engine_model(result.engine).engine, "version": engine_model(result.engine).version},
         "pool_unit": engine_model(result.engine).pool_unit,
         "engine_block_size_tokens": options.engine_block_size,
         "decode": options.decode,
