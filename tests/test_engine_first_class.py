@@ -132,7 +132,7 @@ def test_no_search_under_the_scheduler(capsys, mooncake, tmp_path) -> None:
                                    "--gpu-blocks", "200,inf", "--json", out_json)
     assert code == 0, err
     ws = json.loads(out_json.read_text())["engine_models"]["vllm"]["working_set"]
-    assert "scheduler" in ws["skipped"] and "working set: not searched under --schedule scheduler" in out
+    assert "scheduler" in ws["skipped"] and "working set: not searched under the engine's scheduler" in out
 
 
 @pytest.mark.skipif(not PLOT, reason="matplotlib not installed")

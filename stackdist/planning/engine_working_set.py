@@ -20,7 +20,7 @@ Two ways, and the plan says which (``working_set.method`` and ``exact``):
   pool (SGLang's are not, :mod:`stackdist.serving.sglang`), so a smaller unprobed pool may reach
   it too; the search is stated beside the answer.
 
-Under ``--schedule scheduler`` and the kv-aware router there is no search (each probe would be a
+Under the engine's scheduler (schedule ``scheduler``) and the kv-aware router there is no search (each probe would be a
 whole run under load, or the K pools jointly): the section says so and the pools rows stand.
 
 >>> from stackdist.traces import RequestTrace
@@ -47,7 +47,7 @@ from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.traces import RequestTrace
 
-from .engine_plan import EngineOptions, _per_worker_run, assign_workers, schedule_for
+from .engine_plan import EngineOptions, assign_workers, per_worker_run, schedule_for
 
 __all__ = ["CURVE_POINTS", "engine_working_set"]
 
@@ -65,7 +65,7 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
     block_bytes = B * bytes_per_token
     input_tokens = int(trace.input_length[counted].sum())
     if options.schedule == "scheduler":
-        return {"skipped": "not searched under --schedule scheduler: each probe would be a whole run of the "
+        return {"skipped": "not searched under the engine's scheduler: each probe would be a whole run of the "
                            "scheduler under load; the pools rows are the answers at the sizes given"}
     if options.router == KV_AWARE and options.workers not in ("one", "recorded"):
         return {"skipped": "not searched with the kv-aware router (each probe would be a joint run of the K pools); "
@@ -121,7 +121,7 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
     def probe(sizes: list[int | None]) -> list[int]:
         nonlocal probes
         probes += len(sizes)
-        r = _per_worker_run(result.engine, trace, options, schedule, tuple(sizes), workers)
+        r = per_worker_run(result.engine, trace, options, schedule, tuple(sizes), workers)
         return [int(r.hit_tokens[i][counted].sum()) if r.failed_request[i] < 0 else -1 for i in range(len(sizes))]
 
     infinite = [i for i, p in enumerate(result.pools) if p is None and result.failed_request[i] < 0]

@@ -357,12 +357,12 @@ def plot_engine_models(path: str | os.PathLike[str], report: Any) -> None:
     every step between the plan's exact points) is drawn as steps, with the run's own pools on
     it as crosses; otherwise every simulated pool (the run's and the working-set search's
     probes) is a point, joined by a faint line only to guide the eye. Each model's ceiling (its
-    infinite pool) is a dashed line; each working set and each GPU budget (``--gpu`` /
-    ``--capacity``) a numbered vertical line, listed in the box; the pools too small for the trace
+    infinite pool) is a dashed line; each working set and each GPU budget (the plan's
+    ``budgets`` rows) a numbered vertical line, listed in the box; the pools too small for the trace
     are shaded."""
     sections = report.get("engine_models") or {}
     if not sections:
-        raise UsageError("--plot draws the hit curves: it needs --semantics with a curve semantics or an engine model.")
+        raise UsageError("the engine models' plot needs an engine model in the plan.")
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9.5, 5.4))
     levels: list[tuple[str, float]] = []
