@@ -157,3 +157,19 @@ def test_plot_with_curve_semantics_too_writes_both(capsys, mooncake, tmp_path) -
     assert code == 0, err
     assert png.read_bytes()[:4] == b"\x89PNG" and (tmp_path / "p.engines.png").read_bytes()[:4] == b"\x89PNG"
     assert "p.engines.png" in err
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_where_hits_are_monotone_the_bisection_finds_the_exact_answer(seed: int, monkeypatch) -> None:
+    """Serial vLLM without its one replay (hit_pools withheld): the search's smallest probed pool
+    is the exact smallest pool, since there hits never fall as the pool grows."""
+    trace = random_trace(seed + 40, n_requests=30, aligned=0.0)
+    counted = np.ones(trace.n_requests, bool)
+    options = EngineOptions(models=("vllm",), pools=(None,), schedule="serial", decode=True)
+    result = run_engine_models(trace, options)["vllm"]
+    exact = engine_working_set(result, trace, options, counted, 1024, [0.3, 0.9, 1.0])
+    monkeypatch.setattr(type(engine_model("vllm")), "hit_pools", lambda self, pages, decode: None)
+    probed = engine_working_set(result, trace, options, counted, 1024, [0.3, 0.9, 1.0])
+    assert (exact["method"], probed["method"]) == ("one-replay", "bisection")
+    assert [r["gpu_blocks"] for r in probed["rows"]] == [r["gpu_blocks"] for r in exact["rows"]]
+    assert [r["hit_tokens"] for r in probed["rows"]] == [r["hit_tokens"] for r in exact["rows"]]

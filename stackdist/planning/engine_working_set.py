@@ -156,7 +156,8 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
                      "one_smaller": None if lo <= floor else
                      {"gpu_blocks": lo, "feasible": known[lo] >= 0, "hit_tokens": known[lo] if known[lo] >= 0 else None}})
     return {"method": "bisection", "exact": False, "probes": probes, "rounds": rounds,
-            "search": (f"bisection over pool sizes {spec.min_pool}..{upper:,} ({upper:,} never evicts), every probe an "
+            "search": (f"bisection over pool sizes {spec.min_pool}..{upper:,} ({upper:,} never evicts"
+                       + ("" if options.workers == "one" else "; each worker's pool") + "), every probe an "
                        f"exact simulation ({probes} pools beyond the run's own, in {rounds} rounds); each answer is the "
                        "smallest probed pool reaching the target, the pool one smaller probed and not reaching it; hits "
                        "are not proved monotone in the pool, so a smaller unprobed pool may reach it too"),
