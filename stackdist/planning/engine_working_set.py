@@ -130,6 +130,7 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
         return {"skipped": "the model cannot run the trace even with an infinite pool"}
     written = trace.input_length + (np.maximum(trace.output_length, 1) - 1 if options.decode else 0)
     upper = max(spec.pool_for_pages(int((-(-written // B)).sum()) + 1), max(known, default=0))  # never evicts
+    inferred = upper not in known  # its hits are the ceiling's (it never evicts): a bracket end, not a simulated point
     known.setdefault(upper, ceiling)
     floor = spec.min_pool - 1  # no smaller pool exists
     needs = [math.ceil(t * ceiling - 1e-9) for t in targets]
@@ -163,4 +164,4 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
                        "are not proved monotone in the pool, so a smaller unprobed pool may reach it too"),
             "ceiling_hit_tokens": ceiling, "ceiling_prefix_token_hit_rate": rate(ceiling),
             "min_feasible_pool": result.min_feasible_pool, "rows": rows,
-            "points": [point(p, h) for p, h in sorted(known.items()) if h >= 0]}
+            "points": [point(p, h) for p, h in sorted(known.items()) if h >= 0 and not (inferred and p == upper)]}
