@@ -915,10 +915,7 @@ def test_sampled_points_are_not_joined(tmp_path):
 
 
 # ------------------------------------------------------------------ found by validation/hostile_sweep.py
-def test_plan_plot_without_a_curve_semantics_is_a_usage_error_before_any_work(capsys, req, tmp_path):
-    code, _, err = run(capsys, "plan", req, "--semantics", "vllm", "--plot", tmp_path / "p.png")
-    one_line_error(err, code, 2, "--plot", "--semantics")
-    assert not (tmp_path / "p.png").exists()
+# (plan --semantics vllm --plot, once refused here, draws the engine models: tests/test_engine_first_class.py)
 
 
 def test_an_unexpected_exception_is_one_line_not_a_traceback(capsys, t, monkeypatch):

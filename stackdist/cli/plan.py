@@ -323,8 +323,6 @@ def run_plan(args: argparse.Namespace) -> int:
             resolve_offload(spec, int(options.geometry.kv_bytes_per_token), max(args.engine_block_size, 1))
         except ValueError as exc:
             raise UsageError(f"--offload {spec.text}: {exc}.") from None
-    if args.plot and not options.semantics and not specs:  # before any work
-        raise UsageError("--plot draws the hit curves: it needs --semantics engine or per-access (or both) too.")
     if args.plot and specs and not options.semantics and args.gpu_blocks and _only_infinite(args.gpu_blocks):
         raise UsageError("--plot with --offload draws the tier sizes each target needs at a finite GPU pool; "
                          f"--gpu-blocks {args.gpu_blocks} has none.")
@@ -339,10 +337,15 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.per_request:
         _write_per_request(args.per_request, trace, options, result.engine_results, result.offload_runs)
     if args.plot:  # files first: a closed stdout never loses them
-        from stackdist.render.plot import plot_offload, plot_plan
+        from stackdist.render.plot import plot_engine_models, plot_offload, plot_plan
 
         if options.semantics:
             plot_plan(args.plot, report, list(options.targets), result.curves or None)
+        if report.get("engine_models"):  # the curve semantics' or the offload plot keeps the name given
+            engines = _suffixed(args.plot, "engines") if options.semantics or report.get("offload") else args.plot
+            plot_engine_models(engines, report)
+            if engines != args.plot:
+                print(f"stackdist plan: the engine models' plot is {engines}", file=sys.stderr)
         if report.get("offload"):
             plot_offload(_suffixed(args.plot, "offload") if options.semantics else args.plot, report)
     if "sampling" in report:

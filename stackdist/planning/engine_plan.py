@@ -67,6 +67,7 @@ __all__ = [
     "parse_pools",
     "per_request_columns",
     "per_request_workers",
+    "per_worker_run",
     "routing_balance",
     "routing_worth_rows",
     "run_engine_models",
@@ -222,7 +223,7 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
             cluster = _kv_aware_run(model, trace, options, schedule, pools)
             result = _cluster_hits(cluster, len(_shared(options)))
         else:
-            result = _per_worker_run(model, trace, options, schedule, pools, workers)
+            result = per_worker_run(model, trace, options, schedule, pools, workers)
             cluster = _static_cluster(model, result, trace, options, schedule, workers)
         worth = None
         if isinstance(options.workers, int) and options.workers > 1 and options.compare_routers:
@@ -334,7 +335,7 @@ def check_models(options: EngineOptions, words: dict[str, str] = CAPABILITIES) -
                                  f"model{'s' if len(able) > 1 else ''} only")
 
 
-def _per_worker_run(model: str, trace: RequestTrace, options: EngineOptions, schedule: Schedule,
+def per_worker_run(model: str, trace: RequestTrace, options: EngineOptions, schedule: Schedule,
                     pools: tuple[int | None, ...], workers: np.ndarray) -> ServingResult:
     """The model on each worker's requests alone (a static assignment), merged."""
     run = engine_model(model).simulate
@@ -418,13 +419,13 @@ def _worth_runs(model: str, trace: RequestTrace, options: EngineOptions, schedul
             out[name] = _kv_aware_run(model, trace, other, schedule, pools)
         else:
             workers = assign_workers(trace, other, schedule)
-            cluster = _static_cluster(model, _per_worker_run(model, trace, other, schedule, pools, workers), trace, other, schedule, workers)
+            cluster = _static_cluster(model, per_worker_run(model, trace, other, schedule, pools, workers), trace, other, schedule, workers)
             assert cluster is not None
             out[name] = cluster
     one = dataclasses.replace(options, workers="one")
     big = tuple(None if p is None else p * k for p in pools)
     zeros = np.zeros(trace.n_requests, np.int64)
-    cluster = _static_cluster(model, _per_worker_run(model, trace, one, schedule, big, zeros), trace, one, schedule, zeros, True)
+    cluster = _static_cluster(model, per_worker_run(model, trace, one, schedule, big, zeros), trace, one, schedule, zeros, True)
     assert cluster is not None
     out[ONE_CACHE] = cluster
     return out
@@ -636,6 +637,7 @@ def engine_section(
     return {
         "model": result.engine,
         "follows": engine_model(result.engine).follows,
+        "engine": {"name": engine_model(result.engine).engine, "version": engine_model(result.engine).version},
         "pool_unit": engine_model(result.engine).pool_unit,
         "engine_block_size_tokens": options.engine_block_size,
         "decode": options.decode,

@@ -23,6 +23,7 @@ from stackdist.version import __version__
 from .budgets import BudgetOptions, budget_report, pricing
 from .deployment import DeploymentSpec, deployment_report
 from .engine_plan import EngineOptions, engine_section, run_engine_models
+from .engine_working_set import engine_working_set
 from .geometry import DEFAULT_MODEL, ModelGeometry
 from .offload_plan import OffloadRun, offload_section, run_offload
 from .optimal import optimal_bound, optimal_working_set
@@ -298,6 +299,11 @@ def plan_of_replays(trace: RequestTrace, options: PlanOptions, replays: Mapping[
                                                         options.geometry.kv_bytes_per_token, counted))
             for model in options.engine.models
         }
+        for model in options.engine.models:  # the smallest pool per target: planning/engine_working_set.py
+            if stage is not None:
+                stage(f"{model} model: working sets for {', '.join(f'{t:g}' for t in options.targets)} of its ceiling")
+            report["engine_models"][model]["working_set"] = engine_working_set(
+                results[model], trace, options.engine, counted, options.geometry.kv_bytes_per_token, options.targets)
     offload: list[OffloadRun] = []
     if options.engine.offload:  # offload tiers behind the models: planning/offload_plan.py
         offload = run_offload(trace, options.engine, results, options.engine.offload, options.geometry.kv_bytes_per_token,

@@ -184,6 +184,8 @@ class EngineModelPlan(TypedDict):
     pools: list[PoolRow]
     min_feasible_pool: dict[str, Any] | None
     cluster: ClusterPlan | None  # K workers / a shared tier (planning/engine_plan.py), else None
+    engine: dict[str, str]  # {"name": "vLLM", "version": "0.33.0"}: the engine the model follows
+    working_set: dict[str, Any]  # the smallest pool per target fraction of the ceiling (planning/engine_working_set.py)
 
 
 class TTFTSummary(TypedDict):

@@ -19,7 +19,7 @@ import numpy as np
 from stackdist.errors import UsageError
 from stackdist.output import write_atomic
 
-__all__ = ["plot_curves", "plot_hit_curve", "plot_offload", "plot_plan", "plot_tiers", "pyplot", "save_png", "spread_labels", "step_xy"]
+__all__ = ["plot_curves", "plot_engine_models", "plot_hit_curve", "plot_offload", "plot_plan", "plot_tiers", "pyplot", "save_png", "spread_labels", "step_xy"]
 
 STYLES = {"engine": "-", "per-access": "--"}
 """Line style per semantics; colours come from the configuration (one per series family)."""
@@ -349,3 +349,102 @@ def plot_offload(path: str | os.PathLike[str], report: Any) -> None:
     fig.tight_layout()
     save_png(fig, path)
     plt.close(fig)
+
+
+def plot_engine_models(path: str | os.PathLike[str], report: Any) -> None:
+    """The engine models' prefix token hit rate against their KV pool in GiB: one colour per
+    model, named with the engine and version it follows. An exact curve (vLLM's one replay:
+    every step between the plan's exact points) is drawn as steps, with the run's own pools on
+    it as crosses; otherwise every simulated pool (the run's and the working-set search's
+    probes) is a point, joined by a faint line only to guide the eye. Each model's ceiling (its
+    infinite pool) is a dashed line; each working set and each GPU budget (the plan's
+    ``budgets`` rows) a numbered vertical line, listed in the box; the pools too small for the trace
+    are shaded."""
+    sections = report.get("engine_models") or {}
+    if not sections:
+        raise UsageError("the engine models' plot needs an engine model in the plan.")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9.5, 5.4))
+    levels: list[tuple[str, float]] = []
+    marks: list[tuple[str, float, str]] = []  # (label, GiB, colour)
+    top, xs_all, infeasible = 0.0, [], 0.0
+    for k, (name, sec) in enumerate(sections.items()):
+        colour = f"C{k}"
+        who = f"{name} ({sec['engine']['name']} {sec['engine']['version']})" if sec.get("engine") else name
+        ws = sec.get("working_set") or {}
+        rows = [r for r in sec["pools"] if r["feasible"] and r["gib"] is not None]
+        pts = ws.get("points") or [{"gib": r["gib"], "prefix_token_hit_rate": r["prefix_token_hit_rate"]} for r in rows]
+        x = np.array([p["gib"] for p in pts], float)
+        y = np.array([p["prefix_token_hit_rate"] for p in pts], float)
+        if ws.get("exact"):  # the last step holds to the right edge (set below)
+            x, y = np.r_[x, x[-1:] * 1e6], np.r_[y, y[-1:]]
+            ax.step(x, y, where="post", color=colour, lw=1.8, label=f"{who}: exact hit curve (one replay, every pool)")
+            if rows:
+                ax.plot([r["gib"] for r in rows], [r["prefix_token_hit_rate"] for r in rows], "x", color=colour, ms=7,
+                        mew=1.5, label=f"{who}: the pools simulated one by one")
+        else:  # models drawn over each other stay apart: hollow circles, then crosses, triangles, squares
+            marker = "ox^s"[k % 4]
+            ax.plot(x, y, "-", color=colour, lw=0.6, alpha=0.35)
+            ax.plot(x, y, marker, color=colour, ms=6 if k == 0 else 4.5, mfc="none" if marker in "o^s" else colour,
+                    label=f"{who}: simulated pools ({x.size}, each an exact simulation)")
+        xs_all += x[:-1].tolist() if ws.get("exact") else x.tolist()
+        inf_rows = [r for r in sec["pools"] if r["gib"] is None and r["feasible"]]
+        ceiling = ws.get("ceiling_prefix_token_hit_rate", inf_rows[0]["prefix_token_hit_rate"] if inf_rows else None)
+        if ceiling is not None:
+            levels.append((f"{name} ceiling {ceiling:.2%} (infinite pool)", ceiling))
+            ax.axhline(ceiling, color=colour, lw=0.9, ls="--", alpha=0.7)
+            top = max(top, ceiling)
+        top = max([top, *y.tolist()])
+        for row in ws.get("rows", []):
+            marks.append(((f"{name}: {row['fraction_of_ceiling']:.0%} of its ceiling at pool {row['gpu_blocks']:,} "
+                          f"({_gib_text(row['gib'])}{'' if ws.get('exact') else ', smallest probed'})"), row["gib"], colour))
+        minimum = sec.get("min_feasible_pool")
+        if minimum:
+            infeasible = max(infeasible, float(minimum["gib"]))
+            xs_all.append(float(minimum["gib"]))
+        for budget in (report.get("budgets") or {}).get("rows", []):
+            got = budget.get("engine_models", {}).get(name)
+            if got:
+                gib = got["pool"] * sec["engine_block_size_tokens"] * report["model"]["kv_bytes_per_token"] / 2**30
+                marks.append((f"GPU budget {budget['budget']}: {name} pool {got['pool']:,} ({_gib_text(gib)})"
+                              + ("" if got["feasible"] else ", infeasible"), gib, "black"))
+    positive = [v for v in xs_all + [m[1] for m in marks] if v > 0]
+    low, high = (min(positive), max(positive)) if positive else (0.01, 1.0)
+    ax.set_xscale("log")
+    ax.set_xlim(low / 1.4, high * 1.4)
+    if infeasible > 0:
+        ax.axvspan(low / 1.4, infeasible, color="grey", alpha=0.15, lw=0,
+                   label="pools too small for the trace (infeasible)")
+    _percent_axis(ax, top)
+    _target_lines(ax, levels, top)
+    marks.sort(key=lambda m: m[1])
+    for n, (_, gib, colour) in enumerate(marks):
+        ax.axvline(gib, color=colour, lw=0.9, ls=":" if colour != "black" else "-", zorder=1)
+        ax.annotate(f"{n + 1}", (gib, 1.0 + 0.04 * (n % 2)), xycoords=("data", "axes fraction"), fontsize=7,
+                    color=colour, ha="center", va="bottom")
+    if marks:
+        ax.text(0.0, -0.14, "\n".join(f"{n + 1}: {label}" for n, (label, _, _) in enumerate(marks)), transform=ax.transAxes,
+                fontsize=7, va="top", ha="left", bbox={"boxstyle": "round", "fc": "white", "ec": "lightgrey", "alpha": 0.9})
+    first = next(iter(sections.values()))
+    sched = first["schedule"]["kind"]
+    page = first["engine_block_size_tokens"]
+    t, m = report["trace"], report["model"]
+    ax.set_xlabel(f"KV pool (GiB = 2^30 bytes: the engine's pool x {page}-token pages x "
+                  f"{m['kv_bytes_per_token']:,} B/token; log axis)")
+    ax.set_ylabel("prefix token hit rate (counted requests)")
+    follows = "; ".join(f"{name} follows {sec['follows']}" for name, sec in sections.items())
+    ax.set_title(f"Engine models: prefix token hit rate vs KV pool: {os.path.basename(str(t['source']))}, model {m['name']}\n"
+                 f"{follows}\nschedule {sched}, decode {'on' if first['decode'] else 'off'}, {page}-token pages, "
+                 f"{first['requests']:,} requests counted (warm-up excluded)", fontsize=8.5, pad=22 if marks else 6)
+    ax.legend(fontsize=7.5, loc="lower right", framealpha=0.9)
+    save_png(fig, path)
+    plt.close(fig)
+
+
+def _gib_text(gib: float) -> str:
+    """GiB with three significant digits below 100 (``0.0391 GiB``), whole GiB above.
+
+    >>> _gib_text(0.0390625), _gib_text(1187.76)
+    ('0.0391 GiB', '1,188 GiB')
+    """
+    return f"{gib:,.0f} GiB" if gib >= 100 else f"{gib:.3g} GiB"

@@ -246,4 +246,28 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
     if minimum:
         proof = "proved minimal" if minimum["proved_minimal"] else "feasible, one less is not"
         lines.append(f"  smallest feasible pool: {minimum['gpu_blocks']:,} ({minimum['gib']:.2f} GiB; {proof})")
+    return lines + _working_set_lines(dict(section).get("working_set"))
+
+
+def _working_set_lines(ws: Any) -> list[str]:
+    """An engine model's working sets: per target the smallest pool reaching that fraction of its
+    own ceiling, and how it was found (exact from one replay, or the smallest probed pool)."""
+    if not ws:
+        return []
+    if "skipped" in ws:
+        return [f"  working set: {ws['skipped']}"]
+    how = ("exact (one replay: every pool at once)" if ws["exact"] else
+           f"smallest probed pool reaching it: bisection, {ws['probes']} exact simulations beyond the rows above; "
+           "the pool one smaller does not reach it, a smaller unprobed pool might (hits are not proved monotone)")
+    lines = [(f"  working set, as a fraction of this model's own ceiling ({ws['ceiling_prefix_token_hit_rate']:.2%} "
+             f"with an infinite pool); {how}:")]
+    if ws["ceiling_hit_tokens"] == 0:
+        return lines + ["    meaningless: no prefix is ever hit (ceiling 0)"]
+    for row in ws["rows"]:
+        smaller = row["one_smaller"]
+        below = ("" if smaller is None else
+                 f"; {smaller['gpu_blocks']:,} is infeasible" if not smaller["feasible"] else
+                 f"; {smaller['gpu_blocks']:,} is {row['hit_tokens_needed'] - smaller['hit_tokens']:,} hit tokens short")
+        lines.append(f"  {row['fraction_of_ceiling']:>8.1%} of the ceiling  pool {row['gpu_blocks']:>12,} "
+                     f"{row['gib']:9.2f} GiB  (prefix token hit rate {row['prefix_token_hit_rate']:.2%}{below})")
     return lines

@@ -5,7 +5,8 @@ that engine's own count (in the spirit of SGLang's ``BasePrefixCache``, the base
 implements, and vLLM's ``spec_manager_map``, one manager per spec). It says
 
 - ``name`` (what ``--semantics`` and the plan's JSON call it), ``follows`` (the engine and
-  version whose code it follows, call for call), ``pool_unit`` (its pool's unit, in words) and
+  version whose code it follows, call for call), ``engine`` and ``version`` (the same as a
+  structured pair, e.g. ``vLLM`` and ``0.33.0``: the plan's table, JSON and plot name them), ``pool_unit`` (its pool's unit, in words) and
   ``budget_key`` (the key of its pool in the plan's ``budgets`` rows);
 - its pool from a KV budget: :meth:`~EngineModel.pool_for_pages` (the pool whose usable KV is
   ``pages`` full pages, rounded down; vLLM's ``num_gpu_blocks`` has a null block 0, SGLang's
@@ -13,6 +14,9 @@ implements, and vLLM's ``spec_manager_map``, one manager per spec). It says
   pool that holds one page), from which :meth:`~EngineModel.pool_for_bytes` and
   :meth:`~EngineModel.pool_for_tokens` follow;
 - :meth:`~EngineModel.simulate` (per-request hits at each pool size, a :class:`.ServingResult`);
+- :meth:`~EngineModel.hit_pools` (optional: when the model's hits are monotone in the pool and
+  one replay gives them, the smallest pool at which each page hits: the exact hit curve over
+  every pool size, from which the plan's working sets and plot are read; None otherwise);
 - what it supports: ``supports_decode_reuse`` (a later prompt reusing an answer's KV),
   ``supports_tiers`` (a shared tier after the GPU hit), ``supports_hybrid_groups`` (sliding-window
   groups in the same pool) and ``supports_routing`` (K workers simulated jointly under the
@@ -113,6 +117,27 @@ class EngineModel(ABC):
         """The engine's own scheduler under load at each pool, arrivals from the trace's
         timestamps unless ``arrival_s`` is given; only for models with ``supports_scheduler``."""
         raise NotImplementedError(f"the {self.name} model has no scheduler model")
+
+    @property
+    def engine(self) -> str:
+        """The engine the model follows, as its project spells it (``vLLM``); a model sets it,
+        else the first word of :attr:`follows`."""
+        return (self.follows.split() or [""])[0]
+
+    @property
+    def version(self) -> str:
+        """The engine's version the model follows (``0.33.0``); a model sets it, else the first
+        word of :attr:`follows` with a digit."""
+        return next((w for w in self.follows.split() if any(c.isdigit() for c in w)), "")
+
+    def hit_pools(self, pages: EnginePages, decode: bool) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The exact hit curve over every pool at once, when the model has one for these pages
+        under a serial schedule: ``(request, pool, min_feasible)``, one entry per page that hits
+        at some pool (the request it belongs to and the smallest pool at which it hits: it hits
+        at every pool from there on, each page ``page_tokens`` tokens), and the smallest feasible
+        pool (below it the trace cannot run). None (the default) when hits are not known to be
+        monotone in the pool: the planner then probes pools one simulation each."""
+        return None
 
     def __repr__(self) -> str:
         return f"<engine model {self.name}: {self.follows}>"

@@ -516,6 +516,8 @@ class SglangModel(EngineModel):
 
     name = "sglang"
     follows = "SGLang 0.5.23 RadixCache and paged allocator, LRU eviction"
+    engine = "SGLang"
+    version = "0.5.23"
     pool_unit = "pages of the KV pool (SGLang)"
     budget_key = "sglang_pages"
     min_pool = 1

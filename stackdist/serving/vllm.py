@@ -349,18 +349,19 @@ def _no_duplicates(pages: EnginePages, B: int) -> bool:
     return bool(np.all(first_req[last_key] >= aligned))
 
 
-def vllm_one_replay(pages: EnginePages, pools: Sequence[int | None], decode: bool = False, block_size: int = _B) -> np.ndarray:
-    """Serial hits at every pool from one stack-depth replay (module docstring).
+def vllm_hit_pools(pages: EnginePages, decode: bool = False, block_size: int = _B) -> tuple[np.ndarray, np.ndarray]:
+    """Serial, under the one-replay claim (module docstring): every page that hits at some pool,
+    as its request and the smallest ``num_gpu_blocks`` at which it hits,
+    ``D_i(j) + 1 + [W_{i-1} % 16 != 0]`` (it hits at every larger pool too: inclusion). The hit
+    of request i at pool N is ``block_size`` x its entries with pool <= N (feasibility aside).
 
-    Valid only when ``_no_duplicates``; infeasible pools are not detected here. Returns int64
-    ``(len(pools), n_requests)``. Complexity: one stack-depth pass, O(blocks log blocks), plus
-    O(pages) per pool, vectorised.
+    Valid only when ``_no_duplicates``. Complexity: one stack-depth pass, O(blocks log blocks).
 
     >>> import numpy as np
     >>> t = RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
     ...     np.zeros(2), np.array([24, 24]), np.array([1, 1]), block_size=16)
-    >>> vllm_one_replay(engine_pages(t), [3, None]).tolist()
-    [[0, 16], [0, 16]]
+    >>> [x.tolist() for x in vllm_hit_pools(engine_pages(t))]
+    [[1], [3]]
     """
     B = block_size
     P = pages.input_tokens
@@ -378,18 +379,31 @@ def vllm_one_replay(pages: EnginePages, pools: Sequence[int | None], decode: boo
     seq[prompt] = pages.key[pages.offsets[req[prompt]] + jblk[prompt]]
     seq[~prompt] = pages.n_keys + np.arange(int((~prompt).sum()))  # generated: unique keys
     sd = _stack_depths(seq, pages.n_keys + len(seq) + 1)
-    cold = sd < 0
-    depth = np.where(cold, np.iinfo(np.int64).max, sd - t)  # D(j) = sd - (a - 1 - j)
-    usable = jblk < cap[req]
+    ok = (jblk < cap[req]) & (sd >= 0)  # under the lookup's cap, and seen before
     partial_prev = np.concatenate(([0], (written[:-1] % B != 0).astype(np.int64)))
+    depth = sd[ok] - t[ok]  # D(j) = sd - (a - 1 - j)
+    return req[ok], depth + 1 + partial_prev[req[ok]]
+
+
+def vllm_one_replay(pages: EnginePages, pools: Sequence[int | None], decode: bool = False, block_size: int = _B) -> np.ndarray:
+    """Serial hits at every pool from one stack-depth replay (module docstring; :func:`vllm_hit_pools`).
+
+    Valid only when ``_no_duplicates``; infeasible pools are not detected here. Returns int64
+    ``(len(pools), n_requests)``. Complexity: one stack-depth pass, O(blocks log blocks), plus
+    O(pages) per pool, vectorised.
+
+    >>> import numpy as np
+    >>> t = RequestTrace(np.array([1, 2, 1, 2]), np.array([0, 2, 4]), np.array([16, 8, 16, 8]),
+    ...     np.zeros(2), np.array([24, 24]), np.array([1, 1]), block_size=16)
+    >>> vllm_one_replay(engine_pages(t), [3, None]).tolist()
+    [[0, 16], [0, 16]]
+    """
+    req, need = vllm_hit_pools(pages, decode, block_size)
+    n = pages.n_requests
     out = np.empty((len(pools), n), np.int64)
     for i, pool in enumerate(pools):
-        if pool is None:
-            ok = usable & ~cold
-        else:
-            K = int(pool) - 1 - partial_prev
-            ok = usable & (depth <= K[req])
-        out[i] = B * np.bincount(req[ok], minlength=n)
+        hit = req if pool is None else req[need <= int(pool)]
+        out[i] = block_size * np.bincount(hit, minlength=n)
     return out
 
 
@@ -533,6 +547,8 @@ class VllmModel(EngineModel):
 
     name = "vllm"
     follows = "vLLM 0.33.0 v1 KVCacheManager / BlockPool, one full-attention group"
+    engine = "vLLM"
+    version = "0.33.0"
     pool_unit = "num_gpu_blocks (vLLM; block 0 is its null block)"
     budget_key = "vllm_gpu_blocks"
     min_pool = 2
@@ -555,6 +571,15 @@ class VllmModel(EngineModel):
     def simulate_scheduler(self, trace: RequestTrace, pools: Sequence[int | None], decode: bool,
                            settings: SchedulerSettings, arrival_s: np.ndarray | None = None) -> SchedulerResult:
         return simulate_scheduler(trace, pools, decode, settings, arrival_s)
+
+    def hit_pools(self, pages: EnginePages, decode: bool) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The one-replay curve (:func:`vllm_hit_pools`) when its claim holds for ``pages``
+        (no decode reuse, no duplicate-producing repeat), with the proved smallest feasible pool."""
+        B = pages.page_tokens
+        if (pages.continued_by is not None and bool((pages.continued_by >= 0).any())) or not _no_duplicates(pages, B):
+            return None
+        req, pool = vllm_hit_pools(pages, decode, B)
+        return req, pool, _serial_min_pool(pages, decode, B)
 
 
 VLLM = register_engine_model(VllmModel())
