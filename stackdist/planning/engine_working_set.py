@@ -15,8 +15,10 @@ Two ways, and the plan says which (``working_set.method`` and ``exact``):
   ``(lo, hi]``: hi the smallest probed pool reaching the target (at first a pool that never
   evicts: every page the trace writes, whose hits are the infinite pool's), lo the largest probed
   pool below hi that does not (or is infeasible); the midpoints of all open brackets are probed
-  together each round until ``hi = lo + 1``. The answer is hi: the smallest *probed* pool reaching
-  the target, whose pool one smaller was probed and does not. Hits are not proved monotone in the
+  together each round (the geometric midpoint) until ``hi = lo + 1`` or ``hi <= lo x 1.01``
+  (:data:`PRECISION`: about 10 rounds on the bundled conversation trace instead of 23). The answer
+  is hi: the smallest *probed* pool reaching the target, whose lower bracket end ``lo`` (the pool
+  one smaller, or within 1 % below) was probed and does not. Hits are not proved monotone in the
   pool (SGLang's are not, :mod:`stackdist.serving.sglang`), so a smaller unprobed pool may reach
   it too; the search is stated beside the answer.
 
@@ -38,6 +40,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from typing import Any
+
+PRECISION = 0.01
+"""The bisection stops when the bracket ``(lo, hi]`` is within this relative width (or one pool)."""
 
 import numpy as np
 
@@ -140,9 +145,13 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
         lo = max((p for p, h in known.items() if p < hi and h < need), default=floor)
         return lo, hi
 
+    def middle(lo: int, hi: int) -> int:
+        mid = round(math.sqrt(lo * hi)) if lo >= 1 else (lo + hi) // 2
+        return min(max(mid, lo + 1), hi - 1)
+
     rounds = 0
     while True:
-        todo = sorted({(lo + hi) // 2 for lo, hi in map(bracket, needs) if hi - lo > 1})
+        todo = sorted({middle(lo, hi) for lo, hi in map(bracket, needs) if hi - lo > 1 and hi > lo * (1 + PRECISION)})
         if not todo:
             break
         if progress is not None:
@@ -159,8 +168,9 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
     return {"method": "bisection", "exact": False, "probes": probes, "rounds": rounds,
             "search": (f"bisection over pool sizes {spec.min_pool}..{upper:,} ({upper:,} never evicts"
                        + ("" if options.workers == "one" else "; each worker's pool") + "), every probe an "
-                       f"exact simulation ({probes} pools beyond the run's own, in {rounds} rounds); each answer is the "
-                       "smallest probed pool reaching the target, the pool one smaller probed and not reaching it; hits "
+                       f"exact simulation ({probes} pools beyond the run's own, in {rounds} rounds, geometric midpoints "
+                       f"to within {PRECISION:.0%} or one pool); each answer is the smallest probed pool reaching the "
+                       "target, the bracket's lower end (one pool smaller, or within 1 %) probed and not reaching it; hits "
                        "are not proved monotone in the pool, so a smaller unprobed pool may reach it too"),
             "ceiling_hit_tokens": ceiling, "ceiling_prefix_token_hit_rate": rate(ceiling),
             "min_feasible_pool": result.min_feasible_pool, "rows": rows,

@@ -258,7 +258,7 @@ def _working_set_lines(ws: Any) -> list[str]:
         return [f"  working set: {ws['skipped']}"]
     how = ("exact (one replay: every pool at once)" if ws["exact"] else
            f"smallest probed pool reaching it: bisection, {ws['probes']} exact simulations beyond the rows above; "
-           "the pool one smaller does not reach it, a smaller unprobed pool might (hits are not proved monotone)")
+           "the pool one smaller (or within 1 % below) does not reach it, a smaller unprobed pool might (hits are not proved monotone)")
     lines = [(f"  working set, as a fraction of this model's own ceiling ({ws['ceiling_prefix_token_hit_rate']:.2%} "
              f"with an infinite pool); {how}:")]
     if ws["ceiling_hit_tokens"] == 0:
