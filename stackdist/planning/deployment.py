@@ -10,8 +10,10 @@ hit rate by tier (GPU, then the tiers, the last prompt token recomputed as the e
 costs US$ per hour (:func:`~.prices.deployment_cost`: GPUs x their hourly price, CPU as DRAM and
 disk as SSD amortised) and US$ per million input tokens at the trace's arrival rate.
 
-**The cheapest deployment per target.** A target is a fraction of the ceiling: the engine model's
-hit rate with one pool that never evicts (everything the trace could reuse, on one replica). For
+**The cheapest deployment per target.** Each ``--targets`` value is read twice, as the plan's
+working sets read it: as a fraction of the ceiling (the engine model's hit rate with one pool that
+never evicts: everything the trace could reuse, on one replica) and as an absolute prefix token hit
+rate (above the ceiling: unreachable, said so). For
 each replica count ``R = 1 .. max_replicas`` the GPU-only deployment is simulated; when it falls
 short and an offload model is given, the tier size per replica that reaches the target is found
 by the offload plan's bisection (log space, within 2 % or one unit, every point exact; sizes are
@@ -209,9 +211,13 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
     delivers.update(_priced(cost, spec, spec.replicas, tiers, first, delivers["prefix_token_hit_rate"]))
     if under_load is not None:
         delivers["under_load"] = under_load
-    answers = []
-    for target in targets:
-        need = math.ceil(target * ceiling - 1e-9)
+    answers: list[dict[str, Any]] = []
+    for kind, target in [(k, t) for k in ("fraction_of_ceiling", "token_hit_rate") for t in targets]:
+        need = math.ceil(target * (ceiling if kind == "fraction_of_ceiling" else total) - 1e-9)
+        if need > ceiling:
+            answers.append({"target": target, "kind": kind, "needs_prefix_token_hit_rate": rate(need), "cheapest": None,
+                            "candidates": [], "unreachable": f"above the ceiling ({rate(ceiling):.2%}): no cache reaches it"})
+            continue
         candidates = []
         most = (0, 0)  # the most any replica count reaches (hits, replicas), for an unreachable target
         for replicas in range(floor or spec.max_replicas + 1, spec.max_replicas + 1):
@@ -231,11 +237,11 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
 
             if evaluate(None) < need:
                 continue  # even a tier that never evicts does not reach it at this replica count
-            size = size_search(evaluate, [target * ceiling / evaluate(None)] if evaluate(None) else [1.0], t.never_evicts,
-                           PRECISION, 1)[0]["size"]
+            size = size_search(evaluate, [need / evaluate(None)] if evaluate(None) else [1.0], t.never_evicts,
+                               PRECISION, 1)[0]["size"]
             candidates.append(_priced(cost, spec, replicas, t, size, rate(evaluate(size))))
         best = min(candidates, key=lambda c: c["cost"]["usd_per_hour"]) if candidates else None
-        answers.append({"target": target, "fraction_of_ceiling": target, "needs_prefix_token_hit_rate": rate(need),
+        answers.append({"target": target, "kind": kind, "needs_prefix_token_hit_rate": rate(need),
                         "cheapest": best, "candidates": candidates,
                         **({} if best else {"unreachable": (
                             f"no deployment of up to {spec.max_replicas} replicas keeps up with the arrivals"

@@ -50,10 +50,11 @@ def deployment_lines(section: dict[str, Any]) -> list[str]:
     elif load.get("not_given"):
         lines.append(f"load: {load['not_given']}")
     lines.append(f"the cheapest deployment per target (a fraction of the ceiling {section['ceiling_prefix_token_hit_rate']:.2%}, "
-                 "one pool that never evicts):")
+                 "one pool that never evicts, or an absolute prefix token hit rate):")
     for t in section["targets"]:
         best = t["cheapest"]
-        what = f"  {t['target']:>6.1%} of the ceiling ({t['needs_prefix_token_hit_rate']:.2%}):"
+        what = (f"  {t['target']:>6.1%} of the ceiling ({t['needs_prefix_token_hit_rate']:.2%}):"
+                if t.get("kind", "fraction_of_ceiling") == "fraction_of_ceiling" else f"  {t['target']:>6.1%} absolute:")
         if best is None:
             lines.append(f"{what} unreachable: {t['unreachable']}")
             continue
