@@ -621,6 +621,8 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
     pages = pool["kv_tokens"] // options.engine.engine_block_size
     offload = next((s for s in options.engine.offload if offload_model(s.model).behind == engine), None)
     router = args.router if args.router in STATIC_ROUTERS else "session"
+    note = "" if router == args.router else (f"--router {args.router} needs the replicas simulated jointly; the "
+                                              "deployment search uses session routing")
     scheduler = None
     if engine_model(engine).supports_scheduler:
         try:
@@ -632,7 +634,7 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
                                           step.per_token_s, step.source, step.detail, args.async_scheduling)
     return DeploymentSpec(engine, budgets.hardware.replicas, budgets.hardware.gpus_per_replica,
                           engine_model(engine).pool_for_pages(pages), router, offload,
-                          max(args.max_replicas, budgets.hardware.replicas), scheduler)
+                          max(args.max_replicas, budgets.hardware.replicas), scheduler, note)
 
 
 def _routing_options(args: argparse.Namespace, options: PlanOptions, trace: Any) -> RoutingOptions | None:

@@ -86,6 +86,7 @@ class DeploymentSpec:
     offload: OffloadSpec | None = None
     max_replicas: int = 16
     scheduler: SchedulerSettings | None = None  # the step time: load decides the fewest replicas
+    note: str = ""  # e.g. why the router differs from the one asked for
 
 
 def _engine_hits(trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, replicas: int,
@@ -255,7 +256,8 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
         "engine": spec.engine, "follows": model.follows, "router": spec.router if spec.replicas > 1 else None,
         "replicas": spec.replicas, "gpus_per_replica": spec.gpus_per_replica, "pool_per_replica": spec.pool,
         "offload": spec.offload.text if spec.offload else None,
-        "offload_organisation": offload_model(spec.offload.model).organisation if spec.offload else None,
+        "notes": [spec.note] if spec.note else [],
+        "offload_model": spec.offload.model if spec.offload else None,
         "ceiling_prefix_token_hit_rate": rate(ceiling),
         "delivers": delivers, "targets": answers,
         "load": {"fewest_replicas_keeping_up": floor, "runs": load_rows,

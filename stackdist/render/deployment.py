@@ -62,4 +62,5 @@ def deployment_lines(section: dict[str, Any]) -> list[str]:
         lines.append(f"{what} {best['replicas']} replica(s) ({best['gpus']} GPUs)" + (f" + {extra} per replica" if extra else "")
                      + f": {best['prefix_token_hit_rate']:.2%}, {_usd(best['cost'])}")
     lines += [f"  (search: {section['search']})", f"  (bound: {section['bound']})"]
+    lines += [f"  note: {note}" for note in section.get("notes", [])]
     return lines
