@@ -43,6 +43,11 @@ from stackdist.serving.routed import (
 )
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.scheduler import SchedulerResult, SchedulerSettings
+from stackdist.serving.sglang_router import (
+    SGLANG_CACHE_AWARE,
+    CacheAwareConfig,
+    sglang_cache_aware,
+)
 from stackdist.traces import RequestTrace
 
 from .schema import ClusterPlan, ClusterPoolRow, ClusterWorkerRow, RoutingWorthRow
@@ -91,6 +96,8 @@ class EngineOptions:
     seed: int = 0
     decode_reuse: bool = False
     overlap_weight: float = DEFAULT_OVERLAP_WEIGHT
+    router_cache_threshold: float = CacheAwareConfig.cache_threshold
+    """sglang-cache-aware: SGLang's ``cache_threshold`` (the launcher's default 0.3)."""
     shared_blocks: Sequence[int | None] = (0,)
     compare_routers: bool = True
     offload: Sequence[OffloadSpec] = ()
@@ -99,7 +106,9 @@ class EngineOptions:
     """With ``schedule="scheduler"``: the engine's own scheduler under load (:mod:`stackdist.serving.scheduler`)."""
 
 
-ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded")
+ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded", SGLANG_CACHE_AWARE)
+"""The routers :func:`assign_workers` computes before the engines run (``sglang-cache-aware``: SGLang's
+router reads only its own trees and the load, :mod:`stackdist.serving.sglang_router`)."""
 ONE_CACHE = "one-cache"
 """The routing-worth baseline's key: one worker of K x the pool."""
 
@@ -128,7 +137,9 @@ def _subset(schedule: Schedule, index: np.ndarray) -> Schedule:
 def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedule) -> np.ndarray:
     """The worker of every request: recorded in the trace, or chosen by ``options.router`` among
     ``options.workers`` workers (``least-loaded``: fewest requests running at arrival, ties to the
-    lowest index). O(requests log requests).
+    lowest index; ``sglang-cache-aware``: SGLang's router over the engine pages under ``schedule``,
+    :func:`~stackdist.serving.sglang_router.sglang_cache_aware`). O(requests log requests)
+    (sglang-cache-aware: O(prompt pages x workers)).
 
     >>> t = RequestTrace.from_blocks([[1], [2], [3]])
     >>> assign_workers(t, EngineOptions(workers=2), Schedule.serial(3)).tolist()
@@ -152,6 +163,9 @@ def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedu
     if options.router == "prefix-hash":
         first = np.where(np.diff(trace.offsets) > 0, trace.block_ids[np.minimum(trace.offsets[:-1], max(trace.n_blocks - 1, 0))], 0)
         return (_mix(first.astype(np.uint64)) % np.uint64(k)).astype(np.int64)
+    if options.router == SGLANG_CACHE_AWARE:
+        pages = engine_pages(trace, options.engine_block_size)
+        return sglang_cache_aware(pages, schedule, k, CacheAwareConfig(cache_threshold=options.router_cache_threshold))
     return _least_loaded(schedule, k)
 
 
