@@ -46,6 +46,7 @@ from stackdist.serving.scheduler import SchedulerResult, SchedulerSettings
 from stackdist.serving.sglang_router import (
     SGLANG_CACHE_AWARE,
     CacheAwareConfig,
+    router_pages,
     sglang_cache_aware,
 )
 from stackdist.traces import RequestTrace
@@ -164,8 +165,7 @@ def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedu
         first = np.where(np.diff(trace.offsets) > 0, trace.block_ids[np.minimum(trace.offsets[:-1], max(trace.n_blocks - 1, 0))], 0)
         return (_mix(first.astype(np.uint64)) % np.uint64(k)).astype(np.int64)
     if options.router == SGLANG_CACHE_AWARE:
-        pages = engine_pages(trace, options.engine_block_size)
-        return sglang_cache_aware(pages, schedule, k, CacheAwareConfig(cache_threshold=options.router_cache_threshold))
+        return sglang_cache_aware(router_pages(trace, options.engine_block_size), schedule, k, CacheAwareConfig(cache_threshold=options.router_cache_threshold))
     return _least_loaded(schedule, k)
 
 

@@ -41,6 +41,8 @@ and are exact for any engine model and pool size):
   tokens with an earlier one matches 16). ``match_rate = min(16 x matched pages, P) / P``
   (tokens for characters, the ratio computed in float32 as SGLang does); sizes are counted in
   pages, ``max_tree_size`` as ``2**26 / (4 characters per token x 16)`` = 1,048,576 pages.
+  (:func:`router_pages`: a trace whose blocks do not split into 16-token pages, or with an
+  empty prompt, is read in its own blocks; an empty prompt matches nothing.)
 - Eviction removes pages, not radix nodes: the same order (each insert or match stamps a whole
   path, so a parent is never older than its children and "oldest leaf first" is "oldest page
   first, deeper first"), but it stops exactly at the size limit where SGLang removes whole
@@ -58,7 +60,6 @@ and are exact for any engine model and pool size):
 
 >>> import numpy as np
 >>> from stackdist.traces import RequestTrace
->>> from .pages import engine_pages
 >>> from .schedule import Schedule
 >>> t = RequestTrace.from_blocks([[1, 2], [3, 4], [1, 2], [3, 5]], block_size=16, last_tokens=[16] * 4)
 >>> sglang_cache_aware(engine_pages(t), Schedule.serial(4), 2).tolist()
@@ -74,11 +75,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from stackdist.engine.kernels import njit
+from stackdist.engine.keys import dense_keys
+from stackdist.traces import RequestTrace
 
-from .pages import EnginePages
+from .pages import PAGE_TOKENS, EnginePages, engine_pages
 from .schedule import Schedule
 
-__all__ = ["SGLANG_CACHE_AWARE", "CacheAwareConfig", "sglang_cache_aware"]
+__all__ = ["SGLANG_CACHE_AWARE", "CacheAwareConfig", "router_pages", "sglang_cache_aware"]
 
 SGLANG_CACHE_AWARE = "sglang-cache-aware"
 """The router's name (``--router sglang-cache-aware``)."""
@@ -151,6 +154,23 @@ def _evict(ts: np.ndarray, size: np.ndarray, depth: np.ndarray, limit: int) -> N
         order = np.lexsort((held, -depth[held], ts[w, held]))
         ts[w, held[order[:excess]]] = -1
         size[w] = limit
+
+
+def router_pages(trace: RequestTrace, page_tokens: int = PAGE_TOKENS) -> EnginePages:
+    """The router's text of every request: its engine pages of ``page_tokens`` tokens, or the
+    trace's own blocks where those do not split into them or a prompt is empty (the engine
+    semantics' small-block traces). O(blocks).
+
+    >>> t = RequestTrace.from_blocks([[1, 2], []], block_size=4)
+    >>> router_pages(t).key.tolist(), router_pages(t).page_tokens
+    ([1, 2], 4)
+    """
+    if trace.block_size % page_tokens == 0 and (trace.input_length >= 1).all():
+        return engine_pages(trace, page_tokens)
+    dense = dense_keys(trace.block_ids)
+    return EnginePages(dense.ids.astype(np.int64), np.asarray(trace.offsets, np.int64),
+                       np.asarray(trace.input_length, np.int64), np.asarray(trace.output_length, np.int64),
+                       int(dense.n_keys), int(trace.block_size))
 
 
 def sglang_cache_aware(pages: EnginePages, schedule: Schedule, workers: int,
