@@ -84,7 +84,7 @@ from .schedule import Schedule
 __all__ = ["SGLANG_CACHE_AWARE", "CacheAwareConfig", "router_pages", "sglang_cache_aware"]
 
 SGLANG_CACHE_AWARE = "sglang-cache-aware"
-"""The router's name (``--router sglang-cache-aware``)."""
+"""The router's name, as the plan's routers are named."""
 
 
 @dataclass(frozen=True)
