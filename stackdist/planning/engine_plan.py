@@ -46,6 +46,7 @@ from stackdist.serving.scheduler import SchedulerResult, SchedulerSettings
 from stackdist.serving.sglang_router import (
     SGLANG_CACHE_AWARE,
     CacheAwareConfig,
+    describe,
     router_pages,
     sglang_cache_aware,
 )
@@ -600,6 +601,8 @@ def model_cluster_section(result: ModelCluster, trace: RequestTrace, options: En
         kv_aware=(f"Dynamo's KV-router cost: {weight:g} x prefill blocks still to compute + active blocks "
                   "(ties: fewer running, fewer routed, lowest index)" if weight != float("inf")
                   else "longest prefix the engine would report (ties: fewer running, fewer routed, lowest index)"),
+        sglang_cache_aware=(describe(CacheAwareConfig(cache_threshold=options.router_cache_threshold),
+                                     options.engine_block_size) if cluster.router == SGLANG_CACHE_AWARE else ""),
         requests=int(counted.sum()), input_tokens=total,
         pools=[cluster_pool_row(cluster, i, counted, trace.input_length, bytes_per_block, labels) for i in feasible],
         routing_worth=routing_worth_rows(result.worth, counted, total) if result.worth else None,

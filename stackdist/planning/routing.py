@@ -34,6 +34,11 @@ import numpy as np
 
 from stackdist.engine.keys import unique_sorted
 from stackdist.serving.cluster import KV_AWARE, ClusterResult, simulate_cluster
+from stackdist.serving.sglang_router import (
+    SGLANG_CACHE_AWARE,
+    CacheAwareConfig,
+    describe,
+)
 from stackdist.traces import RequestTrace
 
 from .engine_plan import (
@@ -180,5 +185,7 @@ def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, opti
         kv_aware=(f"Dynamo's KV-router cost, {options.overlap_weight:g} x prefill blocks still to compute + active blocks "
                   "(serial: the longest cached GPU prefix for any weight > 0), ties to the fewest requests routed so far, "
                   "then the lowest index"),
+        sglang_cache_aware=(describe(CacheAwareConfig(cache_threshold=options.engine.router_cache_threshold),
+                                     options.engine.engine_block_size) if name == SGLANG_CACHE_AWARE else ""),
         requests=int(mask.sum()), input_tokens=total, pools=rows,
         routing_worth=worth, notes=notes)

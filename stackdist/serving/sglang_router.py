@@ -81,7 +81,7 @@ from stackdist.traces import RequestTrace
 from .pages import PAGE_TOKENS, EnginePages, engine_pages
 from .schedule import Schedule
 
-__all__ = ["SGLANG_CACHE_AWARE", "CacheAwareConfig", "router_pages", "sglang_cache_aware"]
+__all__ = ["SGLANG_CACHE_AWARE", "CacheAwareConfig", "describe", "router_pages", "sglang_cache_aware"]
 
 SGLANG_CACHE_AWARE = "sglang-cache-aware"
 """The router's name, as the plan's routers are named."""
@@ -114,6 +114,19 @@ class CacheAwareConfig:
         1048576
         """
         return int(self.max_tree_size // (self.chars_per_token * page_tokens))
+
+
+def describe(config: CacheAwareConfig = CacheAwareConfig(), page_tokens: int = PAGE_TOKENS) -> str:
+    """The router and its settings in words (the plan's ``cluster`` section).
+
+    >>> describe().split(";")[0]
+    'SGLang sgl-router cache_aware: running requests imbalanced (max - min > 64 and max > 1.5 x min) -> the least loaded'
+    """
+    return (f"SGLang sgl-router cache_aware: running requests imbalanced (max - min > {config.balance_abs_threshold} and "
+            f"max > {config.balance_rel_threshold:g} x min) -> the least loaded; else the longest prefix in the router's "
+            f"own tree of the prompts it sent each worker if over {config.cache_threshold:g} of the prompt, else the "
+            f"smallest tree (ties: lowest index); trees of {page_tokens}-token pages evicted to "
+            f"{config.max_tree_pages(page_tokens):,} pages every {config.eviction_interval_s:g} s of the schedule")
 
 
 @njit(cache=True, nogil=True)

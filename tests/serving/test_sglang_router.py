@@ -256,6 +256,7 @@ def test_plan_cli_routes_with_it(tmp_path, capsys):
                                     "--router-cache-threshold", "0.3", "--gpu-blocks", "inf", "--json", out)
     assert code == 0, stdout
     assert f"router {SGLANG_CACHE_AWARE}" in stdout
+    assert stdout.count(f"{SGLANG_CACHE_AWARE}: SGLang sgl-router cache_aware") == 2  # the model's and the semantics'
     report = json.loads(out.read_text())
     text = json.dumps(report)
     assert f'"router": "{SGLANG_CACHE_AWARE}"' in text
