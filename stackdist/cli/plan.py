@@ -208,7 +208,13 @@ def _add_routing_arguments(eng: Any) -> None:
                      help="how requests are spread over K workers (default round-robin); kv-aware: NVIDIA Dynamo's KV "
                      "router cost, W x prefill blocks still to compute (after the prefix the worker's engine would "
                      "report) + active blocks, lowest wins (ties: fewer running, fewer routed, lowest index); "
-                     "simulated jointly with the caches, per pool size")
+                     "simulated jointly with the caches, per pool size; sglang-cache-aware: SGLang's sgl-router "
+                     "cache_aware policy (load imbalanced: the least loaded; else the longest prefix in the router's own "
+                     "tree of what it sent each worker if over --router-cache-threshold of the prompt, else the smallest "
+                     "tree), under the schedule")
+    eng.add_argument("--router-cache-threshold", type=float, default=0.3, metavar="T",
+                     help="sglang-cache-aware: SGLang's cache_threshold, the prompt fraction a worker's router tree must "
+                     "match to win (default 0.3, the sglang-router launcher's)")
     eng.add_argument("--router-overlap-weight", type=float, default=1.0, metavar="W",
                      help="kv-aware: Dynamo's overlap_score_weight W (default 1.0, Dynamo's); inf: the pure "
                      "longest-prefix router; 0: load only")
@@ -530,6 +536,8 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     workers: Any = args.workers
     if args.router_overlap_weight != args.router_overlap_weight or args.router_overlap_weight < 0:
         raise UsageError(f"--router-overlap-weight must be a non-negative number or inf; got {args.router_overlap_weight}.")
+    if not 0.0 <= args.router_cache_threshold <= 1.0:
+        raise UsageError(f"--router-cache-threshold must be a fraction from 0 to 1; got {args.router_cache_threshold}.")
     try:
         shared = parse_sizes(args.shared_blocks, "--shared-blocks") if args.shared_blocks else (0,)
     except ValueError as exc:
@@ -541,6 +549,7 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     options = EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
                             args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
                             router=args.router, decode_reuse=args.decode_reuse, overlap_weight=args.router_overlap_weight,
+                            router_cache_threshold=args.router_cache_threshold,
                             shared_blocks=shared, offload=offload, scheduler=scheduler)
     try:
         check_models(options, {"decode_reuse": "--decode-reuse", "tiers": "--shared-blocks", "routing": "--router kv-aware"})

@@ -43,6 +43,13 @@ from stackdist.serving.routed import (
 )
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.scheduler import SchedulerResult, SchedulerSettings
+from stackdist.serving.sglang_router import (
+    SGLANG_CACHE_AWARE,
+    CacheAwareConfig,
+    describe,
+    router_pages,
+    sglang_cache_aware,
+)
 from stackdist.traces import RequestTrace
 
 from .schema import ClusterPlan, ClusterPoolRow, ClusterWorkerRow, RoutingWorthRow
@@ -93,6 +100,8 @@ class EngineOptions:
     seed: int = 0
     decode_reuse: bool = False
     overlap_weight: float = DEFAULT_OVERLAP_WEIGHT
+    router_cache_threshold: float = CacheAwareConfig.cache_threshold
+    """sglang-cache-aware: SGLang's ``cache_threshold`` (the launcher's default 0.3)."""
     shared_blocks: Sequence[int | None] = (0,)
     compare_routers: bool = True
     offload: Sequence[OffloadSpec] = ()
@@ -101,7 +110,9 @@ class EngineOptions:
     """With ``schedule="scheduler"``: the engine's own scheduler under load (:mod:`stackdist.serving.scheduler`)."""
 
 
-ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded")
+ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded", SGLANG_CACHE_AWARE)
+"""The routers :func:`assign_workers` computes before the engines run (``sglang-cache-aware``: SGLang's
+router reads only its own trees and the load, :mod:`stackdist.serving.sglang_router`)."""
 ONE_CACHE = "one-cache"
 """The routing-worth baseline's key: one worker of K x the pool."""
 
@@ -130,7 +141,9 @@ def _subset(schedule: Schedule, index: np.ndarray) -> Schedule:
 def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedule) -> np.ndarray:
     """The worker of every request: recorded in the trace, or chosen by ``options.router`` among
     ``options.workers`` workers (``least-loaded``: fewest requests running at arrival, ties to the
-    lowest index). O(requests log requests).
+    lowest index; ``sglang-cache-aware``: SGLang's router over the engine pages under ``schedule``,
+    :func:`~stackdist.serving.sglang_router.sglang_cache_aware`). O(requests log requests)
+    (sglang-cache-aware: O(prompt pages x workers)).
 
     >>> t = RequestTrace.from_blocks([[1], [2], [3]])
     >>> assign_workers(t, EngineOptions(workers=2), Schedule.serial(3)).tolist()
@@ -154,6 +167,8 @@ def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedu
     if options.router == "prefix-hash":
         first = np.where(np.diff(trace.offsets) > 0, trace.block_ids[np.minimum(trace.offsets[:-1], max(trace.n_blocks - 1, 0))], 0)
         return (_mix(first.astype(np.uint64)) % np.uint64(k)).astype(np.int64)
+    if options.router == SGLANG_CACHE_AWARE:
+        return sglang_cache_aware(router_pages(trace, options.engine_block_size), schedule, k, CacheAwareConfig(cache_threshold=options.router_cache_threshold))
     return _least_loaded(schedule, k)
 
 
@@ -588,6 +603,8 @@ def model_cluster_section(result: ModelCluster, trace: RequestTrace, options: En
         kv_aware=(f"Dynamo's KV-router cost: {weight:g} x prefill blocks still to compute + active blocks "
                   "(ties: fewer running, fewer routed, lowest index)" if weight != float("inf")
                   else "longest prefix the engine would report (ties: fewer running, fewer routed, lowest index)"),
+        sglang_cache_aware=(describe(CacheAwareConfig(cache_threshold=options.router_cache_threshold),
+                                     options.engine_block_size) if cluster.router == SGLANG_CACHE_AWARE else ""),
         requests=int(counted.sum()), input_tokens=total,
         pools=[cluster_pool_row(cluster, i, counted, trace.input_length, bytes_per_block, labels) for i in feasible],
         routing_worth=routing_worth_rows(result.worth, counted, total) if result.worth else None,

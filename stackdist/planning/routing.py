@@ -5,10 +5,12 @@ serves the trace on K workers, each with its own engine-semantics GPU cache of C
 trace's block size: ``--gpu-blocks`` is per worker), plus an optional shared tier of S blocks
 (the rules: :mod:`stackdist.serving.cluster`). Per (C, S) pair the plan reports the prefix hit
 tokens per worker and in total, split into GPU and shared-tier hits; and **what routing is
-worth**: every router (round-robin, random, session, prefix-hash, least-loaded, kv-aware) at K
-workers of C against one cache of K x C (the same shared tier beside it), on the same trace.
-Static routers are :func:`~.engine_plan.assign_workers` (``least-loaded`` under the plan's
-schedule); ``kv-aware`` is simulated with the caches. Counted requests only (warm-up excluded).
+worth**: every router (round-robin, random, session, prefix-hash, least-loaded, sglang-cache-aware,
+kv-aware) at K workers of C against one cache of K x C (the same shared tier beside it), on the
+same trace.
+Static routers are :func:`~.engine_plan.assign_workers` (``least-loaded`` and
+``sglang-cache-aware``, whose own trees are not the caches, under the plan's schedule);
+``kv-aware`` is simulated with the caches. Counted requests only (warm-up excluded).
 
 >>> from stackdist.traces import RequestTrace
 >>> t = RequestTrace.from_blocks([[1, 2], [1, 2], [1, 3], [1, 3]], block_size=4)
@@ -32,6 +34,11 @@ import numpy as np
 
 from stackdist.engine.keys import unique_sorted
 from stackdist.serving.cluster import KV_AWARE, ClusterResult, simulate_cluster
+from stackdist.serving.sglang_router import (
+    SGLANG_CACHE_AWARE,
+    CacheAwareConfig,
+    describe,
+)
 from stackdist.traces import RequestTrace
 
 from .engine_plan import (
@@ -145,7 +152,8 @@ def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, Clust
 
     def run(name: str) -> ClusterResult:
         workers, route, sizes = jobs[name]
-        return simulate_cluster(trace, workers, route, sizes, shared, options.overlap_weight)
+        result = simulate_cluster(trace, workers, route, sizes, shared, options.overlap_weight)
+        return result if isinstance(route, str) else dataclasses.replace(result, router=name)  # not "static"
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(jobs, pool.map(run, list(jobs))))
@@ -177,5 +185,7 @@ def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, opti
         kv_aware=(f"Dynamo's KV-router cost, {options.overlap_weight:g} x prefill blocks still to compute + active blocks "
                   "(serial: the longest cached GPU prefix for any weight > 0), ties to the fewest requests routed so far, "
                   "then the lowest index"),
+        sglang_cache_aware=(describe(CacheAwareConfig(cache_threshold=options.engine.router_cache_threshold),
+                                     options.engine.engine_block_size) if name == SGLANG_CACHE_AWARE else ""),
         requests=int(mask.sum()), input_tokens=total, pools=rows,
         routing_worth=worth, notes=notes)

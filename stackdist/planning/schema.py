@@ -360,6 +360,7 @@ class ClusterPlan(TypedDict):
     pool_unit: str
     shared_tier: str
     kv_aware: str
+    sglang_cache_aware: str  # SGLang's cache-aware router in words when it is the router, else ""
     requests: int
     input_tokens: int
     pools: list[ClusterPoolRow]

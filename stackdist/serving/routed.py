@@ -31,6 +31,27 @@ every worker w is scored, lowest cost wins::
 - ``W = inf``: the pure longest-prefix router (the longest ``hit_w`` wins; ties as above), as
   llm-d's prefix-aware scorer or a router that ignores load. ``W = 0``: pure load balancing.
 
+**The sglang-cache-aware router** (SGLang's sgl-router ``cache_aware`` policy,
+github.com/sgl-project/sglang: ``sgl-router/src/policies/cache_aware.rs`` at commit 026f853b,
+``select_worker``; its approximate radix tree ``policies/tree.rs`` at 4d40eec0; the launcher's
+defaults ``main.rs:143-161`` at 0129b029). With ``load_w`` the requests routed to w and not
+finished (running between arrival and finish under the schedule)::
+
+    imbalanced = max load - min load > 64 and max load > 1.5 x min load     (cache_aware.rs:242-243)
+    imbalanced: the least-loaded worker (cache_aware.rs:263)
+    otherwise:  the worker whose router tree matches the longest prefix of r's prompt, if
+                matched / prompt > 0.3 (cache_threshold), else the worker with the smallest
+                tree (cache_aware.rs:300-312; tree.rs:258, 540)
+    then r's prompt is inserted into the chosen worker's tree (cache_aware.rs:274, 320)
+
+The router's trees are not the engines' caches: each is a prefix tree of everything routed to
+that worker (here its prompt page ids; SGLang's holds the request text's characters), evicted by
+size only, every 120 s, oldest leaf first down to 2**26 characters (tree.rs:410-480; here
+1,048,576 pages at 4 characters a token). It reads no engine state, so its choices are computed
+before the joint run (:func:`stackdist.serving.sglang_router.sglang_cache_aware`, where the
+mapping, the clock and the deterministic ties, lowest index where SGLang takes a DashMap's first
+entry, are stated) and the K pools then run exactly as under a static assignment.
+
 With a serial schedule nothing is running at an arrival, so for any ``W > 0`` the rule is the
 longest prefix with ties to the fewest routed so far: the rule of the engine-semantics cluster
 (:mod:`.cluster`), which uses the same formula (there the tokens and blocks of the trace).
@@ -92,6 +113,7 @@ from .sglang import (
     tree_match_length,
     tree_rows,
 )
+from .sglang_router import SGLANG_CACHE_AWARE, sglang_cache_aware
 from .vllm import (
     VllmModel,
     pool_arrive,
@@ -413,7 +435,8 @@ def simulate_routed(
 ) -> ClusterResult:
     """``trace`` on ``workers`` pools of ``model`` at every (GPU, shared) pair (GPU sizes outer).
 
-    ``router``: ``"kv-aware"`` (weight ``overlap_weight``; ``inf`` = longest prefix) or every
+    ``router``: ``"kv-aware"`` (weight ``overlap_weight``; ``inf`` = longest prefix),
+    ``"sglang-cache-aware"`` (SGLang's router, default settings, under ``schedule``) or every
     request's worker. GPU sizes in the engine's count (None = infinite), shared sizes in pages
     (0 = none). An infeasible GPU size (some worker cannot allocate) has -1 everywhere and its
     first failing request in ``failed_request``. Complexity: module docstring.
@@ -430,9 +453,11 @@ def simulate_routed(
     pools, shared = check_pools(gpu_blocks, 1), _shared_sizes(shared_blocks)
     sched = resolve_schedule(schedule, trace, pages)
     n = pages.n_requests
-    if isinstance(router, str):
+    if isinstance(router, str) and router == SGLANG_CACHE_AWARE:
+        assign = sglang_cache_aware(pages, sched, k)
+    elif isinstance(router, str):
         if router != KV_AWARE:
-            raise ValueError(f"router must be {KV_AWARE!r} or an array of workers; got {router!r}")
+            raise ValueError(f"router must be {KV_AWARE!r}, {SGLANG_CACHE_AWARE!r} or an array of workers; got {router!r}")
         assign = np.full(n, -1, np.int64)
     else:
         assign = np.asarray(router, np.int64)
