@@ -338,7 +338,8 @@ def test_cli_per_request_has_the_cluster_columns(capsys, tmp_path):
     assert plan["engine_models"]["vllm"]["cluster"]["router"] == "kv-aware"
     table = list(csv.DictReader(out_csv.open()))
     assert list(table[0])[6:] == ["worker_200", "hit_tokens_200", "shared_hit_tokens_200_64",
-                                  "worker_inf", "hit_tokens_inf", "shared_hit_tokens_inf_64"]
+                                  "worker_inf", "hit_tokens_inf", "shared_hit_tokens_inf_64",
+                                  "available_hit_tokens_200", "available_hit_tokens_inf"]  # the fleet's best, last
     trace = read_requests(str(path), "mooncake")
     want = simulate_routed(trace, "vllm", 2, "kv-aware", [200, None], [64], Schedule.from_service_model(trace), True)
     for i, label in enumerate(["200", "inf"]):

@@ -38,6 +38,7 @@ from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.serving.routed import (
     DEFAULT_OVERLAP_WEIGHT,
+    routed_models,
     shared_tier_hits,
     simulate_routed,
 )
@@ -240,6 +241,7 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
         else:
             result = per_worker_run(model, trace, options, schedule, pools, workers)
             cluster = _static_cluster(model, result, trace, options, schedule, workers)
+            cluster = _with_available(cluster, model, trace, options, schedule, workers, pools)
         worth = None
         if isinstance(options.workers, int) and options.workers > 1 and options.compare_routers:
             worth = _worth_runs(model, trace, options, schedule, pools, {options.router: cluster}, progress)
@@ -363,6 +365,20 @@ def per_worker_run(model: str, trace: RequestTrace, options: EngineOptions, sche
             source = reuse_pages(sub, engine_pages(sub, options.engine_block_size))
         parts.append((index, run(source, pools, _subset(schedule, index), options.decode, options.engine_block_size)))
     return _merge(parts, trace.n_requests) if len(parts) != 1 else parts[0][1]
+
+
+def _with_available(cluster: ClusterResult | None, model: str, trace: RequestTrace, options: EngineOptions,
+                    schedule: Schedule, workers: np.ndarray, pools: tuple[int | None, ...]) -> ClusterResult | None:
+    """A static router's cluster with what the fleet held: the same assignment run jointly
+    (:func:`~stackdist.serving.routed.simulate_routed`, every worker probed at each arrival), for
+    the routing regret. Not for recorded workers, decode reuse or models without a joint run."""
+    if (cluster is None or not isinstance(options.workers, int) or options.workers < 2 or options.decode_reuse
+            or model not in routed_models()):
+        return cluster
+    joint = simulate_routed(engine_pages(trace, options.engine_block_size), model, options.workers, workers, pools,
+                            _shared(options), schedule, options.decode, options.overlap_weight,
+                            options.engine_block_size)
+    return dataclasses.replace(cluster, available_hit_tokens=joint.available_hit_tokens)
 
 
 def _shared(options: EngineOptions) -> tuple[int | None, ...]:
@@ -511,13 +527,20 @@ def cluster_pool_row(result: ClusterResult, i: int, mask: np.ndarray, inputs: np
     g_hits, s_hits = int(gpu[mask].sum()), int(shared[mask].sum())
     c, s = result.pools[i]
     share, warning = routing_balance(result.worker[i][mask], result.workers, str(result.router))
-    return ClusterPoolRow(
+    row = ClusterPoolRow(
         gpu_blocks=_label(c), shared_blocks=_label(s), gpu_gib_per_worker=_gib(c, bytes_per_block),
         shared_gib=_gib(s, bytes_per_block), hit_tokens=g_hits + s_hits, gpu_hit_tokens=g_hits, shared_hit_tokens=s_hits,
         prefix_token_hit_rate=(g_hits + s_hits) / total if total else 0.0,
         gpu_token_hit_rate=g_hits / total if total else 0.0, shared_token_hit_rate=s_hits / total if total else 0.0,
         requests_with_hits=int(np.count_nonzero((gpu + shared)[mask])), per_worker=workers,
         busiest_worker_share=share, warnings=[warning] if warning else [])
+    if result.available_hit_tokens is not None:  # what the fleet held at each arrival, against the routed worker's
+        held = int(result.available_hit_tokens[i][mask].sum())
+        row["available_hit_tokens"] = held
+        row["available_token_hit_rate"] = held / total if total else 0.0
+        row["routing_regret_percentage_points"] = 100.0 * (held - g_hits) / total if total else 0.0
+        row["requests_routed_below_available"] = int(np.count_nonzero((result.available_hit_tokens[i] > gpu)[mask]))
+    return row
 
 
 IMBALANCE = 1.5
@@ -784,6 +807,7 @@ def per_request_columns(result: ServingResult | ClusterResult) -> list[tuple[str
         plain = [(f"hit_tokens_{label}", result.hit_tokens[i]) for i, label in ok]
         return plain + _load_columns(result, ok)
     columns: list[tuple[str, np.ndarray]] = []
+    held: list[tuple[str, np.ndarray]] = []
     for pool in dict.fromkeys(g for g, _ in cluster.pools):
         rows = [j for j, (g, _) in enumerate(cluster.pools) if g == pool]
         if not _feasible(cluster, rows[0]):
@@ -791,8 +815,11 @@ def per_request_columns(result: ServingResult | ClusterResult) -> list[tuple[str
         if cluster.router == KV_AWARE:
             columns.append((f"worker_{_pool_label(pool)}", cluster.worker[rows[0]]))
         columns.append((f"hit_tokens_{_pool_label(pool)}", cluster.gpu_hit_tokens[rows[0]]))
+        if cluster.available_hit_tokens is not None:  # the best worker's prefix hit at arrival: after the others
+            held.append((f"available_hit_tokens_{_pool_label(pool)}", cluster.available_hit_tokens[rows[0]]))
         columns += [(f"shared_hit_tokens_{_pool_label(pool)}_{_pool_label(cluster.pools[j][1])}", cluster.shared_hit_tokens[j])
                     for j in rows if cluster.pools[j][1] != 0]
+    columns += held
     if isinstance(result, ServingResult):  # under the scheduler on K workers
         columns += _load_columns(result, [(i, _pool_label(p)) for i, p in enumerate(result.pools)
                                           if result.failed_request[i] < 0])

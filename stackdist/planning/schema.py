@@ -18,6 +18,7 @@ __all__ = [
     "Budgets",
     "Capacity",
     "ClusterPlan",
+    "ClusterPoolRegret",
     "ClusterPoolRow",
     "ClusterWorkerRow",
     "Comparison",
@@ -322,7 +323,17 @@ class ClusterWorkerRow(TypedDict):
     prefix_token_hit_rate: float
 
 
-class ClusterPoolRow(TypedDict):
+class ClusterPoolRegret(TypedDict, total=False):
+    """Engine models on K workers: what the fleet held at each arrival (the best worker's prefix)
+    against what the router's worker gave."""
+
+    available_hit_tokens: int
+    available_token_hit_rate: float
+    routing_regret_percentage_points: float
+    requests_routed_below_available: int
+
+
+class ClusterPoolRow(ClusterPoolRegret):
     gpu_blocks: int | str
     shared_blocks: int | str
     gpu_gib_per_worker: float | None

@@ -43,6 +43,11 @@ def cluster_lines(section: ClusterPlan) -> list[str]:
         if workers:
             lines.append("  " + " " * 11 + " per worker: " + ", ".join(
                 f"{w['worker']}: {w['prefix_token_hit_rate']:.2%} of {w['requests']:,} req" for w in workers))
+        if "available_hit_tokens" in row:  # engine models: what the fleet held against what the router got
+            lines.append(f"  {'':>11} the fleet held {row['available_token_hit_rate']:.2%} at arrival (the best worker's "
+                         f"prefix); routed {row['gpu_token_hit_rate']:.2%}: regret "
+                         f"{row['routing_regret_percentage_points']:.2f} pp, {row['requests_routed_below_available']:,} "
+                         "request(s) sent below the best worker")
         lines += [f"  {'':>11} WARNING: {warning}" for warning in row.get("warnings", [])]
     worth = section["routing_worth"]
     if worth:

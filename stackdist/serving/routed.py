@@ -170,7 +170,7 @@ def _track(w, sign, key, a, b, act, active, running):  # type: ignore[no-untyped
 
 @njit(cache=True, nogil=True)
 def _vllm_routed(key, off, ntr, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_keys, N, B, K, assign, W, longest,
-                 cont, hits, out_w):  # type: ignore[no-untyped-def]
+                 cont, hits, out_w, avail):  # type: ignore[no-untyped-def]
     """K vLLM pools of ``N`` blocks under one event order; returns the failing request or -1."""
     HEAD = N
     TAIL = N + 1
@@ -200,13 +200,14 @@ def _vllm_routed(key, off, ntr, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_ke
         a, b = off[r], off[r] + ntr[r]  # the prompt's pages (the router's blocks)
         if kind == 3:
             w = assign[r]
+            cap = (P[r] - 1) // B
+            for v in range(K):  # every worker's prefix hit now (read-only): the router's view, the fleet's best
+                j = 0
+                while j < cap and ks[v, key[a + j], 0] >= 0:
+                    j += 1
+                h[v] = B * j
+            avail[r] = h.max()
             if w < 0:
-                cap = (P[r] - 1) // B
-                for v in range(K):
-                    j = 0
-                    while j < cap and ks[v, key[a + j], 0] >= 0:
-                        j += 1
-                    h[v] = B * j
                 w = _pick(h, key, a, b, act, active, pending, running, routed, P[r], W, longest, B)
             out_w[r] = w
             nf = pool_arrive(r, key, off, P, tbl, tb, nblk, ncached, bs[w], ks[w], HEAD, nfree[w], B, hits)
@@ -232,7 +233,8 @@ def _vllm_routed(key, off, ntr, P, tbl_off, n_final, ev_kind, ev_req, ev_k, n_ke
 
 
 @njit(cache=True, nogil=True)
-def _vllm_routed_inf(key, off, ntr, P, n_final, ev_kind, ev_req, n_keys, B, K, assign, W, longest, cont, hits, out_w):  # type: ignore[no-untyped-def]
+def _vllm_routed_inf(key, off, ntr, P, n_final, ev_kind, ev_req, n_keys, B, K, assign, W, longest, cont, hits, out_w,  # type: ignore[no-untyped-def]
+                     avail):
     """K vLLM pools that never evict (module docstring, *Infinite pools*): a cached-key bitmap per
     worker; prompt pages cached at arrival, decode-reuse blocks at finish."""
     cached = np.zeros((K, n_keys), np.uint8)
@@ -250,12 +252,11 @@ def _vllm_routed_inf(key, off, ntr, P, n_final, ev_kind, ev_req, n_keys, B, K, a
         if kind == 3:
             w = assign[r]
             for v in range(K):
-                if w >= 0 and v != w:
-                    continue
                 j = 0
                 while j < cap and cached[v, key[a + j]]:
                     j += 1
                 h[v] = B * j
+            avail[r] = h.max()
             if w < 0:
                 w = _pick(h, key, a, b, act, active, pending, running, routed, P[r], W, longest, B)
             out_w[r] = w
@@ -279,7 +280,7 @@ def _vllm_routed_inf(key, off, ntr, P, n_final, ev_kind, ev_req, n_keys, B, K, a
 
 @njit(cache=True, nogil=True)
 def _sglang_routed(key, off, ntr, P, ev_kind, ev_req, n_keys, N, B, K, assign, W, longest, heap_cap,
-                   hits, out_w):  # type: ignore[no-untyped-def]
+                   hits, out_w, avail):  # type: ignore[no-untyped-def]
     """K SGLang trees of ``N`` pages under one event order; returns the failing request or -1."""
     n_req = len(P)
     M = tree_rows(n_req)
@@ -306,9 +307,10 @@ def _sglang_routed(key, off, ntr, P, ev_kind, ev_req, n_keys, N, B, K, assign, W
         a, b = off[r], off[r] + ntr[r]  # the prompt's pages (the router's blocks)
         if kind == 3:
             w = assign[r]
+            for v in range(K):  # every worker's prefix hit now (read-only)
+                h[v] = B * tree_match_length(nd[v], key, a, (P[r] - 1) // B, P[r] // B, fn[v])
+            avail[r] = h.max()
             if w < 0:
-                for v in range(K):
-                    h[v] = B * tree_match_length(nd[v], key, a, (P[r] - 1) // B, P[r] // B, fn[v])
                 w = _pick(h, key, a, b, act, active, pending, running, routed, P[r], W, longest, B)
             out_w[r] = w
         w = out_w[r]
@@ -367,7 +369,7 @@ def shared_tier_hits(pages: EnginePages, schedule: Schedule, gpu_hits: np.ndarra
 
 
 def _vllm_size(pages: EnginePages, schedule: Schedule, decode: bool, pool: int | None, k: int, assign: np.ndarray,
-               W: float, longest: bool, ntr: np.ndarray, hits: np.ndarray, out_w: np.ndarray) -> int:
+               W: float, longest: bool, ntr: np.ndarray, hits: np.ndarray, out_w: np.ndarray, avail: np.ndarray) -> int:
     """vLLM's K block pools at one size, jointly (the bitmap replay at an infinite pool)."""
     B, n = pages.page_tokens, pages.n_requests
     tbl_off, n_final, kind, ev = pool_inputs(pages, schedule, decode, B)
@@ -377,19 +379,19 @@ def _vllm_size(pages: EnginePages, schedule: Schedule, decode: bool, pool: int |
     cont = pages.continued_by if pages.continued_by is not None else np.full(n, -1, np.int64)
     if pool is None:
         return int(_vllm_routed_inf(pages.key, pages.offsets, ntr, pages.input_tokens, n_final, kind, ev.request,
-                                    max(pages.n_keys, 1), B, k, assign, W, longest, cont, hits, out_w))
+                                    max(pages.n_keys, 1), B, k, assign, W, longest, cont, hits, out_w, avail))
     return int(_vllm_routed(pages.key, pages.offsets, ntr, pages.input_tokens, tbl_off, n_final, kind, ev.request, ev.k,
-                            max(pages.n_keys, 1), N, B, k, assign, W, longest, cont, hits, out_w))
+                            max(pages.n_keys, 1), N, B, k, assign, W, longest, cont, hits, out_w, avail))
 
 
 def _sglang_size(pages: EnginePages, schedule: Schedule, decode: bool, pool: int | None, k: int, assign: np.ndarray,
-                 W: float, longest: bool, ntr: np.ndarray, hits: np.ndarray, out_w: np.ndarray) -> int:
+                 W: float, longest: bool, ntr: np.ndarray, hits: np.ndarray, out_w: np.ndarray, avail: np.ndarray) -> int:
     """SGLang's K radix trees at one size, jointly."""
     B, n = pages.page_tokens, pages.n_requests
     written, kind, ev = tree_inputs(pages, schedule, decode, B)
     N = int(((written + B - 1) // B).sum()) + 1 if pool is None else int(pool)
     return int(_sglang_routed(pages.key, pages.offsets, ntr, pages.input_tokens, kind, ev.request, max(pages.n_keys, 1),
-                              N, B, k, assign, W, longest, 2 * (8 * n + 8) + 16, hits, out_w))
+                              N, B, k, assign, W, longest, 2 * (8 * n + 8) + 16, hits, out_w, avail))
 
 
 JOINT_RUNS: dict[type[EngineModel], Callable[..., int]] = {VllmModel: _vllm_size, SglangModel: _sglang_size}
@@ -407,16 +409,17 @@ def routed_models() -> tuple[str, ...]:
 
 
 def _one_size(pages: EnginePages, model: EngineModel, schedule: Schedule, decode: bool, pool: int | None, k: int,
-              assign: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray, int]:
-    """(hit tokens, worker, failed request) of one joint simulation at one pool size."""
+              assign: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """(hit tokens, worker, failed request, the best worker's hit at arrival) of one joint
+    simulation at one pool size."""
     B, n = pages.page_tokens, pages.n_requests
-    hits, out_w = np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    hits, out_w, avail = np.zeros(n, np.int64), np.full(n, -1, np.int64), np.zeros(n, np.int64)
     longest, W = math.isinf(weight), 0.0 if math.isinf(weight) else float(weight)
     ntr = np.minimum(np.diff(pages.offsets), (pages.input_tokens + B - 1) // B)  # prompt pages (not answer blocks)
-    failed = JOINT_RUNS[type(model)](pages, schedule, decode, pool, k, assign, W, longest, ntr, hits, out_w)
+    failed = JOINT_RUNS[type(model)](pages, schedule, decode, pool, k, assign, W, longest, ntr, hits, out_w, avail)
     if failed >= 0:
-        hits[:], out_w[:] = -1, -1
-    return hits, out_w, int(failed)
+        hits[:], out_w[:], avail[:] = -1, -1, -1
+    return hits, out_w, int(failed), avail
 
 
 def _shared_sizes(sizes: Sequence[int | None]) -> tuple[int | None, ...]:
@@ -464,18 +467,19 @@ def simulate_routed(
         if assign.shape != (n,) or (n and (assign.min() < 0 or assign.max() >= k)):
             raise ValueError(f"router must give every request a worker in 0..{k - 1}")
 
-    def run(pool: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+    def run(pool: int | None) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
         return _one_size(pages, spec, sched, decode, pool, k, assign, float(overlap_weight))
 
     with ThreadPoolExecutor(max_workers=max(1, min(threads, len(pools)))) as ex:
         runs = list(ex.map(run, pools))
     pairs = tuple((g, s) for g in pools for s in shared)
-    out = np.zeros((3, len(pairs), n), np.int64)
+    out = np.zeros((4, len(pairs), n), np.int64)
     failed = np.zeros(len(pairs), np.int64)
-    for i, (hits, where, f) in enumerate(runs):
+    for i, (hits, where, f, avail) in enumerate(runs):
         for j, s in enumerate(shared):
             row = i * len(shared) + j
-            out[0, row], out[1, row], failed[row] = where, hits, f
+            out[0, row], out[1, row], failed[row], out[3, row] = where, hits, f, avail
             out[2, row] = -1 if f >= 0 else (shared_tier_hits(pages, sched, hits, s) if s != 0 else 0)
     name = router if isinstance(router, str) else "static"
-    return ClusterResult(k, name, pairs, out[0], out[1], out[2], failed_request=failed, model=spec.name)
+    return ClusterResult(k, name, pairs, out[0], out[1], out[2], failed_request=failed, model=spec.name,
+                         available_hit_tokens=out[3])
