@@ -86,3 +86,25 @@ def test_plan_prints_the_deployment_first(capsys, tmp_path: Path) -> None:
     first = next(i for i, line in enumerate(text.splitlines()) if line.startswith("=="))
     assert text.splitlines()[first].startswith("== deployment: 2 replica(s)")
     assert "the cheapest deployment per target" in text and "None" not in text
+
+
+def test_ttft_targets_take_the_fewest_replicas_that_meet_them() -> None:
+    """One request a second, 1.5 s steps: one replica does not keep up; two do, each request then
+    waits for nothing but its own step (TTFT 1.5 s); p99 <= 1 s is unreachable."""
+    n = 60
+    trace = RequestTrace.from_blocks([[i, 1000 + i] for i in range(n)], block_size=16)
+    load = SchedulerSettings(max_num_seqs=1, step_fixed_s=1.5, step_per_token_s=0.0, step_time_detail="test")
+    spec = DeploymentSpec("vllm", 1, 1, 50, "round-robin", None, max_replicas=3, scheduler=load,
+                          ttft_targets=(("p99", 2.0), ("p50", 1.0)))
+    report = deployment_report(trace, EngineOptions(models=("vllm",), schedule="serial", decode=False), spec,
+                               np.ones(n, bool), 1024, _cost, ())
+    met, unmet = report["ttft_targets"]
+    assert met["cheapest"]["replicas"] == 2 and met["cheapest"]["ttft_s"]["p99"] == pytest.approx(1.5)
+    assert met["cheapest"]["cost"]["usd_per_hour"] == pytest.approx(8.0)
+    assert unmet["cheapest"] is None and "at most 1 s" in unmet["unreachable"]
+
+
+def test_ttft_target_flag_is_checked(capsys) -> None:
+    trace = Path(__file__).resolve().parent / "data" / "mooncake_small.jsonl"
+    code, _, err = run_stackdist(capsys, "plan", trace, "--gpu", "h200", "--ttft-target", "p95=2")
+    assert code == 2 and "--ttft-target must be p50, p90 or p99" in err and "Traceback" not in err

@@ -200,6 +200,9 @@ def _add_routing_arguments(eng: Any) -> None:
     eng.add_argument("--max-replicas", type=bounded_int("--max-replicas", 1, 256), default=8, metavar="N",
                      help="with --gpu: the deployment search tries 1 to N replicas (default 8, or the deployment's own "
                      "count if larger) for each --targets fraction of the ceiling")
+    eng.add_argument("--ttft-target", action="append", default=[], metavar="pP=SECONDS",
+                     help="with --gpu: the fewest replicas whose TTFT percentile (p50, p90 or p99) under the engine's "
+                     "scheduler is at most SECONDS, e.g. p99=2 (repeatable)")
     eng.add_argument("--workers", default="one", metavar="recorded|K",
                      help="recorded: each request on the worker the trace names; K: K workers chosen by --router; "
                      "each worker has its own pool of --gpu-blocks (default: one worker); reported per worker, in total, "
@@ -643,7 +646,24 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
                                           step.per_token_s, step.source, step.detail, args.async_scheduling)
     return DeploymentSpec(engine, budgets.hardware.replicas, budgets.hardware.gpus_per_replica,
                           engine_model(engine).pool_for_pages(pages), router, offload,
-                          max(args.max_replicas, budgets.hardware.replicas), scheduler, note)
+                          max(args.max_replicas, budgets.hardware.replicas), scheduler, note,
+                          _ttft_targets(args.ttft_target))
+
+
+def _ttft_targets(texts: list[str]) -> tuple[tuple[str, float], ...]:
+    """``--ttft-target pP=SECONDS`` values; a UsageError naming the flag and the allowed forms."""
+    out = []
+    for text in texts:
+        pct, _, value = text.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if pct.strip() not in ("p50", "p90", "p99") or not (0 < seconds < float("inf")):
+            raise UsageError(f"--ttft-target must be p50, p90 or p99 = a positive number of seconds, e.g. p99=2; "
+                             f"got {text!r}.")
+        out.append((pct.strip(), seconds))
+    return tuple(out)
 
 
 def _routing_options(args: argparse.Namespace, options: PlanOptions, trace: Any) -> RoutingOptions | None:

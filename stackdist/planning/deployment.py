@@ -30,7 +30,11 @@ the search considers only that many replicas or more, and the deployment the use
 its TTFT under load. Tiers are not in the scheduler model (their loads would only add time), so
 the load floor is a lower bound on the replicas.
 
-Not modelled here: routers that need the pools jointly (kv-aware), shared tiers across replicas.
+**TTFT targets** (a percentile at most so many seconds, e.g. p99 within 2 s): the fewest
+replicas from the load floor up whose scheduler run meets it (GPU pools behind the router), priced.
+
+Not modelled here: routers that need the pools jointly (kv-aware), shared tiers across replicas,
+tiers in the TTFT targets.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ class DeploymentSpec:
     max_replicas: int = 16
     scheduler: SchedulerSettings | None = None  # the step time: load decides the fewest replicas
     note: str = ""  # e.g. why the router differs from the one asked for
+    ttft_targets: tuple[tuple[str, float], ...] = ()  # (percentile "p50" / "p90" / "p99", seconds)
 
 
 def _engine_hits(trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, replicas: int,
@@ -151,6 +156,38 @@ def _load(trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, rep
             "preemptions": summary["preemptions"]}
 
 
+def _ttft_targets(trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, runs: list[dict[str, Any]],
+                  floor: int | None, cost: Callable[..., dict[str, Any]],
+                  stage: Callable[[str], None] | None) -> list[dict[str, Any]]:
+    """Per TTFT target (a percentile at most so many seconds, under the engine's scheduler): the
+    fewest replicas (GPU pools behind the router, from the load floor up) that meet it, priced;
+    the scheduler runs are shared with the load floor's. Unmet up to ``max_replicas``: said so."""
+    if not spec.ttft_targets:
+        return []
+    if spec.scheduler is None or floor is None:
+        why = ("no step time (give one, or a GPU and model)" if spec.scheduler is None else
+               f"no deployment of up to {spec.max_replicas} replicas keeps up with the arrivals")
+        return [{"percentile": p, "seconds": s, "cheapest": None, "unreachable": why} for p, s in spec.ttft_targets]
+    by = {row["replicas"]: row for row in runs}
+    out = []
+    for pct, seconds in spec.ttft_targets:
+        best = None
+        for replicas in range(floor, spec.max_replicas + 1):
+            if replicas not in by:
+                if stage is not None:
+                    stage(f"deployment: TTFT {pct} <= {seconds:g} s, {replicas} replica(s) under load")
+                by[replicas] = {"replicas": replicas, **_load(trace, options, spec, replicas)}
+            row = by[replicas]
+            if row.get("ttft_s") and row["keeps_up"] and row["ttft_s"][pct] <= seconds:
+                best = {"replicas": replicas, "gpus": replicas * spec.gpus_per_replica, "ttft_s": row["ttft_s"],
+                        "cost": cost(replicas * spec.gpus_per_replica, 0.0, 0.0, None)}
+                break
+        out.append({"percentile": pct, "seconds": seconds, "cheapest": best,
+                    **({} if best else {"unreachable": f"no deployment of {floor} to {spec.max_replicas} replicas "
+                                                       f"behind {spec.router} has TTFT {pct} at most {seconds:g} s"})})
+    return out
+
+
 def _priced(cost: Callable[..., dict[str, Any]], spec: DeploymentSpec, replicas: int, tiers: _Tiers | None,
             first: int | None, hit_rate: float) -> dict[str, Any]:
     memory = {"dram": 0.0, "ssd": 0.0}
@@ -197,6 +234,7 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
             if load["keeps_up"]:
                 floor = replicas
                 break
+    ttft_answers = _ttft_targets(trace, options, spec, load_rows, floor, cost, stage)
     under_load = _load(trace, options, spec, spec.replicas) if spec.scheduler is not None and model.supports_scheduler \
         else None
     gpu_hits, tiers = at(spec.replicas)
@@ -259,7 +297,7 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
         "notes": [spec.note] if spec.note else [],
         "offload_model": spec.offload.model if spec.offload else None,
         "ceiling_prefix_token_hit_rate": rate(ceiling),
-        "delivers": delivers, "targets": answers,
+        "delivers": delivers, "targets": answers, "ttft_targets": ttft_answers,
         "load": {"fewest_replicas_keeping_up": floor, "runs": load_rows,
                  "step_time": (spec.scheduler.step_time_detail if spec.scheduler else None),
                  **({} if spec.scheduler is not None and model.supports_scheduler else {

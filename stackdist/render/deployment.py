@@ -61,6 +61,12 @@ def deployment_lines(section: dict[str, Any]) -> list[str]:
         extra = _tiers(best["tiers_per_replica"])
         lines.append(f"{what} {best['replicas']} replica(s) ({best['gpus']} GPUs)" + (f" + {extra} per replica" if extra else "")
                      + f": {best['prefix_token_hit_rate']:.2%}, {_usd(best['cost'])}")
+    for t in section.get("ttft_targets", []):
+        best = t["cheapest"]
+        what = f"  TTFT {t['percentile']} <= {t['seconds']:g} s:"
+        lines.append(f"{what} unreachable: {t['unreachable']}" if best is None else
+                     f"{what} {best['replicas']} replica(s) ({best['gpus']} GPUs): TTFT {t['percentile']} "
+                     f"{best['ttft_s'][t['percentile']]:.3f} s, {_usd(best['cost'])}")
     lines += [f"  (search: {section['search']})", f"  (bound: {section['bound']})"]
     lines += [f"  note: {note}" for note in section.get("notes", [])]
     return lines
