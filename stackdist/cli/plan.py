@@ -628,7 +628,7 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
     budgets = options.budgets
     if budgets is None or budgets.hardware is None or budgets.spec is None or budgets.prices is None:
         return None
-    engine = next(iter(options.engine.models), "vllm")
+    engine = next(iter(options.engine.models), next(iter(ENGINE_MODELS)))  # the first registered (vllm)
     pool = replica_pool(budgets.spec, budgets.hardware)
     pages = pool["kv_tokens"] // options.engine.engine_block_size
     offload = next((s for s in options.engine.offload if offload_model(s.model).behind == engine), None)

@@ -50,6 +50,7 @@ from stackdist.serving.results import ServingResult
 from stackdist.serving.semantics import PrefixReplay
 from stackdist.traces import RequestTrace
 
+from .engine_plan import load_summary
 from .geometry import ModelGeometry, ModelSpec
 from .hardware import (
     GIB,
@@ -212,8 +213,6 @@ def _engine_row(result: ServingResult, cap: dict[str, Any], counted: np.ndarray,
                                      f"deployment: under load each replica has its own pool and scheduler (the "
                                      f"1-replica row, with the scheduler on {replicas} workers)")
         elif load is not None:  # under the engine's scheduler: its first-token times, queueing included
-            from .engine_plan import load_summary
-
             summary = load_summary(load, i, counted, trace)
             row["ttft"] = {**ttft_summary(load.first_token_s[i][counted]), "p90_ms": summary["ttft_s"]["p90"] * 1e3,
                            "under_load": True, "keeps_up": summary["keeps_up"]}

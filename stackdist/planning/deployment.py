@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from stackdist.errors import DeploymentError
 from stackdist.serving.engine_model import engine_model
 from stackdist.serving.offload import OffloadSpec, TierConfig, offload_model
 from stackdist.serving.offload.spec import resolve_offload
@@ -101,8 +102,9 @@ def _engine_hits(trace: RequestTrace, options: EngineOptions, spec: DeploymentSp
                                scheduler=None, workers="one" if replicas == 1 else replicas, router=spec.router,
                                shared_blocks=(0,), decode_reuse=False)
     result = run_engine_models(trace, dataclasses.replace(opts, compare_routers=False))[spec.engine]
-    if result.failed_request[0] >= 0:
-        raise ValueError(f"a replica's pool of {pool} blocks cannot hold request {int(result.failed_request[0])}")
+    if result.failed_request[0] >= 0:  # the engine could not run the trace on this deployment: exit 1, why
+        raise DeploymentError(f"a replica's pool of {pool:,} {spec.engine} blocks cannot hold request "
+                              f"{int(result.failed_request[0])} (its prompt and output) on {replicas} replica(s)")
     return np.asarray(result.hit_tokens[0])
 
 
