@@ -73,10 +73,6 @@ from .offload_plan import (
 
 __all__ = ["DeploymentSpec", "deployment_report"]
 
-TIER_MEMORY = {"cpu": "dram", "host": "dram", "disk": "ssd"}
-"""Which priced memory an offload tier is (CPU and SGLang's host tier: DRAM; disk: SSD)."""
-
-
 @dataclass(frozen=True)
 class DeploymentSpec:
     """The deployment the user names: replicas of ``gpus_per_replica`` GPUs with ``pool`` blocks
@@ -197,7 +193,7 @@ def _priced(cost: Callable[..., dict[str, Any]], spec: DeploymentSpec, replicas:
     if tiers is not None:
         for tier, size in tiers.sizes(first):
             sizes[tier] = {tiers.model.unit: size, "gib_per_replica": tiers.gib(size)}
-            memory[TIER_MEMORY.get(tier, "dram")] += tiers.gib(size) * replicas
+            memory[tiers.model.tier_memory.get(tier, "dram")] += tiers.gib(size) * replicas  # priced as the model says
     return {"replicas": replicas, "gpus": replicas * spec.gpus_per_replica, "tiers_per_replica": sizes,
             "prefix_token_hit_rate": hit_rate,
             "cost": cost(replicas * spec.gpus_per_replica, memory["dram"], memory["ssd"], hit_rate)}

@@ -131,6 +131,8 @@ class OffloadModel(ABC):
     """True when checked request by request against the engine's code driven on a CPU."""
     tiers: tuple[str, ...]
     """Tier names in lookup order."""
+    tier_memory: ClassVar[Mapping[str, str]] = {}
+    """Tier -> the memory it is priced as: ``dram`` (the default) or ``ssd``."""
     unit: str
     """The unit of a tier's size (plural noun: ``blocks``, ``chunks``, ``pages``)."""
     options: ClassVar[Mapping[str, tuple[str, ...]]] = {}

@@ -486,6 +486,7 @@ class HiCacheOffload(OffloadModel):
     behind = "sglang"
     driven = False
     tiers = ("host",)
+    tier_memory: ClassVar[Mapping[str, str]] = {"host": "dram"}
     unit = "pages"
     options: ClassVar[Mapping[str, tuple[str, ...]]] = {"write": ("write_through", "write_through_selective",
                                                                   "write_back")}

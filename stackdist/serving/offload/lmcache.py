@@ -239,6 +239,7 @@ class LMCacheOffload(OffloadModel):
     behind = "vllm"
     driven = True
     tiers = ("cpu", "disk")
+    tier_memory: ClassVar[Mapping[str, str]] = {"cpu": "dram", "disk": "ssd"}
     unit = "chunks"
     options: ClassVar[Mapping[str, tuple[str, ...]]] = {"chunk": ()}
     defaults: ClassVar[Mapping[str, str]] = {"chunk": "256"}

@@ -396,6 +396,7 @@ class VllmNativeOffload(OffloadModel):
     behind = "vllm"
     driven = True
     tiers = ("cpu",)
+    tier_memory: ClassVar[Mapping[str, str]] = {"cpu": "dram"}
     unit = "blocks"
     options: ClassVar[Mapping[str, tuple[str, ...]]] = {"policy": ("lru", "arc")}
     defaults: ClassVar[Mapping[str, str]] = {"policy": "lru"}
