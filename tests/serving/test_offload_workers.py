@@ -62,3 +62,30 @@ def test_plan_says_per_worker_and_refuses_kv_aware(capsys, tmp_path) -> None:
     code, _, err = run_stackdist(capsys, "plan", trace, "--semantics", "vllm", "--workers", 2, "--router", "kv-aware",
                                  "--offload", "vllm-native:cpu=64blocks")
     assert code == 2 and "--router kv-aware" in err and "Traceback" not in err
+
+
+def test_each_worker_alone_on_the_real_trace(tmp_path) -> None:
+    """The first 300 requests of the bundled conversation trace, 2 workers behind session routing,
+    LMCache with a CPU and a disk tier per worker: every request equal to its worker alone."""
+    from pathlib import Path
+
+    from stackdist.traces.stream_input import read_as_requests
+
+    root = Path(__file__).resolve().parents[2]
+    head = tmp_path / "head.jsonl"
+    head.write_text("\n".join((root / "data" / "traces" / "mooncake_conversation_trace.jsonl").read_text()
+                              .splitlines()[:300]) + "\n")
+    trace = read_as_requests([str(head)], "mooncake", 512, False, True)
+    spec = "lmcache:cpu=2000chunks,disk=4000chunks"
+    options = EngineOptions(models=("vllm",), pools=(9000,), schedule="serial", decode=True, workers=2, router="session")
+    got = run_offload(trace, options, run_engine_models(trace, options), (parse_offload(spec),), 131072, threads=1)[0].result
+    model, configs = offload_model("lmcache"), resolve_offload(parse_offload(spec), 131072, 16)
+    workers = assign_workers(trace, options, Schedule.serial(trace.n_requests))
+    for w in np.unique(workers):
+        index = np.flatnonzero(workers == w)
+        sub = trace.select(index)
+        gpu = run_engine_models(sub, dataclasses.replace(options, workers="one"))["vllm"]
+        want = model.simulate(engine_pages(sub, 16), gpu.pools, gpu.hit_tokens, configs, True)
+        for t in got.tier_hit_tokens:
+            assert np.array_equal(got.tier_hit_tokens[t][..., index], want.tier_hit_tokens[t])
+    assert got.tier_hit_tokens["cpu"].sum() > 0 and got.tier_hit_tokens["disk"].sum() > 0 and len(np.unique(workers)) == 2

@@ -58,3 +58,21 @@ def test_plan_reports_regret_for_a_static_router(capsys, tmp_path: Path) -> None
     workers = assign_workers(trace, options, Schedule.serial(trace.n_requests))
     joint = simulate_routed(trace, "vllm", 2, workers, (30, None), decode=True)
     assert np.array_equal(joint.gpu_hit_tokens, result.hit_tokens)
+
+
+def test_longest_prefix_has_no_regret_on_the_real_trace(tmp_path: Path) -> None:
+    """The first 300 requests of the bundled conversation trace on 3 vLLM workers: the longest
+    prefix router none; session routing some, and never above what the fleet held."""
+    from stackdist.traces.stream_input import read_as_requests
+
+    root = Path(__file__).resolve().parents[2]
+    head = tmp_path / "head.jsonl"
+    head.write_text("\n".join((root / "data" / "traces" / "mooncake_conversation_trace.jsonl").read_text()
+                              .splitlines()[:300]) + "\n")
+    trace = read_as_requests([str(head)], "mooncake", 512, False, True)
+    longest = simulate_routed(trace, "vllm", 3, "kv-aware", (20000,), overlap_weight=float("inf"))
+    assert np.array_equal(longest.available_hit_tokens, longest.gpu_hit_tokens)
+    options = EngineOptions(models=("vllm",), workers=3, router="session")
+    session = simulate_routed(trace, "vllm", 3, assign_workers(trace, options, Schedule.serial(trace.n_requests)), (20000,))
+    assert (session.available_hit_tokens >= session.gpu_hit_tokens).all()
+    assert (session.available_hit_tokens > session.gpu_hit_tokens).any()
