@@ -35,8 +35,9 @@ time; this module equals it on every request of every committed run, sync and as
 Per request: ``hit_tokens`` (the hit at first admission: what the engine reports as cached
 tokens), ``preemptions``, ``queue_s`` (first scheduled minus arrival; async: the start of the
 admitting batch on the GPU), ``first_token_s`` and ``finish_s`` (from arrival; the end of the step,
-async: of the batch whose output carried the token). Pure Python (a reference first; O(steps x running + blocks) per
-pool).
+async: of the batch whose output carried the token). The rules here are the pure-Python reference
+(``simulate_scheduler(..., reference=True)``); :mod:`.scheduler_kernel` runs the same on flat arrays,
+compiled, and is what the plan uses. O(steps x running + blocks) per pool.
 
 >>> import numpy as np
 >>> from stackdist.traces import RequestTrace
