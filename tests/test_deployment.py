@@ -108,3 +108,68 @@ def test_ttft_target_flag_is_checked(capsys) -> None:
     trace = Path(__file__).resolve().parent / "data" / "mooncake_small.jsonl"
     code, _, err = run_stackdist(capsys, "plan", trace, "--gpu", "h200", "--ttft-target", "p95=2")
     assert code == 2 and "--ttft-target must be p50, p90 or p99" in err and "Traceback" not in err
+
+
+def test_a_disk_behind_the_cpu_tier_is_searched_and_each_candidate_is_what_the_model_gives() -> None:
+    """LMCache (CPU + local disk): the CPU alone, then the CPU halved with the disk that makes up
+    the difference; each candidate simulated directly reaches the target, the cheapest wins, and
+    SSD being cheaper than DRAM a smaller CPU with a disk is cheaper here."""
+    trace = random_trace(11, n_requests=120, pages_per_block=4)
+    options = EngineOptions(models=("vllm",), schedule="serial", decode=False)
+    spec = DeploymentSpec("vllm", 1, 1, 40, "round-robin", parse_offload("lmcache:cpu=4chunks,chunk=16"),
+                          max_replicas=1)
+    counted = np.ones(trace.n_requests, bool)
+    report = deployment_report(trace, options, spec, counted, 1 << 20, _cost, (0.9,))
+    answer = report["targets"][0]
+    assert "second tier" in report["search"]
+    one = run_engine_models(trace, EngineOptions(models=("vllm",), pools=(40,), schedule="serial",
+                                                 decode=False))["vllm"]
+    model, pages = offload_model("lmcache"), engine_pages(trace, 16)
+    ceiling = round(report["ceiling_prefix_token_hit_rate"] * trace.input_length.sum())
+    with_disk = [c for c in answer["candidates"] if c["tiers_per_replica"]["disk"]["chunks"]]
+    assert with_disk, answer["candidates"]
+    for c in answer["candidates"]:
+        sizes = tuple((t, c["tiers_per_replica"][t]["chunks"]) for t in ("cpu", "disk"))
+        r = model.simulate(pages, [40], one.hit_tokens, [TierConfig(sizes, (("chunk", "16"),))], False)
+        hits, _ = counted_hits(model, r, pages, 0, 0, counted)
+        assert hits == round(c["prefix_token_hit_rate"] * trace.input_length.sum()) >= 0.9 * ceiling
+    cpu_only = answer["candidates"][0]
+    assert cpu_only["tiers_per_replica"]["disk"]["chunks"] == 0
+    assert all(c["tiers_per_replica"]["cpu"]["chunks"] < cpu_only["tiers_per_replica"]["cpu"]["chunks"]
+               for c in with_disk)
+    assert answer["cheapest"]["cost"]["usd_per_hour"] == min(c["cost"]["usd_per_hour"] for c in answer["candidates"])
+
+
+def test_a_router_that_reads_the_pools_gives_the_hits_and_each_replica_its_own_tier() -> None:
+    """kv-aware: the GPU hits are the joint routed run's; each replica's CPU tier runs on the
+    requests the router sent it (checked against the offload model run per replica directly)."""
+    trace = random_trace(3, n_requests=90, pages_per_block=2)
+    options = EngineOptions(models=("vllm",), schedule="serial", decode=True)
+    spec = DeploymentSpec("vllm", 2, 1, 30, "kv-aware", parse_offload("vllm-native:cpu=12blocks"), max_replicas=2)
+    counted = np.ones(trace.n_requests, bool)
+    report = deployment_report(trace, options, spec, counted, 1024, _cost, ())
+    routed = run_engine_models(trace, EngineOptions(models=("vllm",), pools=(30,), schedule="serial", decode=True,
+                                                    workers=2, router="kv-aware", compare_routers=False))["vllm"]
+    total = trace.input_length.sum()
+    assert report["delivers"]["gpu_token_hit_rate"] == pytest.approx(routed.hit_tokens[0].sum() / total)
+    worker = routed.cluster.worker[0]
+    model, pages = offload_model("vllm-native"), engine_pages(trace, 16)
+    hits = 0
+    for w in np.unique(worker):
+        sub = trace.select(np.flatnonzero(worker == w))
+        sub_pages = engine_pages(sub, 16)
+        r = model.simulate(sub_pages, [30], routed.hit_tokens[:, worker == w],
+                           [TierConfig((("cpu", 12),), (("policy", "lru"),))], True)
+        hits += counted_hits(model, r, sub_pages, 0, 0, np.ones(sub.n_requests, bool))[0]
+    assert report["delivers"]["prefix_token_hit_rate"] == pytest.approx(hits / total)
+
+
+def test_plan_keeps_a_joint_router_for_the_hits_and_says_what_the_load_runs_use(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    trace = Path(__file__).resolve().parent / "data" / "mooncake_small.jsonl"
+    code, text, err = run_stackdist(capsys, "plan", trace, "--gpu", "h200", "--model", "qwen3-8b", "--gpus", 2,
+                                    "--semantics", "vllm", "--router", "kv-aware", "--json", out)
+    assert code == 0, err
+    section = json.loads(out.read_text())["deployment"]
+    assert section["router"] == "kv-aware" and "behind a kv-aware router" in text
+    assert any("the load runs use session routing" in n for n in section["notes"])

@@ -632,9 +632,7 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
     pool = replica_pool(budgets.spec, budgets.hardware)
     pages = pool["kv_tokens"] // options.engine.engine_block_size
     offload = next((s for s in options.engine.offload if offload_model(s.model).behind == engine), None)
-    router = args.router if args.router in STATIC_ROUTERS else "session"
-    note = "" if router == args.router else (f"--router {args.router} needs the replicas simulated jointly; the "
-                                              "deployment search uses session routing")
+    load_router = args.router if args.router in STATIC_ROUTERS else "session"
     scheduler = None
     if engine_model(engine).supports_scheduler:
         try:
@@ -644,10 +642,13 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
         if step is not None and step.source != "assumed":
             scheduler = SchedulerSettings(args.max_num_seqs or 1024, args.max_num_batched_tokens or 8192, step.fixed_s,
                                           step.per_token_s, step.source, step.detail, args.async_scheduling)
+    note = "" if load_router == args.router or scheduler is None else (
+        f"--router {args.router} reads the replicas' state, which needs their schedulers jointly: the load runs use "
+        f"{load_router} routing (the hits use {args.router})")
     return DeploymentSpec(engine, budgets.hardware.replicas, budgets.hardware.gpus_per_replica,
-                          engine_model(engine).pool_for_pages(pages), router, offload,
+                          engine_model(engine).pool_for_pages(pages), args.router, offload,
                           max(args.max_replicas, budgets.hardware.replicas), scheduler, note,
-                          _ttft_targets(args.ttft_target))
+                          _ttft_targets(args.ttft_target), load_router)
 
 
 def _ttft_targets(texts: list[str]) -> tuple[tuple[str, float], ...]:
@@ -671,7 +672,9 @@ def _routing_options(args: argparse.Namespace, options: PlanOptions, trace: Any)
     Without --gpu-blocks but with --gpu (and a model), each worker's pool is one replica's HBM in
     the trace's blocks, as the budgets compute it."""
     engine = options.engine
-    if args.router == "kv-aware" and engine.workers in ("one", "recorded"):
+    hardware = options.budgets.hardware if options.budgets is not None else None
+    deployment_routes = engine.workers == "one" and hardware is not None and hardware.replicas > 1
+    if args.router == "kv-aware" and engine.workers in ("one", "recorded") and not deployment_routes:
         raise UsageError("--router kv-aware routes between --workers K workers (not one, nor the recorded ones); "
                          f"the other routers: {', '.join(ROUTERS)}.")
     if "engine" not in options.semantics or (engine.workers == "one" and args.shared_blocks is None):

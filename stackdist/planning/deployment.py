@@ -17,10 +17,19 @@ rate (above the ceiling: unreachable, said so). For
 each replica count ``R = 1 .. max_replicas`` the GPU-only deployment is simulated; when it falls
 short and an offload model is given, the tier size per replica that reaches the target is found
 by the offload plan's bisection (log space, within 2 % or one unit, every point exact; sizes are
-per replica). Each candidate is priced; the cheapest that reaches the target is the answer, with
+per replica). With a second tier (LMCache's local disk behind its CPU tier) the CPU size is then
+halved, up to six times, each with the disk size that reaches the target found by the same
+bisection, while the price falls: replicas x CPU x disk, every point exact (the search is stated,
+not an optimum: hits are not proved monotone in either size). Each candidate is priced; the cheapest that reaches the target is the answer, with
 the candidates kept in the JSON. A target that no candidate reaches says so (more replicas split
 the reuse across pools: a static router's ceiling is below one pool's). The search is exhaustive
 over ``R`` and a bisection over the tier size (the hit rate is not proved monotone in it).
+
+**Routers.** The hits come from the engine model behind the router the user names, simulated
+jointly with the replicas' pools where the router reads them (kv-aware, least-loaded); each
+replica's tiers then run on the requests that router sent it (serial: tiers change neither the
+GPU hits nor a router that scores GPU hits). The scheduler runs one engine per replica, so under
+load a router that reads the replicas' state is stood in by the session router (said so).
 
 **Load.** A deployment must also keep up with the arrivals. With a step time (the scheduler's:
 given, fitted or the GPU and model's roofline, :mod:`.step_time`) the engine's own scheduler runs
@@ -33,8 +42,9 @@ the load floor is a lower bound on the replicas.
 **TTFT targets** (a percentile at most so many seconds, e.g. p99 within 2 s): the fewest
 replicas from the load floor up whose scheduler run meets it (GPU pools behind the router), priced.
 
-Not modelled here: routers that need the pools jointly (kv-aware), shared tiers across replicas,
-tiers in the TTFT targets.
+Not modelled here: shared tiers across replicas (``--shared-blocks``: the routing section answers
+them), tiers in the TTFT targets and the load floor (the scheduler model has GPU pools only),
+joint routers under load.
 """
 
 from __future__ import annotations
@@ -52,13 +62,11 @@ from stackdist.serving.engine_model import engine_model
 from stackdist.serving.offload import OffloadSpec, TierConfig, offload_model
 from stackdist.serving.offload.spec import resolve_offload
 from stackdist.serving.pages import engine_pages
-from stackdist.serving.schedule import Schedule
 from stackdist.serving.scheduler import SchedulerSettings
 from stackdist.traces import RequestTrace
 
 from .engine_plan import (
     EngineOptions,
-    assign_workers,
     load_summary,
     run_engine_models,
     scheduler_run,
@@ -89,11 +97,20 @@ class DeploymentSpec:
     scheduler: SchedulerSettings | None = None  # the step time: load decides the fewest replicas
     note: str = ""  # e.g. why the router differs from the one asked for
     ttft_targets: tuple[tuple[str, float], ...] = ()  # (percentile "p50" / "p90" / "p99", seconds)
+    load_router: str | None = None  # the static router of the scheduler runs (None: ``router``)
+
+    @property
+    def scheduler_router(self) -> str:
+        """The router of the load runs: each replica runs its own scheduler, so a router that reads
+        the replicas' state (kv-aware, least-loaded, llm-d) is stood in by a static one there."""
+        return self.load_router or self.router
 
 
 def _engine_hits(trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, replicas: int,
-                 pool: int | None) -> np.ndarray:
-    """Per request GPU hits of ``replicas`` replicas of ``pool`` behind the router (serial)."""
+                 pool: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per request GPU hits of ``replicas`` replicas of ``pool`` behind the router (serial), and
+    the replica each request went to (the router's choice in that run: a router that reads the
+    pools is simulated jointly with them)."""
     opts = dataclasses.replace(options, models=(spec.engine,), pools=(pool,), schedule="serial", offload=(),
                                scheduler=None, workers="one" if replicas == 1 else replicas, router=spec.router,
                                shared_blocks=(0,), decode_reuse=False)
@@ -101,42 +118,59 @@ def _engine_hits(trace: RequestTrace, options: EngineOptions, spec: DeploymentSp
     if result.failed_request[0] >= 0:  # the engine could not run the trace on this deployment: exit 1, why
         raise DeploymentError(f"a replica's pool of {pool:,} {spec.engine} blocks cannot hold request "
                               f"{int(result.failed_request[0])} (its prompt and output) on {replicas} replica(s)")
-    return np.asarray(result.hit_tokens[0])
+    cluster = getattr(result, "cluster", None)
+    workers = np.asarray(cluster.worker[0]) if cluster is not None else np.zeros(trace.n_requests, np.int64)
+    return np.asarray(result.hit_tokens[0]), workers
+
+
+GIVEN = -1
+"""A tier size meaning "as the specification gives it" (sizes are otherwise >= 0, or None)."""
 
 
 class _Tiers:
-    """The offload model behind ``replicas`` replicas: the counted hits (GPU + tiers) at a first-
-    tier size per replica, the others fixed at the specification's first configuration."""
+    """The offload model behind ``replicas`` replicas (each its own tiers; ``workers`` the replica
+    of every request): the counted hits (GPU + tiers) at a first-tier size per replica and,
+    for a model with a second tier (LMCache's disk), a second-tier size; unsized tiers at the
+    specification's first configuration. Serial, so the tiers do not change the GPU hits (the
+    engine allocates a block for every prompt page past its GPU hit, loaded or computed) nor the
+    router's choices (it scores GPU hits), and each replica's tiers run on its requests alone."""
 
     def __init__(self, trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, replicas: int,
-                 gpu_hits: np.ndarray, bytes_per_token: int, counted: np.ndarray):
+                 gpu_hits: np.ndarray, workers: np.ndarray, bytes_per_token: int, counted: np.ndarray):
         assert spec.offload is not None
         self.model = offload_model(spec.offload.model)
         self.pages = engine_pages(trace, options.engine_block_size)
         self.configs = resolve_offload(spec.offload, bytes_per_token, options.engine_block_size)
-        if replicas > 1:
-            workers = assign_workers(trace, dataclasses.replace(options, workers=replicas, router=spec.router),
-                                     Schedule.serial(trace.n_requests))
-            self.runner: Any = PerWorker(self.model, workers, self.pages)
-        else:
-            self.runner = self.model
+        self.runner: Any = PerWorker(self.model, workers, self.pages) if replicas > 1 else self.model
         self.gpu_hits, self.pool, self.counted, self.decode = gpu_hits[None, :], spec.pool, counted, options.decode
         self.first = self.model.tiers[0]
+        self.second = self.model.tiers[1] if len(self.model.tiers) > 1 else None
         options_ = dict(self.configs[0].options)
         self.unit_tokens = self.model.chunk_tokens(options_, self.pages.page_tokens)
         self.unit_bytes = self.unit_tokens * bytes_per_token
         self.never_evicts = distinct_units(self.pages, self.unit_tokens)
-        self.cache: dict[int | None, tuple[int, dict[str, int]]] = {}
+        self.cache: dict[tuple[int | None, int | None], tuple[int, dict[str, int]]] = {}
 
-    def sizes(self, first: int | None) -> tuple[tuple[str, int | None], ...]:
-        return ((self.first, first), *((t, self.configs[0].size(t)) for t in self.model.tiers[1:]))
+    def given_second(self) -> int | None:
+        """The second tier's size in the specification (0 when it names none)."""
+        return self.configs[0].size(self.second) if self.second is not None else None
 
-    def hits(self, first: int | None) -> tuple[int, dict[str, int]]:
-        if first not in self.cache:
-            config = TierConfig(self.sizes(first), self.configs[0].options)
+    def sizes(self, first: int | None, second: int | None = GIVEN) -> tuple[tuple[str, int | None], ...]:
+        """Every tier's size per replica (``None``: never evicts; ``GIVEN``: the specification's)."""
+        rest = tuple((t, self.configs[0].size(t)) for t in self.model.tiers[1:])
+        if self.second is not None and second != GIVEN:
+            rest = ((self.second, second), *rest[1:])
+        return ((self.first, first), *rest)
+
+    def hits(self, first: int | None, second: int | None = GIVEN) -> tuple[int, dict[str, int]]:
+        """Counted hits and hits by tier at these sizes per replica (as :meth:`sizes`)."""
+        if self.second is not None and second == GIVEN:
+            second = self.given_second()
+        if (first, second) not in self.cache:
+            config = TierConfig(self.sizes(first, second), self.configs[0].options)
             one = self.runner.simulate(self.pages, [self.pool], self.gpu_hits, [config], self.decode)
-            self.cache[first] = counted_hits(self.model, one, self.pages, 0, 0, self.counted)
-        return self.cache[first]
+            self.cache[first, second] = counted_hits(self.model, one, self.pages, 0, 0, self.counted)
+        return self.cache[first, second]
 
     def gib(self, units: int | None) -> float:
         return (units or 0) * self.unit_bytes / 2**30
@@ -145,7 +179,8 @@ class _Tiers:
 def _load(trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, replicas: int) -> dict[str, Any]:
     """``replicas`` replicas of the pool under the engine's scheduler: TTFT, keeping up, served share."""
     opts = dataclasses.replace(options, models=(spec.engine,), pools=(spec.pool,), schedule="scheduler",
-                               scheduler=spec.scheduler, workers="one" if replicas == 1 else replicas, router=spec.router)
+                               scheduler=spec.scheduler, workers="one" if replicas == 1 else replicas,
+                               router=spec.scheduler_router)
     result: Any = scheduler_run(spec.engine, trace, opts, (spec.pool,), None)
     if result.load is None or result.failed_request[0] >= 0:
         return {"keeps_up": False, "infeasible": True}
@@ -182,21 +217,63 @@ def _ttft_targets(trace: RequestTrace, options: EngineOptions, spec: DeploymentS
                 break
         out.append({"percentile": pct, "seconds": seconds, "cheapest": best,
                     **({} if best else {"unreachable": f"no deployment of {floor} to {spec.max_replicas} replicas "
-                                                       f"behind {spec.router} has TTFT {pct} at most {seconds:g} s"})})
+                                                       f"behind {spec.scheduler_router} has TTFT {pct} at most {seconds:g} s"})})
     return out
 
 
 def _priced(cost: Callable[..., dict[str, Any]], spec: DeploymentSpec, replicas: int, tiers: _Tiers | None,
-            first: int | None, hit_rate: float) -> dict[str, Any]:
+            first: int | None, hit_rate: float, second: int | None = GIVEN) -> dict[str, Any]:
     memory = {"dram": 0.0, "ssd": 0.0}
     sizes: dict[str, Any] = {}
     if tiers is not None:
-        for tier, size in tiers.sizes(first):
+        for tier, size in tiers.sizes(first, second):
             sizes[tier] = {tiers.model.unit: size, "gib_per_replica": tiers.gib(size)}
             memory[tiers.model.tier_memory.get(tier, "dram")] += tiers.gib(size) * replicas  # priced as the model says
     return {"replicas": replicas, "gpus": replicas * spec.gpus_per_replica, "tiers_per_replica": sizes,
             "prefix_token_hit_rate": hit_rate,
             "cost": cost(replicas * spec.gpus_per_replica, memory["dram"], memory["ssd"], hit_rate)}
+
+
+HALVINGS = 6
+"""How far the two-tier search shrinks the first tier: to 1/64 of the size it needs alone."""
+
+
+def _tier_candidates(t: _Tiers, need: int, replicas: int, cost: Callable[..., dict[str, Any]], spec: DeploymentSpec,
+                     rate: Callable[[int], float]) -> list[dict[str, Any]]:
+    """The priced tier sizes per replica that reach ``need`` counted hits at this replica count:
+    the first tier alone (the second as given), found by bisection; then, for a model with a
+    second tier (LMCache's disk behind its CPU), the first tier halved, up to ``HALVINGS`` times,
+    each with the second tier's size that reaches the target found by bisection, while the price
+    falls and the second tier can still make up the difference (every point an exact simulation;
+    the hits are not proved monotone in either size, hence a stated search, not an optimum).
+    O((HALVINGS + 1) x log(units) offload runs)."""
+    out: list[dict[str, Any]] = []
+
+    def search(evaluate: Callable[[int | None], int]) -> int:
+        top = evaluate(None)
+        return int(size_search(evaluate, [need / top] if top else [1.0], t.never_evicts, PRECISION, 1)[0]["size"])
+
+    first: int | None = None
+    if t.hits(None)[0] >= need:
+        first = search(lambda size: t.hits(size)[0])
+        out.append(_priced(cost, spec, replicas, t, first, rate(t.hits(first)[0])))
+    if t.second is None:
+        return out
+    cpu = first if first is not None else t.never_evicts
+    for _ in range(HALVINGS):
+        cpu //= 2
+        if cpu < 1 or t.hits(cpu, None)[0] < need:
+            break  # even a second tier that never evicts does not make up for a smaller first tier
+
+        def evaluate(size: int | None, cpu: int = cpu) -> int:
+            return t.hits(cpu, size)[0]
+
+        disk = search(evaluate)
+        row = _priced(cost, spec, replicas, t, cpu, rate(evaluate(disk)), disk)
+        if out and row["cost"]["usd_per_hour"] > min(c["cost"]["usd_per_hour"] for c in out):
+            break
+        out.append(row)
+    return out
 
 
 def deployment_report(trace: RequestTrace, options: EngineOptions, spec: DeploymentSpec, counted: np.ndarray,
@@ -209,13 +286,13 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
     model = engine_model(spec.engine)
     if stage is not None:
         stage(f"deployment: {spec.replicas} replica(s) of {spec.pool:,} {spec.engine} blocks, router {spec.router}")
-    ceiling = int(_engine_hits(trace, options, spec, 1, None)[counted].sum())
+    ceiling = int(_engine_hits(trace, options, spec, 1, None)[0][counted].sum())
     found: dict[int, tuple[int, _Tiers | None]] = {}
 
     def at(replicas: int) -> tuple[int, _Tiers | None]:
         if replicas not in found:
-            gpu = _engine_hits(trace, options, spec, replicas, spec.pool)
-            tiers = (_Tiers(trace, options, spec, replicas, gpu, bytes_per_token, counted)
+            gpu, workers = _engine_hits(trace, options, spec, replicas, spec.pool)
+            tiers = (_Tiers(trace, options, spec, replicas, gpu, workers, bytes_per_token, counted)
                      if spec.offload is not None else None)
             found[replicas] = int(gpu[counted].sum()), tiers
         return found[replicas]
@@ -261,22 +338,12 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
             if stage is not None:
                 stage(f"deployment: {target:g} of the ceiling, {replicas} replica(s)")
             gpu_only, tiers_r = at(replicas)
-            most = max(most, (gpu_only if tiers_r is None else tiers_r.hits(None)[0], replicas))
+            most = max(most, (gpu_only if tiers_r is None else tiers_r.hits(None, None)[0], replicas))
             if gpu_only >= need:
                 candidates.append(_priced(cost, spec, replicas, tiers_r, 0 if tiers_r else None, rate(gpu_only)))
                 break  # more replicas only cost more
-            if tiers_r is None:
-                continue
-            t = tiers_r
-
-            def evaluate(size: int | None, t: _Tiers = t) -> int:
-                return t.hits(size)[0]
-
-            if evaluate(None) < need:
-                continue  # even a tier that never evicts does not reach it at this replica count
-            size = size_search(evaluate, [need / evaluate(None)] if evaluate(None) else [1.0], t.never_evicts,
-                               PRECISION, 1)[0]["size"]
-            candidates.append(_priced(cost, spec, replicas, t, size, rate(evaluate(size))))
+            if tiers_r is not None:
+                candidates.extend(_tier_candidates(tiers_r, need, replicas, cost, spec, rate))
         best = min(candidates, key=lambda c: c["cost"]["usd_per_hour"]) if candidates else None
         answers.append({"target": target, "kind": kind, "needs_prefix_token_hit_rate": rate(need),
                         "cheapest": best, "candidates": candidates,
@@ -302,7 +369,12 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
                      "not_given": "no step time or no scheduler model for this engine: replicas from hit rates only"})},
         "search": (f"replicas 1 to {spec.max_replicas} behind {spec.router}, each with vLLM's pool for the model; "
                    + ("per replica count the first tier's size per replica by bisection in log space to within "
-                      f"{PRECISION:.0%} (or one unit); " if spec.offload else "")
+                      f"{PRECISION:.0%} (or one unit)" if spec.offload else "")
+                   + ((f", then that size halved up to {HALVINGS} times, each with the second tier's size by the same "
+                       "bisection, while the price falls; " if spec.offload and len(offload_model(spec.offload.model).tiers) > 1
+                       else "; ") if spec.offload else "")
+                   + (f"the load runs (scheduler) behind {spec.scheduler_router}; " if spec.scheduler_router != spec.router
+                      else "")
                    + "every point an exact simulation (serial schedule); the cheapest in US$ per hour that reaches the "
                      "target is the answer"),
         "bound": "the pooled exclusive LRU (all replicas' HBM and the tier as one cache) is the budgets section's "

@@ -8,8 +8,17 @@ from typing import Any
 __all__ = ["deployment_lines"]
 
 
+def _gib(gib: float) -> str:
+    return f"{gib:,.0f} GiB" if gib >= 10 else f"{gib:.2g} GiB"
+
+
 def _tiers(tiers: dict[str, Any]) -> str:
-    return " + ".join(f"{t} {v['gib_per_replica']:,.0f} GiB" for t, v in tiers.items() if v["gib_per_replica"])
+    """The tiers with a size, per replica.
+
+    >>> _tiers({"cpu": {"gib_per_replica": 0.52}, "disk": {"gib_per_replica": 1234.4}})
+    'cpu 0.52 GiB + disk 1,234 GiB'
+    """
+    return " + ".join(f"{t} {_gib(v['gib_per_replica'])}" for t, v in tiers.items() if v["gib_per_replica"])
 
 
 def _usd(cost: dict[str, Any]) -> str:
