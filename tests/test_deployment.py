@@ -173,3 +173,15 @@ def test_plan_keeps_a_joint_router_for_the_hits_and_says_what_the_load_runs_use(
     section = json.loads(out.read_text())["deployment"]
     assert section["router"] == "kv-aware" and "behind a kv-aware router" in text
     assert any("the load runs use session routing" in n for n in section["notes"])
+
+
+def test_plan_says_to_raise_max_replicas_when_none_keeps_up(capsys, tmp_path: Path) -> None:
+    """60 requests a second apart, each step 1.5 s: one replica cannot keep up."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 1000 * i, "input_length": 512, "output_length": 1,
+                                         "hash_ids": [i]}) + "\n" for i in range(60)))
+    code, _, err = run_stackdist(capsys, "plan", trace, "--gpu", "h200", "--model", "qwen3-8b", "--gpus", 1,
+                                 "--max-replicas", 1, "--semantics", "vllm", "--schedule", "scheduler",
+                                 "--step-time", "1.5,0", "--max-num-seqs", 1)
+    assert code == 0, err
+    assert "raise --max-replicas" in err

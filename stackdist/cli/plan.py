@@ -357,6 +357,10 @@ def run_plan(args: argparse.Namespace) -> int:
                 print(f"stackdist plan: the engine models' plot is {engines}", file=sys.stderr)
         if report.get("offload"):
             plot_offload(_suffixed(args.plot, "offload") if options.semantics else args.plot, report)
+    load = (report.get("deployment") or {}).get("load") or {}
+    if load.get("runs") and load.get("fewest_replicas_keeping_up") is None:
+        print(f"stackdist plan: no deployment of up to {load['runs'][-1]['replicas']} replicas keeps up with the "
+              "arrivals (the engine's scheduler): raise --max-replicas to search further", file=sys.stderr)
     if "sampling" in report:
         print(f"stackdist plan: sampled at rate {report['sampling']['sample_rate']:.6g} "
               f"({len(report['sampling']['seeds'])} seeds): capacities are estimates; the JSON's 'sampling' section "
