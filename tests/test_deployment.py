@@ -153,7 +153,7 @@ def test_a_router_that_reads_the_pools_gives_the_hits_and_each_replica_its_own_t
     total = trace.input_length.sum()
     assert report["delivers"]["gpu_token_hit_rate"] == pytest.approx(routed.hit_tokens[0].sum() / total)
     worker = routed.cluster.worker[0]
-    model, pages = offload_model("vllm-native"), engine_pages(trace, 16)
+    model = offload_model("vllm-native")
     hits = 0
     for w in np.unique(worker):
         sub = trace.select(np.flatnonzero(worker == w))
