@@ -185,3 +185,17 @@ def test_plan_says_to_raise_max_replicas_when_none_keeps_up(capsys, tmp_path: Pa
                                  "--step-time", "1.5,0", "--max-num-seqs", 1)
     assert code == 0, err
     assert "raise --max-replicas" in err
+
+
+def test_a_router_that_collapses_onto_one_replica_is_flagged() -> None:
+    """Every request shares its first page: under the serial schedule of the hit runs nothing is
+    running at an arrival, so kv-aware sends everything to the replica holding the prefix."""
+    trace = RequestTrace.from_blocks([[7, 100 + i] for i in range(40)], block_size=16)
+    spec = DeploymentSpec("vllm", 2, 1, 200, "kv-aware", None, max_replicas=2)
+    report = deployment_report(trace, EngineOptions(models=("vllm",), schedule="serial", decode=False), spec,
+                               np.ones(40, bool), 1024, _cost, ())
+    assert any("sent 100.0% of the requests to worker 0" in n for n in report["notes"])
+    round_robin = deployment_report(trace, EngineOptions(models=("vllm",), schedule="serial", decode=False),
+                                    DeploymentSpec("vllm", 2, 1, 200, "round-robin", None, max_replicas=2),
+                                    np.ones(40, bool), 1024, _cost, ())
+    assert round_robin["notes"] == []

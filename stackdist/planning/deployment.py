@@ -68,6 +68,7 @@ from stackdist.traces import RequestTrace
 from .engine_plan import (
     EngineOptions,
     load_summary,
+    routing_balance,
     run_engine_models,
     scheduler_run,
 )
@@ -288,6 +289,7 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
         stage(f"deployment: {spec.replicas} replica(s) of {spec.pool:,} {spec.engine} blocks, router {spec.router}")
     ceiling = int(_engine_hits(trace, options, spec, 1, None)[0][counted].sum())
     found: dict[int, tuple[int, _Tiers | None]] = {}
+    balance: dict[int, str] = {}  # replicas -> the router's imbalance warning (a router that collapses)
 
     def at(replicas: int) -> tuple[int, _Tiers | None]:
         if replicas not in found:
@@ -295,6 +297,7 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
             tiers = (_Tiers(trace, options, spec, replicas, gpu, workers, bytes_per_token, counted)
                      if spec.offload is not None else None)
             found[replicas] = int(gpu[counted].sum()), tiers
+            balance[replicas] = routing_balance(workers, replicas, spec.router)[1] if replicas > 1 else ""
         return found[replicas]
 
     load_rows: list[dict[str, Any]] = []
@@ -339,11 +342,14 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
                 stage(f"deployment: {target:g} of the ceiling, {replicas} replica(s)")
             gpu_only, tiers_r = at(replicas)
             most = max(most, (gpu_only if tiers_r is None else tiers_r.hits(None, None)[0], replicas))
+            found_here = []
             if gpu_only >= need:
-                candidates.append(_priced(cost, spec, replicas, tiers_r, 0 if tiers_r else None, rate(gpu_only)))
+                found_here.append(_priced(cost, spec, replicas, tiers_r, 0 if tiers_r else None, rate(gpu_only)))
+            elif tiers_r is not None:
+                found_here = _tier_candidates(tiers_r, need, replicas, cost, spec, rate)
+            candidates += [{**c, "routing_warning": balance[replicas]} if balance[replicas] else c for c in found_here]
+            if gpu_only >= need:
                 break  # more replicas only cost more
-            if tiers_r is not None:
-                candidates.extend(_tier_candidates(tiers_r, need, replicas, cost, spec, rate))
         best = min(candidates, key=lambda c: c["cost"]["usd_per_hour"]) if candidates else None
         answers.append({"target": target, "kind": kind, "needs_prefix_token_hit_rate": rate(need),
                         "cheapest": best, "candidates": candidates,
@@ -359,7 +365,7 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
         "engine": spec.engine, "follows": model.follows, "router": spec.router if spec.replicas > 1 else None,
         "replicas": spec.replicas, "gpus_per_replica": spec.gpus_per_replica, "pool_per_replica": spec.pool,
         "offload": spec.offload.text if spec.offload else None,
-        "notes": [spec.note] if spec.note else [],
+        "notes": [n for n in (spec.note, balance.get(spec.replicas, "")) if n],
         "offload_model": spec.offload.model if spec.offload else None,
         "ceiling_prefix_token_hit_rate": rate(ceiling),
         "delivers": delivers, "targets": answers, "ttft_targets": ttft_answers,

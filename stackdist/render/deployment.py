@@ -44,6 +44,7 @@ def deployment_lines(section: dict[str, Any]) -> list[str]:
              f"{section['pool_per_replica']:,} {section['engine']} blocks each{router}{tier} ({section['follows']}) =="),
              (f"delivers: {d['prefix_token_hit_rate']:.2%} prefix token hits (GPU {d['gpu_token_hit_rate']:.2%}{by_tier}) "
              f"at {_usd(d['cost'])}")]
+    lines += [f"note: {note}" for note in section.get("notes", [])]
     load = section.get("load") or {}
     if d.get("under_load"):
         u = d["under_load"]
@@ -70,6 +71,8 @@ def deployment_lines(section: dict[str, Any]) -> list[str]:
         extra = _tiers(best["tiers_per_replica"])
         lines.append(f"{what} {best['replicas']} replica(s) ({best['gpus']} GPUs)" + (f" + {extra} per replica" if extra else "")
                      + f": {best['prefix_token_hit_rate']:.2%}, {_usd(best['cost'])}")
+        if best.get("routing_warning"):
+            lines.append(f"      warning: {best['routing_warning']}")
     for t in section.get("ttft_targets", []):
         best = t["cheapest"]
         what = f"  TTFT {t['percentile']} <= {t['seconds']:g} s:"
@@ -77,5 +80,4 @@ def deployment_lines(section: dict[str, Any]) -> list[str]:
                      f"{what} {best['replicas']} replica(s) ({best['gpus']} GPUs): TTFT {t['percentile']} "
                      f"{best['ttft_s'][t['percentile']]:.3f} s, {_usd(best['cost'])}")
     lines += [f"  (search: {section['search']})", f"  (bound: {section['bound']})"]
-    lines += [f"  note: {note}" for note in section.get("notes", [])]
     return lines
