@@ -214,7 +214,9 @@ def _add_routing_arguments(eng: Any) -> None:
                      "simulated jointly with the caches, per pool size; sglang-cache-aware: SGLang's sgl-router "
                      "cache_aware policy (load imbalanced: the least loaded; else the longest prefix in the router's own "
                      "tree of what it sent each worker if over --router-cache-threshold of the prompt, else the smallest "
-                     "tree), under the schedule")
+                     "tree), under the schedule; production-stack-prefixaware: the vLLM Production Stack router's "
+                     "prefixaware logic (one of the workers holding the longest prefix in its never-evicted trie of what "
+                     "it sent, at random; no load read)")
     eng.add_argument("--router-cache-threshold", type=float, default=0.3, metavar="T",
                      help="sglang-cache-aware: SGLang's cache_threshold, the prompt fraction a worker's router tree must "
                      "match to win (default 0.3, the sglang-router launcher's)")

@@ -35,6 +35,12 @@ from stackdist.serving.decode_reuse import (
 from stackdist.serving.engine_model import ENGINE_MODELS, engine_model
 from stackdist.serving.offload import OffloadSpec
 from stackdist.serving.pages import engine_pages
+from stackdist.serving.production_stack_router import (
+    PRODUCTION_STACK_PREFIXAWARE,
+    prefixaware_pages,
+    production_stack_prefixaware,
+)
+from stackdist.serving.production_stack_router import describe as describe_prefixaware
 from stackdist.serving.results import ServingResult
 from stackdist.serving.routed import (
     DEFAULT_OVERLAP_WEIGHT,
@@ -76,6 +82,7 @@ __all__ = [
     "per_request_columns",
     "per_request_workers",
     "per_worker_run",
+    "router_rule",
     "routing_balance",
     "routing_worth_rows",
     "run_engine_models",
@@ -111,9 +118,12 @@ class EngineOptions:
     """With ``schedule="scheduler"``: the engine's own scheduler under load (:mod:`stackdist.serving.scheduler`)."""
 
 
-ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded", SGLANG_CACHE_AWARE)
+ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded", SGLANG_CACHE_AWARE,
+           PRODUCTION_STACK_PREFIXAWARE)
 """The routers :func:`assign_workers` computes before the engines run (``sglang-cache-aware``: SGLang's
-router reads only its own trees and the load, :mod:`stackdist.serving.sglang_router`)."""
+router reads only its own trees and the load, :mod:`stackdist.serving.sglang_router`;
+``production-stack-prefixaware``: the vLLM Production Stack router's trie of what it sent,
+:mod:`stackdist.serving.production_stack_router`)."""
 ONE_CACHE = "one-cache"
 """The routing-worth baseline's key: one worker of K x the pool."""
 
@@ -143,8 +153,12 @@ def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedu
     """The worker of every request: recorded in the trace, or chosen by ``options.router`` among
     ``options.workers`` workers (``least-loaded``: fewest requests running at arrival, ties to the
     lowest index; ``sglang-cache-aware``: SGLang's router over the engine pages under ``schedule``,
-    :func:`~stackdist.serving.sglang_router.sglang_cache_aware`). O(requests log requests)
-    (sglang-cache-aware: O(prompt pages x workers)).
+    :func:`~stackdist.serving.sglang_router.sglang_cache_aware`; ``production-stack-prefixaware``:
+    the vLLM Production Stack's prefix trie in the order of ``schedule``'s arrivals, its random
+    draws seeded by ``options.seed``,
+    :func:`~stackdist.serving.production_stack_router.production_stack_prefixaware`).
+    O(requests log requests) (sglang-cache-aware: O(prompt pages x workers);
+    production-stack-prefixaware: O(prompt pages + requests x workers)).
 
     >>> t = RequestTrace.from_blocks([[1], [2], [3]])
     >>> assign_workers(t, EngineOptions(workers=2), Schedule.serial(3)).tolist()
@@ -170,7 +184,25 @@ def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedu
         return (_mix(first.astype(np.uint64)) % np.uint64(k)).astype(np.int64)
     if options.router == SGLANG_CACHE_AWARE:
         return sglang_cache_aware(router_pages(trace, options.engine_block_size), schedule, k, CacheAwareConfig(cache_threshold=options.router_cache_threshold))
+    if options.router == PRODUCTION_STACK_PREFIXAWARE:
+        return production_stack_prefixaware(prefixaware_pages(trace), schedule, k, options.seed)
     return _least_loaded(schedule, k)
+
+
+def router_rule(router: str, options: EngineOptions) -> str:
+    """A product's router in words with its settings (the cluster section's ``router_rule``), or
+    "" for the plan's own routers. O(1).
+
+    >>> router_rule("round-robin", EngineOptions())
+    ''
+    >>> router_rule(PRODUCTION_STACK_PREFIXAWARE, EngineOptions()).split(":")[0]
+    'vLLM Production Stack router prefixaware'
+    """
+    if router == SGLANG_CACHE_AWARE:
+        return describe(CacheAwareConfig(cache_threshold=options.router_cache_threshold), options.engine_block_size)
+    if router == PRODUCTION_STACK_PREFIXAWARE:
+        return describe_prefixaware(seed=options.seed)
+    return ""
 
 
 def _mix(values: np.ndarray) -> np.ndarray:
@@ -258,9 +290,10 @@ class LoadResult(ServingResult):
     load: SchedulerResult | None = None
 
 
-STATIC_ROUTERS = ("round-robin", "random", "session", "prefix-hash")
-"""The routers whose choice does not depend on the workers' state: under the scheduler each
-worker runs its requests alone (least-loaded and kv-aware would need the schedulers jointly)."""
+STATIC_ROUTERS = ("round-robin", "random", "session", "prefix-hash", PRODUCTION_STACK_PREFIXAWARE)
+"""The routers whose choice does not depend on the workers' state or on time, only on the order of
+the requests: under the scheduler each worker runs its requests alone (least-loaded,
+sglang-cache-aware and kv-aware would need the schedulers jointly)."""
 
 
 def scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools: tuple[int | None, ...],
@@ -280,11 +313,11 @@ def scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools
     if options.workers != "recorded" and options.router not in STATIC_ROUTERS:
         raise ValueError(f"under the scheduler the router must be one of {', '.join(STATIC_ROUTERS)} (each worker "
                          f"runs its own scheduler; {options.router} would need them jointly)")
-    workers = assign_workers(trace, options, Schedule.serial(trace.n_requests))
+    arrival = trace.timestamps_s - (trace.timestamps_s[0] if trace.n_requests else 0.0)
+    workers = assign_workers(trace, options, Schedule(arrival, arrival, arrival))  # the static routers read the order at most
     ids = np.unique(workers)
     if progress is not None:
         progress(f"{model} model under its scheduler, {len(pools)} pool sizes, {ids.size} worker(s)")
-    arrival = trace.timestamps_s - (trace.timestamps_s[0] if trace.n_requests else 0.0)
     parts = []
     for w in ids.tolist():
         index = np.flatnonzero(workers == w)
@@ -628,6 +661,7 @@ def model_cluster_section(result: ModelCluster, trace: RequestTrace, options: En
                   else "longest prefix the engine would report (ties: fewer running, fewer routed, lowest index)"),
         sglang_cache_aware=(describe(CacheAwareConfig(cache_threshold=options.router_cache_threshold),
                                      options.engine_block_size) if cluster.router == SGLANG_CACHE_AWARE else ""),
+        router_rule=router_rule(cluster.router, options),
         requests=int(counted.sum()), input_tokens=total,
         pools=[cluster_pool_row(cluster, i, counted, trace.input_length, bytes_per_block, labels) for i in feasible],
         routing_worth=routing_worth_rows(result.worth, counted, total) if result.worth else None,

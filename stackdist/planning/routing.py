@@ -47,6 +47,7 @@ from .engine_plan import (
     EngineOptions,
     assign_workers,
     cluster_pool_row,
+    router_rule,
     routing_worth_rows,
     schedule_for,
 )
@@ -187,5 +188,6 @@ def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, opti
                   "then the lowest index"),
         sglang_cache_aware=(describe(CacheAwareConfig(cache_threshold=options.engine.router_cache_threshold),
                                      options.engine.engine_block_size) if name == SGLANG_CACHE_AWARE else ""),
+        router_rule=router_rule(name, options.engine),
         requests=int(mask.sum()), input_tokens=total, pools=rows,
         routing_worth=worth, notes=notes)

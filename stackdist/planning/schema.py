@@ -372,6 +372,7 @@ class ClusterPlan(TypedDict):
     shared_tier: str
     kv_aware: str
     sglang_cache_aware: str  # SGLang's cache-aware router in words when it is the router, else ""
+    router_rule: str  # a product's router (sglang-cache-aware, production-stack-prefixaware) in words when it routes, else ""
     requests: int
     input_tokens: int
     pools: list[ClusterPoolRow]
