@@ -216,7 +216,10 @@ def _add_routing_arguments(eng: Any) -> None:
                      "tree of what it sent each worker if over --router-cache-threshold of the prompt, else the smallest "
                      "tree), under the schedule; production-stack-prefixaware: the vLLM Production Stack router's "
                      "prefixaware logic (one of the workers holding the longest prefix in its never-evicted trie of what "
-                     "it sent, at random; no load read)")
+                     "it sent, at random; no load read); aibrix-prefix-cache: AIBrix's prefix-cache router (running "
+                     "requests imbalanced by more than 8: only the least loaded; the longest prefix in its LRU table of "
+                     "what it sent among the workers loaded at most mean + 1 std, else the least loaded), under the "
+                     "schedule")
     eng.add_argument("--router-cache-threshold", type=float, default=0.3, metavar="T",
                      help="sglang-cache-aware: SGLang's cache_threshold, the prompt fraction a worker's router tree must "
                      "match to win (default 0.3, the sglang-router launcher's)")

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from stackdist.serving.aibrix_router import AIBRIX_PREFIX_CACHE, aibrix_prefix_cache
+from stackdist.serving.aibrix_router import describe as describe_aibrix
 from stackdist.serving.cluster import KV_AWARE, ClusterResult
 from stackdist.serving.decode_reuse import (
     continuations,
@@ -119,11 +121,12 @@ class EngineOptions:
 
 
 ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded", SGLANG_CACHE_AWARE,
-           PRODUCTION_STACK_PREFIXAWARE)
+           PRODUCTION_STACK_PREFIXAWARE, AIBRIX_PREFIX_CACHE)
 """The routers :func:`assign_workers` computes before the engines run (``sglang-cache-aware``: SGLang's
 router reads only its own trees and the load, :mod:`stackdist.serving.sglang_router`;
 ``production-stack-prefixaware``: the vLLM Production Stack router's trie of what it sent,
-:mod:`stackdist.serving.production_stack_router`)."""
+:mod:`stackdist.serving.production_stack_router`; ``aibrix-prefix-cache``: AIBrix's gateway reads its
+own prefix table and the running counts, :mod:`stackdist.serving.aibrix_router`)."""
 ONE_CACHE = "one-cache"
 """The routing-worth baseline's key: one worker of K x the pool."""
 
@@ -158,7 +161,8 @@ def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedu
     draws seeded by ``options.seed``,
     :func:`~stackdist.serving.production_stack_router.production_stack_prefixaware`).
     O(requests log requests) (sglang-cache-aware: O(prompt pages x workers);
-    production-stack-prefixaware: O(prompt pages + requests x workers)).
+    production-stack-prefixaware: O(prompt pages + requests x workers); aibrix-prefix-cache: AIBrix's
+    gateway, :func:`~stackdist.serving.aibrix_router.aibrix_prefix_cache`, O(prompt pages x workers)).
 
     >>> t = RequestTrace.from_blocks([[1], [2], [3]])
     >>> assign_workers(t, EngineOptions(workers=2), Schedule.serial(3)).tolist()
@@ -186,6 +190,8 @@ def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedu
         return sglang_cache_aware(router_pages(trace, options.engine_block_size), schedule, k, CacheAwareConfig(cache_threshold=options.router_cache_threshold))
     if options.router == PRODUCTION_STACK_PREFIXAWARE:
         return production_stack_prefixaware(prefixaware_pages(trace), schedule, k, options.seed)
+    if options.router == AIBRIX_PREFIX_CACHE:
+        return aibrix_prefix_cache(router_pages(trace, options.engine_block_size), schedule, k, seed=options.seed)
     return _least_loaded(schedule, k)
 
 
@@ -202,6 +208,8 @@ def router_rule(router: str, options: EngineOptions) -> str:
         return describe(CacheAwareConfig(cache_threshold=options.router_cache_threshold), options.engine_block_size)
     if router == PRODUCTION_STACK_PREFIXAWARE:
         return describe_prefixaware(seed=options.seed)
+    if router == AIBRIX_PREFIX_CACHE:
+        return describe_aibrix(page_tokens=options.engine_block_size, seed=options.seed)
     return ""
 
 
