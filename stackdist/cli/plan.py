@@ -223,6 +223,10 @@ def _add_routing_arguments(eng: Any) -> None:
     eng.add_argument("--router-cache-threshold", type=float, default=0.3, metavar="T",
                      help="sglang-cache-aware: SGLang's cache_threshold, the prompt fraction a worker's router tree must "
                      "match to win (default 0.3, the sglang-router launcher's)")
+    eng.add_argument("--router-table-blocks", type=bounded_int("--router-table-blocks", 0, 2**40), default=200_000,
+                     metavar="N",
+                     help="aibrix-prefix-cache: AIBRIX_PREFIX_CACHE_BLOCK_NUMBER, the router's prefix table in 4-byte "
+                     "blocks of text, about a token each (default 200,000, AIBrix's: about 12 prompts of 16k tokens)")
     eng.add_argument("--router-overlap-weight", type=float, default=1.0, metavar="W",
                      help="kv-aware: Dynamo's overlap_score_weight W (default 1.0, Dynamo's); inf: the pure "
                      "longest-prefix router; 0: load only")
@@ -562,6 +566,7 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
                             args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
                             router=args.router, decode_reuse=args.decode_reuse, overlap_weight=args.router_overlap_weight,
                             router_cache_threshold=args.router_cache_threshold,
+                            router_table_blocks=args.router_table_blocks,
                             shared_blocks=shared, offload=offload, scheduler=scheduler)
     try:
         check_models(options, {"decode_reuse": "--decode-reuse", "tiers": "--shared-blocks", "routing": "--router kv-aware"})

@@ -25,7 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from stackdist.serving.aibrix_router import AIBRIX_PREFIX_CACHE, aibrix_prefix_cache
+from stackdist.serving.aibrix_router import (
+    AIBRIX_PREFIX_CACHE,
+    PrefixCacheConfig,
+    aibrix_prefix_cache,
+)
 from stackdist.serving.aibrix_router import describe as describe_aibrix
 from stackdist.serving.cluster import KV_AWARE, ClusterResult
 from stackdist.serving.decode_reuse import (
@@ -112,6 +116,8 @@ class EngineOptions:
     overlap_weight: float = DEFAULT_OVERLAP_WEIGHT
     router_cache_threshold: float = CacheAwareConfig.cache_threshold
     """sglang-cache-aware: SGLang's ``cache_threshold`` (the launcher's default 0.3)."""
+    router_table_blocks: int = PrefixCacheConfig.block_number
+    """aibrix-prefix-cache: the router's table in 4-byte blocks (``AIBRIX_PREFIX_CACHE_BLOCK_NUMBER``, default 200,000)."""
     shared_blocks: Sequence[int | None] = (0,)
     compare_routers: bool = True
     offload: Sequence[OffloadSpec] = ()
@@ -191,7 +197,8 @@ def assign_workers(trace: RequestTrace, options: EngineOptions, schedule: Schedu
     if options.router == PRODUCTION_STACK_PREFIXAWARE:
         return production_stack_prefixaware(prefixaware_pages(trace), schedule, k, options.seed)
     if options.router == AIBRIX_PREFIX_CACHE:
-        return aibrix_prefix_cache(router_pages(trace, options.engine_block_size), schedule, k, seed=options.seed)
+        return aibrix_prefix_cache(router_pages(trace, options.engine_block_size), schedule, k,
+                                   PrefixCacheConfig(block_number=options.router_table_blocks), options.seed)
     return _least_loaded(schedule, k)
 
 
@@ -209,7 +216,8 @@ def router_rule(router: str, options: EngineOptions) -> str:
     if router == PRODUCTION_STACK_PREFIXAWARE:
         return describe_prefixaware(seed=options.seed)
     if router == AIBRIX_PREFIX_CACHE:
-        return describe_aibrix(page_tokens=options.engine_block_size, seed=options.seed)
+        return describe_aibrix(PrefixCacheConfig(block_number=options.router_table_blocks), options.engine_block_size,
+                               options.seed)
     return ""
 
 
