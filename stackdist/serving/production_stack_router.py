@@ -48,6 +48,11 @@ schedule or scheduler):
   ``u_r`` request r's draw from ``numpy.random.default_rng(seed).random(n)``: uniform, as the
   product, and reproducible.
 - Requests are routed in arrival order of the schedule (ties by index).
+- Checked against the product's own trie: ``validation/drive_production_stack_router.py`` runs
+  production-stack's ``hashtrie.py`` (a6c01db0, xxhash 3.5.0 as pinned) on 12 seeded workloads
+  (603 requests, 1 to 5 workers: shared heads, conversations, resends with another short end,
+  empty prompts) as ``route_request`` does, recording each request's draw; this model given the
+  same draws routes every request to the same worker (``tests/data/engines/routers/``).
 - Not modelled: ``--prefix-min-match-length`` above 0 (its fallback is the router's QPS over a
   sliding window of its request statistics); chat requests (the product joins the messages'
   contents with newlines, no template); endpoints joining or leaving.
@@ -166,9 +171,12 @@ def chunk_keys(key: np.ndarray, off: np.ndarray, ntr: np.ndarray, P: np.ndarray,
     return out, max(n_keys, 1)
 
 
-def production_stack_prefixaware(pages: EnginePages, schedule: Schedule, workers: int, seed: int = 0) -> np.ndarray:
+def production_stack_prefixaware(pages: EnginePages, schedule: Schedule, workers: int, seed: int = 0,
+                                 draws: np.ndarray | None = None) -> np.ndarray:
     """Every request's worker under the Production Stack's ``prefixaware`` router (module docstring),
-    ``pages`` the router's chunks (:func:`prefixaware_pages`).
+    ``pages`` the router's chunks (:func:`prefixaware_pages`); ``draws`` (one in [0, 1) per request)
+    replaces the seeded draws (the product driven with recorded draws,
+    ``validation/drive_production_stack_router.py``).
 
     O(prompt pages + requests x workers) time, O(page ids x workers) bytes.
     """
@@ -184,7 +192,9 @@ def production_stack_prefixaware(pages: EnginePages, schedule: Schedule, workers
     key, n_keys = chunk_keys(pages.key.astype(np.int64), off, ntr, P, B, int(pages.n_keys))
     held = np.zeros((n_keys, k), np.bool_)
     present = np.zeros(n_keys, np.bool_)
-    draw = np.random.default_rng(seed).random(n)
+    draw = np.random.default_rng(seed).random(n) if draws is None else np.asarray(draws, np.float64)
+    if draw.shape != (n,) or not ((draw >= 0) & (draw < 1)).all():
+        raise ValueError(f"draws must be {n} numbers in [0, 1)")
     order = np.lexsort((np.arange(n), schedule.arrival_s)).astype(np.int64)
     out = np.zeros(n, np.int64)
     if n:

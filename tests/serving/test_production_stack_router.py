@@ -6,6 +6,7 @@ on seeded random traces and schedules, the draws' uniformity, and the plan CLI."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -210,3 +211,26 @@ def test_plan_cli_under_the_scheduler(tmp_path, capsys):
                                          "--gpu-blocks", "64", "--schedule", "scheduler", "--step-time", "0.01,0.0001")
     assert code == 0, stderr
     assert f"router {PRODUCTION_STACK_PREFIXAWARE}; each worker's own scheduler" in stdout
+
+
+DRIVEN = Path(__file__).resolve().parent.parent / "data" / "engines" / "routers" / "production_stack_prefixaware.json"
+
+
+def test_equals_the_product_trie_driven():
+    """validation/drive_production_stack_router.py ran production-stack's own hashtrie.py (text of
+    128 characters a block) with recorded draws: the model given the same draws picks the same
+    worker for every request, and its candidates are the product's (one worker when anything
+    matched, all when nothing did)."""
+    report = json.loads(DRIVEN.read_text())
+    assert report["chars_per_token"] * PrefixAwareConfig().chunk_tokens == 128
+    total = 0
+    for case in report["cases"]:
+        reqs, routed = case["requests"], case["routed"]
+        trace = RequestTrace.from_blocks([r["blocks"] for r in reqs], block_size=case["block_tokens"],
+                                         last_tokens=[r["last_tokens"] for r in reqs])
+        got = production_stack_prefixaware(prefixaware_pages(trace), Schedule.serial(trace.n_requests), case["workers"],
+                                           draws=np.array([x["draw"] for x in routed]))
+        assert got.tolist() == [x["worker"] for x in routed], case["seed"]
+        assert all(len(x["matched"]) == (1 if x["match_chars"] else case["workers"]) for x in routed)
+        total += len(reqs)
+    assert total > 500
