@@ -60,6 +60,7 @@ for any engine model and pool size, as SGLang's router in :mod:`.sglang_router`)
 >>> import numpy as np
 >>> from stackdist.traces import RequestTrace
 >>> from .schedule import Schedule
+>>> from .sglang_router import router_pages
 >>> t = RequestTrace.from_blocks([[1, 2], [3, 4], [1, 2], [3, 5]], block_size=16, last_tokens=[16] * 4)
 >>> w = aibrix_prefix_cache(router_pages(t), Schedule.serial(4), 2)
 >>> bool(w[2] == w[0] and w[3] == w[1])
