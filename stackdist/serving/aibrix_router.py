@@ -126,7 +126,9 @@ def describe(config: PrefixCacheConfig = PrefixCacheConfig(), page_tokens: int =
     """
     return (f"AIBrix prefix-cache: running requests imbalanced (max - min > {config.imbalance_abs_count}) -> only the "
             "least loaded take part; of the workers holding the longest prefix in the router's table of what it sent "
-            f"(an LRU of {config.capacity_pages(page_tokens):,} {page_tokens}-token pages, expired "
+            f"(an LRU of {config.block_number:,} {config.block_bytes}-byte blocks of text, "
+            f"{config.capacity_pages(page_tokens):,} {page_tokens}-token pages at {config.chars_per_token:g} characters "
+            "a token (or the trace's own blocks where they do not split into pages), expired "
             f"{config.ttl_s:g} s after the last write), those loaded at most mean + {config.std_factor:g} x std, the "
             "highest match, then the least loaded, one at random; else one of the least loaded at random; draws "
             f"seeded {seed}")

@@ -123,7 +123,8 @@ def describe(config: PrefixAwareConfig = PrefixAwareConfig(), seed: int = 0) -> 
     """
     return ("vLLM Production Stack router prefixaware: the workers holding the longest prefix in the router's trie "
             "of every prompt it sent (never evicted), one at random; all workers when nothing matches; no load read; "
-            f"{config.chunk_chars}-character chunks as {config.chunk_tokens}-token pages; draws seeded {seed}")
+            f"{config.chunk_chars}-character chunks as {config.chunk_tokens}-token pages (or the trace's own blocks where "
+            f"they do not split into them); draws seeded {seed}")
 
 
 @njit(cache=True, nogil=True)

@@ -225,11 +225,11 @@ def test_plan_cli_routes_with_it(tmp_path, capsys):
     assert stdout.count(f"{AIBRIX_PREFIX_CACHE}: AIBrix prefix-cache") == 2  # the model's and the semantics'
     text = out.read_text()
     assert f'"router": "{AIBRIX_PREFIX_CACHE}"' in text and f'"{AIBRIX_PREFIX_CACHE}":' in text
-    assert "an LRU of 12,500 16-token pages" in stdout
+    assert "an LRU of 200,000 4-byte blocks of text, 12,500 16-token pages" in stdout
     code, stdout, _ = run_stackdist(capsys, "plan", _trace_file(tmp_path), "--block-size", "32", "--semantics", "vllm",
                                     "--workers", "2", "--router", AIBRIX_PREFIX_CACHE, "--router-table-blocks", "1600000",
                                     "--gpu-blocks", "inf")
-    assert code == 0 and "an LRU of 100,000 16-token pages" in stdout
+    assert code == 0 and "an LRU of 1,600,000 4-byte blocks of text, 100,000 16-token pages" in stdout
     code, _, stderr = run_stackdist(capsys, "plan", _trace_file(tmp_path), "--block-size", "32", "--semantics", "vllm",
                                     "--workers", "2", "--router", AIBRIX_PREFIX_CACHE, "--schedule", "scheduler")
     assert code == 2 and "--router must be one of" in stderr
