@@ -330,7 +330,7 @@ def _plan_trace(seed=5, n=24):
     return random_trace(seed, n_requests=n)
 
 
-@pytest.mark.parametrize("router", ["kv-aware", "round-robin"])
+@pytest.mark.parametrize("router", ["kv-aware", "llm-d", "round-robin"])
 def test_plan_cluster_for_models_equals_the_joint_simulation(router):
     from stackdist.planning.engine_plan import (
         ONE_CACHE,
@@ -349,7 +349,7 @@ def test_plan_cluster_for_models_equals_the_joint_simulation(router):
     schedule = schedule_for(trace, opts)
     counted = np.arange(trace.n_requests) >= 3
     for model, result in results.items():
-        route = "kv-aware" if router == "kv-aware" else assign_workers(trace, opts, schedule)
+        route = router if router in ("kv-aware", "llm-d") else assign_workers(trace, opts, schedule)
         want = simulate_routed(trace, model, 3, route, [60, None], [0, 40], schedule, True)
         got = result.cluster
         assert got.pools == want.pools and got.failed_request.tolist() == want.failed_request.tolist()
@@ -363,7 +363,7 @@ def test_plan_cluster_for_models_equals_the_joint_simulation(router):
         for row in section["pools"]:
             assert row["hit_tokens"] == sum(w["hit_tokens"] for w in row["per_worker"])
             assert sum(w["requests"] for w in row["per_worker"]) == section["requests"] == trace.n_requests - 3
-        assert set(result.worth) == {*ROUTERS, "kv-aware", ONE_CACHE}
+        assert set(result.worth) == {*ROUTERS, "kv-aware", "llm-d", ONE_CACHE}
         run = simulate_vllm if model == "vllm" else simulate_sglang
         one = run(trace, [180, None], schedule, True)  # one pool of 3 x 60
         total = trace.input_length[counted].sum()

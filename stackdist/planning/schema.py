@@ -372,6 +372,7 @@ class ClusterPlan(TypedDict):
     shared_tier: str
     kv_aware: str
     sglang_cache_aware: str  # SGLang's cache-aware router in words when it is the router, else ""
+    llm_d: str  # llm-d's scheduler in words when it is the router (engine models), else ""
     requests: int
     input_tokens: int
     pools: list[ClusterPoolRow]

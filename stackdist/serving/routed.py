@@ -136,7 +136,14 @@ from .cluster import KV_AWARE, ClusterResult, lru_touch
 from .engine_model import ENGINE_MODELS, EngineModel
 from .pages import EnginePages, engine_pages
 from .results import check_pools
-from .router_pick import DEFAULT_TEMPERATURE, LLM_D, dynamo_pick, llmd_pick, llmd_weights, router_draws
+from .router_pick import (
+    DEFAULT_TEMPERATURE,
+    LLM_D,
+    dynamo_pick,
+    llmd_pick,
+    llmd_weights,
+    router_draws,
+)
 from .schedule import Schedule
 from .sglang import (
     SglangModel,

@@ -46,7 +46,8 @@ import numpy as np
 
 from stackdist.engine.kernels import njit
 
-__all__ = ["DEFAULT_TEMPERATURE", "LLMD_WEIGHTS", "LLM_D", "dynamo_pick", "llmd_pick", "llmd_weights", "router_draws"]
+__all__ = ["DEFAULT_TEMPERATURE", "LLMD_WEIGHTS", "LLM_D", "describe_dynamo", "describe_llmd", "dynamo_pick", "llmd_pick",
+           "llmd_weights", "router_draws"]
 
 DEFAULT_TEMPERATURE = 0.0
 """Dynamo's ``KvRouterConfig::router_temperature`` default."""
@@ -75,6 +76,31 @@ def llmd_weights(weights: dict[str, float] | None = None) -> np.ndarray:
     return np.array([merged[k] for k in LLMD_WEIGHTS], np.float64)
 
 
+def describe_dynamo(weight: float, temperature: float, seed: int) -> str:
+    """Dynamo's KV router as run, in words (the plan's ``cluster.kv_aware``).
+
+    >>> describe_dynamo(1.0, 0.0, 0)
+    "Dynamo's KV-router logit: 1 x prefill blocks still to compute + active blocks, the least wins (router_temperature 0), ties uniformly at random (seed 0)"
+    """
+    cost = ("minus the prefix hit the engine would report (the longest-prefix router)" if math.isinf(weight) else
+            f"{weight:g} x prefill blocks still to compute + active blocks")
+    rule = ("the least wins (router_temperature 0), ties uniformly at random" if temperature == 0 else
+            f"sampled by softmax(-logit / (max - min) / {temperature:g}) (router_temperature {temperature:g})")
+    return f"Dynamo's KV-router logit: {cost}, {rule} (seed {seed})"
+
+
+def describe_llmd(weights: dict[str, float] | None, seed: int) -> str:
+    """llm-d's scheduler as run, in words (the plan's ``cluster.llm_d``).
+
+    >>> describe_llmd(None, 0).split(";")[0]
+    'llm-d scheduler: 2 x precise prefix-cache score (full prompt blocks the engine holds / prompt blocks) + 1 x (1 - KV usage) + 1 x queue score ((max - waiting) / (max - min))'
+    """
+    w = dict(zip(LLMD_WEIGHTS, llmd_weights(weights).tolist()))
+    return (f"llm-d scheduler: {w['prefix']:g} x precise prefix-cache score (full prompt blocks the engine holds / "
+            f"prompt blocks) + {w['kv-cache']:g} x (1 - KV usage) + {w['queue']:g} x queue score ((max - waiting) / "
+            f"(max - min)); the highest wins, ties uniformly at random (seed {seed})")
+
+
 def router_draws(n: int, seed: int) -> np.ndarray:
     """One uniform draw in [0, 1) per request, the routers' only randomness (module docstring).
 
@@ -91,7 +117,7 @@ def _tied(values, best, u):  # type: ignore[no-untyped-def]
     for v in range(values.size):
         if values[v] == best:
             m += 1
-    pick = min(int(math.floor(u * m)), m - 1)
+    pick = min(math.floor(u * m), m - 1)
     for v in range(values.size):
         if values[v] == best:
             if pick == 0:

@@ -366,7 +366,7 @@ def dynamo_pick_ref(costs, u, temperature):
     lo, hi = min(costs), max(costs)
     if temperature == 0:
         tied = [v for v, c in enumerate(costs) if c == lo]
-        return tied[min(int(math.floor(u * len(tied))), len(tied) - 1)]
+        return tied[min(math.floor(u * len(tied)), len(tied) - 1)]
     if lo == hi:
         probs = [1.0 / len(costs)] * len(costs)
     else:
@@ -386,7 +386,7 @@ def llmd_pick_ref(scores, u):
     """llm-d's max-score picker with the draw ``u``: the floor(u x m)-th of the m highest."""
     hi = max(scores)
     tied = [v for v, s in enumerate(scores) if s == hi]
-    return tied[min(int(math.floor(u * len(tied))), len(tied) - 1)]
+    return tied[min(math.floor(u * len(tied)), len(tied) - 1)]
 
 
 def vllm_usage(eng):
