@@ -28,7 +28,8 @@ def cluster_lines(section: ClusterPlan) -> list[str]:
     what = "engine semantics" if section.get("semantics", "engine") == "engine" else f"{section['semantics']} model"
     lines = [f"== {what} on {section['workers']} workers (router {section['router']}; {section['order']}) ==",
              f"pool unit: {section['pool_unit']}; shared tier: {section['shared_tier']}; kv-aware: {section['kv_aware']}"
-             + (f"; {section['router']}: {section['sglang_cache_aware']}" if section.get("sglang_cache_aware") else ""),
+             + (f"; {section['router']}: {section['sglang_cache_aware']}" if section.get("sglang_cache_aware") else "")
+             + (f"; llm-d: {section['llm_d']}" if section.get("llm_d") else ""),
              (f"  {'gpu/worker':>11} {'shared':>10} {'GiB/worker':>11} {'shared GiB':>11} {'prefix hit rate':>16} "
               f"{'from GPU':>9} {'from shared':>12} {'requests hit':>13}")]
     for row in section["pools"]:
