@@ -22,7 +22,8 @@ from stackdist.serving.semantics import replay_requests, request_hits
 BIG = 10**9  # "infinite" for the reference caches
 
 
-def reference_cluster(requests, tokens, k, router, gpu_blocks, shared_blocks, weight=1.0, block_size=4, seed=0):
+def reference_cluster(requests, tokens, k, router, gpu_blocks, shared_blocks, weight=1.0, block_size=4, seed=0,
+                      held=None):
     """The rules of serving/cluster.py, directly: one EnginePrefixCache (OrderedDict) per worker
     and one for the shared tier; per request (worker, GPU hit tokens, shared-tier hit tokens).
     kv-aware ties: request r's draw u_r = default_rng(seed).random(n)[r] picks the
@@ -32,6 +33,8 @@ def reference_cluster(requests, tokens, k, router, gpu_blocks, shared_blocks, we
     draws = np.random.default_rng(seed).random(len(requests)).tolist()
     out = []
     for r, blocks in enumerate(requests):
+        if held is not None:  # the best worker's GPU prefix at the arrival (the regret's reference)
+            held.append(max(sum(tokens[r][: gpu.lookup(blocks)]) for gpu in gpus))
         if isinstance(router, str):  # kv-aware: Dynamo's cost (nothing running), ties at random
             found = [sum(tokens[r][: gpu.lookup(blocks)]) for gpu in gpus]
             p = sum(tokens[r])
@@ -74,12 +77,16 @@ def test_kernel_equals_direct_simulation():
         gpus = [0, 1, longest, longest + 1, int(rng.integers(0, 3 * longest + 2)), None]
         shared = [0, 1, longest + 1, int(rng.integers(0, 4 * longest + 2)), None]
         for name, route in _routes(trace, k, rng).items():
-            got = simulate_cluster(trace, k, route, gpus, shared)
+            got = simulate_cluster(trace, k, route, gpus, shared, available=seed % 2 == 0)
+            assert (got.available_hit_tokens is not None) == (name == "kv-aware" or seed % 2 == 0)
             for i, (c, s) in enumerate(got.pools):
-                want = reference_cluster(requests, tokens, k, route, c, s)
+                held: list[int] = []
+                want = reference_cluster(requests, tokens, k, route, c, s, held=held)
                 assert got.worker[i].tolist() == [w for w, _, _ in want], (name, c, s)
                 assert got.gpu_hit_tokens[i].tolist() == [g for _, g, _ in want], (name, c, s)
                 assert got.shared_hit_tokens[i].tolist() == [x for _, _, x in want], (name, c, s)
+                if got.available_hit_tokens is not None:
+                    assert got.available_hit_tokens[i].tolist() == held, (name, c, s)
 
 
 def test_no_shared_tier_is_independent_engine_caches():

@@ -144,8 +144,8 @@ def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, Clust
     chosen = "recorded" if recorded is not None else options.router
     jobs: dict[str, tuple[int, Any, tuple[int | None, ...]]] = {
         chosen: (k, recorded if recorded is not None else _route(trace, chosen, k, options), gpus)}
+    too_big = int(unique_sorted(trace.block_ids).size) * k > KV_AWARE_MAX_ENTRIES
     if options.compare and k > 1:
-        too_big = int(unique_sorted(trace.block_ids).size) * k > KV_AWARE_MAX_ENTRIES
         for name in ROUTING_ROUTERS:
             if name not in jobs and not (name == KV_AWARE and too_big):
                 jobs[name] = (k, _route(trace, name, k, options), gpus)
@@ -153,8 +153,9 @@ def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, Clust
 
     def run(name: str) -> ClusterResult:
         workers, route, sizes = jobs[name]
+        held = name == chosen and workers > 1 and not too_big  # the chosen router's regret (kv-aware: always)
         result = simulate_cluster(trace, workers, route, sizes, shared, options.overlap_weight,
-                                  options.engine.router_temperature, options.engine.seed)
+                                  options.engine.router_temperature, options.engine.seed, available=held)
         return result if isinstance(route, str) else dataclasses.replace(result, router=name)  # not "static"
 
     with ThreadPoolExecutor(max_workers=2) as pool:

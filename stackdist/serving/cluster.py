@@ -123,11 +123,12 @@ def lru_touch(prv, nxt, head, x, size, w, cap):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _cluster_kernel(block, off, tok, assign, slot, K, C, S, W, T, u, BT, prv, nxt, sprv, snxt, out_w, out_g, out_s,  # type: ignore[no-untyped-def]
-                    out_a):
+def _cluster_kernel(block, off, tok, assign, slot, joint, K, C, S, W, T, u, BT, prv, nxt, sprv, snxt, out_w, out_g,  # type: ignore[no-untyped-def]
+                    out_s, out_a):
     """One serial replay at one pool pair. ``assign[r] < 0``: route request r kv-aware (draw
-    ``u[r]``, temperature ``T``), on slot ``block * K + w``; else on ``slot[j]`` (the dense
-    (worker, block) pair of access j). ``out_a``: the best worker's GPU prefix (kv-aware only)."""
+    ``u[r]``, temperature ``T``); such requests, and all of them when ``joint``, live on slot
+    ``block * K + w``, where every worker is probed (``out_a``: the best worker's GPU prefix);
+    otherwise on ``slot[j]`` (the dense (worker, block) pair of access j)."""
     n_slots = prv.size - K
     D = sprv.size - 1
     for w in range(K):
@@ -141,7 +142,8 @@ def _cluster_kernel(block, off, tok, assign, slot, K, C, S, W, T, u, BT, prv, nx
     for r in range(off.size - 1):
         a, b = off[r], off[r + 1]
         w = assign[r]
-        if w < 0:
+        kv = joint or w < 0
+        if kv:
             p = 0
             for j in range(a, b):
                 p += tok[j]
@@ -155,8 +157,8 @@ def _cluster_kernel(block, off, tok, assign, slot, K, C, S, W, T, u, BT, prv, nx
                 best_g = max(best_g, g_v)
                 cost[v] = W * float(p - g_v) / BT + float(b - a) if W < np.inf else -float(g_v)
             out_a[r] = best_g
-            w = dynamo_pick(cost, u[r], T)
-        kv = assign[r] < 0
+            if w < 0:
+                w = dynamo_pick(cost, u[r], T)
         j = a
         g_tok = 0
         while j < b:
@@ -189,14 +191,16 @@ def _capacity(blocks: int | None, flag: str) -> int:
 def simulate_cluster(
     trace: RequestTrace, workers: int, router: np.ndarray | str, gpu_blocks: Sequence[int | None],
     shared_blocks: Sequence[int | None] = (0,), overlap_weight: float = 1.0, temperature: float = DEFAULT_TEMPERATURE,
-    seed: int = 0,
+    seed: int = 0, available: bool = False,
 ) -> ClusterResult:
     """Serve ``trace`` on ``workers`` workers at every (GPU, shared) pool pair (GPU sizes outer).
 
     ``router``: ``"kv-aware"`` (``overlap_weight`` W of the cost, Dynamo's ``temperature``, random
     choices from ``seed``: module docstring) or the worker of every request (ints in ``0..workers-1``). Pool
-    sizes are in blocks of the trace's block size, ``None`` infinite, 0 allowed. O(blocks) per
-    pair for a static assignment, O(blocks x workers) for kv-aware.
+    sizes are in blocks of the trace's block size, ``None`` infinite, 0 allowed. ``available``: a
+    static assignment also records the best worker's GPU prefix at each arrival (kv-aware always
+    does), on kv-aware's state. O(blocks) per pair for a static assignment, O(blocks x workers)
+    for kv-aware or with ``available``.
 
     >>> t = RequestTrace.from_blocks([[1, 2], [1, 2]], block_size=4)
     >>> simulate_cluster(t, 1, np.zeros(2, np.int64), [0, 2]).gpu_hit_tokens.tolist()
@@ -210,6 +214,7 @@ def simulate_cluster(
     dense = dense_keys(trace.block_ids)
     block, n_keys = dense.ids, max(dense.n_keys, 1)
     n = trace.n_requests
+    joint = isinstance(router, str) or bool(available)
     if isinstance(router, str):
         if router != KV_AWARE:
             raise ValueError(f"router must be {KV_AWARE!r} or an array of workers; got {router!r}")
@@ -219,9 +224,12 @@ def simulate_cluster(
         assign = np.asarray(router, np.int64)
         if assign.shape != (n,) or (n and (assign.min() < 0 or assign.max() >= k)):
             raise ValueError(f"router must give every request a worker in 0..{k - 1}")
-        per_block = np.repeat(assign, np.diff(trace.offsets))
-        pairs = dense_keys(per_block * n_keys + block)
-        slot, n_slots = pairs.ids, max(pairs.n_keys, 1)
+        if joint:
+            slot, n_slots = np.zeros(1, np.int64), n_keys * k
+        else:
+            per_block = np.repeat(assign, np.diff(trace.offsets))
+            pairs = dense_keys(per_block * n_keys + block)
+            slot, n_slots = pairs.ids, max(pairs.n_keys, 1)
     index = np.int32 if n_slots + k < 2**31 - 1 else np.int64
     pools = tuple((g, s) for g in gpu_blocks for s in shared_blocks)
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < np.inf:
@@ -232,9 +240,9 @@ def simulate_cluster(
         C, S = _capacity(g, "gpu_blocks"), _capacity(s, "shared_blocks")
         prv, nxt = np.empty(n_slots + k, index), np.full(n_slots + k, -1, index)
         sprv, snxt = np.empty(n_keys + 1, index), np.full(n_keys + 1, -1, index)
-        _cluster_kernel(block, trace.offsets, trace.block_tokens, assign, slot, k, C, S, float(overlap_weight),
+        _cluster_kernel(block, trace.offsets, trace.block_tokens, assign, slot, joint, k, C, S, float(overlap_weight),
                         float(temperature), draws, float(trace.block_size), prv, nxt, sprv, snxt, out[0, i], out[1, i],
                         out[2, i], out[3, i])
     name = router if isinstance(router, str) else "static"
     return ClusterResult(k, name, pools, out[0], out[1], out[2],
-                         available_hit_tokens=out[3] if isinstance(router, str) else None)
+                         available_hit_tokens=out[3] if joint else None)

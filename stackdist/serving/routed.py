@@ -82,8 +82,8 @@ mapping, the clock and the deterministic ties, lowest index where SGLang takes a
 entry, are stated) and the K pools then run exactly as under a static assignment.
 
 With a serial schedule nothing is running at an arrival, so the load terms are the same on every
-worker (Dynamo: ``pending = 0``, active blocks = r's own; llm-d: no queue, and a usage that only
-cached blocks make differ): for any ``W > 0`` Dynamo's rule is the longest prefix, ties at random,
+worker (Dynamo: ``pending = 0``, active blocks = r's own; llm-d: no queue, and usage 0, since
+both engines count cached blocks no request holds as free or evictable): for any ``W > 0`` Dynamo's rule is the longest prefix, ties at random,
 the rule of the engine-semantics cluster (:mod:`.cluster`, the same formula over the trace's
 tokens and blocks). That is the product's behaviour, not a modelling shortcut: the plan warns when
 a router sends a worker far more than its share (``routing_balance``).
