@@ -46,7 +46,8 @@ the ``max-score-picker``). Each worker's score is the weighted sum, in the profi
     queue_w    = (max q - q_w) / (max q - min q), 1 when all q are equal   (queue-scorer, queue.go:78-108)
 
 - ``full_w``: the prompt's full pages w holds from the first one on, as llm-d's KV-block index
-  (fed by the engine's KV events, block size = the engine's) would match them: not capped at
+  (fed by the engine's KV events, block size = the engine's; a prompt's blocks are its full ones,
+  llm-d-kv-cache v0.8.0 ``token_processor.go`` ``chunkTokens``) would match them: not capped at
   ``(P - 1) // B`` as the engine's own hit is. The index is exact at the arrival (no event lag,
   no speculative entries).
 - ``usage_w``: the engine's own KV usage metric at the arrival: vLLM's ``BlockPool.get_usage``,
