@@ -571,7 +571,7 @@ IMBALANCE_MIN_PER_WORKER = 10
 
 SERIAL_COLLAPSE = (" (serial schedule: nothing is running when a request arrives, so the router's load terms are "
                    "the same on every worker and it sends each request to the longest cached prefix, as the product "
-                   "would; a timed schedule (--schedule model or recorded) lets the load spread them)")
+                   "would; a timed schedule (the service model or a recorded one) lets the load spread them)")
 """Why a load-aware router (kv-aware, llm-d) piles onto one worker under a serial schedule."""
 
 

@@ -28,7 +28,7 @@ versions moved it to ``lib/kv-router/src/scheduling/selector``). At the arrival 
 - ``active_blocks_w``: Dynamo's potential active blocks: the distinct page keys of the prompts of
   the requests on w between arrival and finish, plus r's pages not among them.
 - The choice (:mod:`.router_pick`, Dynamo's ``softmax_sample``): temperature ``T`` 0 (Dynamo's
-  default, ``--router-temperature``) the least cost, ties uniformly at random; ``T > 0`` a
+  default) the least cost, ties uniformly at random; ``T > 0`` a
   softmax sample over the logits scaled by their range. The randomness is one draw per request
   from the run's seed (the plan's ``--seed``). Dynamo has no deterministic tie rule; none is kept.
 - ``W = inf``: the pure longest-prefix router (logit ``-hit_w``, sampled the same way): a router
