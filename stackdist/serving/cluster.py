@@ -87,9 +87,10 @@ class ClusterResult:
     (its row is then all -1), else -1; None for the engine semantics (never infeasible)."""
     model: str = "engine"
     available_hit_tokens: np.ndarray | None = None
-    """Engine models (:mod:`.routed`): per pool pair and request the GPU prefix hit the best
-    worker held when the request arrived (every worker probed, read-only), so ``available -
-    gpu_hit_tokens`` is the router's regret; None where not computed."""
+    """Per pool pair and request the GPU prefix hit the best worker held when the request arrived
+    (every worker probed, read-only), so ``available - gpu_hit_tokens`` is the router's regret:
+    the engine models (:mod:`.routed`), and the engine semantics for kv-aware or with
+    ``available``; None where not computed."""
 
     @property
     def hit_tokens(self) -> np.ndarray:
