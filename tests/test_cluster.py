@@ -173,6 +173,17 @@ def test_routing_section_adds_up_and_compares_every_router():
                              None if row["shared_blocks"] == "inf" else row["shared_blocks"]))
         assert row["one_cache_prefix_token_hit_rate"] == one.hit_tokens[i][counted].sum() / trace.input_length[counted].sum()
         assert row["best_router"] in ROUTING_ROUTERS and set(row["routers"]) == set(ROUTING_ROUTERS)
+        assert set(row["routing_regret_percentage_points"]) == set(ROUTING_ROUTERS)  # every router probed the fleet
+        if row["shared_blocks"] != 0:
+            continue
+        c = None if row["gpu_blocks"] == "inf" else row["gpu_blocks"]
+        for name in ROUTING_ROUTERS:  # the regret from the direct simulation's best worker at each arrival
+            route = name if name == "kv-aware" else results[name].worker[0]
+            held: list[int] = []
+            want = reference_cluster(requests, tokens, 3, route, c, 0, held=held)
+            lost = sum(h - g for h, (_, g, _), on in zip(held, want, counted) if on)
+            total = trace.input_length[counted].sum()
+            assert row["routing_regret_percentage_points"][name] == pytest.approx(100 * lost / total), name
 
 
 def test_recorded_workers_use_the_trace_labels():

@@ -3,6 +3,7 @@ a direct simulation built from the reference engines of tests/serving/serving_re
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections import OrderedDict
@@ -364,6 +365,16 @@ def test_plan_cluster_for_models_equals_the_joint_simulation(router):
             assert row["hit_tokens"] == sum(w["hit_tokens"] for w in row["per_worker"])
             assert sum(w["requests"] for w in row["per_worker"]) == section["requests"] == trace.n_requests - 3
         assert set(result.worth) == {*ROUTERS, "kv-aware", "llm-d", ONE_CACHE}
+        total = trace.input_length[counted].sum()
+        for row in section["routing_worth"]:  # every router's regret against its own joint run's best worker
+            i = [60, "inf"].index(row["gpu_blocks"]) * 2 + [0, 40].index(row["shared_blocks"])
+            for name, pp in row["routing_regret_percentage_points"].items():
+                joint = simulate_routed(trace, model, 3, name if name in ("kv-aware", "llm-d") else
+                                        assign_workers(trace, dataclasses.replace(opts, router=name), schedule),
+                                        [60, None], [0, 40], schedule, True)
+                lost = (joint.available_hit_tokens[i] - joint.gpu_hit_tokens[i])[counted].sum()
+                assert pp == (None if joint.failed_request[i] >= 0 else pytest.approx(100 * lost / total)), name
+            assert set(row["routing_regret_percentage_points"]) == {*ROUTERS, "kv-aware", "llm-d"}
         run = simulate_vllm if model == "vllm" else simulate_sglang
         one = run(trace, [180, None], schedule, True)  # one pool of 3 x 60
         total = trace.input_length[counted].sum()

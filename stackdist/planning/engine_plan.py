@@ -467,6 +467,7 @@ def _worth_runs(model: str, trace: RequestTrace, options: EngineOptions, schedul
         else:
             workers = assign_workers(trace, other, schedule)
             cluster = _static_cluster(model, per_worker_run(model, trace, other, schedule, pools, workers), trace, other, schedule, workers)
+            cluster = _with_available(cluster, model, trace, other, schedule, workers, pools)  # the router's regret
             assert cluster is not None
             out[name] = cluster
     one = dataclasses.replace(options, workers="one")
@@ -606,7 +607,9 @@ def _feasible(result: ClusterResult, i: int) -> bool:
 def routing_worth_rows(results: dict[str, ClusterResult], mask: np.ndarray, total: int,
                        serial: bool = False) -> list[RoutingWorthRow]:
     """Per pool pair: every router's prefix token hit rate (GPU + shared) at K workers of C
-    against one cache of K x C (key :data:`ONE_CACHE`); None where a pool is infeasible."""
+    against one cache of K x C (key :data:`ONE_CACHE`), and the regret (what the fleet held at
+    each arrival minus the GPU hit, percentage points of the prompt tokens) of every router whose
+    run probed the workers; None where a pool is infeasible."""
     one = results[ONE_CACHE]
     rows = []
     for i, (c, s) in enumerate(one.pools):
@@ -619,12 +622,16 @@ def routing_worth_rows(results: dict[str, ClusterResult], mask: np.ndarray, tota
         best_rate = rate[best] if best is not None else None
         shares = {name: routing_balance(r.worker[i][mask], r.workers, name, serial) for name, r in results.items()
                   if name != ONE_CACHE and _feasible(r, i)}
+        regret = {name: (100.0 * int((r.available_hit_tokens[i] - r.gpu_hit_tokens[i])[mask].sum()) / total if total
+                         else 0.0) if _feasible(r, i) else None
+                  for name, r in results.items() if name != ONE_CACHE and r.available_hit_tokens is not None}
         rows.append(RoutingWorthRow(
             gpu_blocks=_label(gpu), shared_blocks=_label(s), one_cache_blocks=_label(c),
             one_cache_prefix_token_hit_rate=baseline, routers=rate, best_router=best,
             best_minus_one_cache_percentage_points=None if best_rate is None or baseline is None
             else 100.0 * (best_rate - baseline),
             busiest_worker_share={name: share for name, (share, _) in shares.items()},
+            routing_regret_percentage_points=regret,
             warnings=[warning for _, warning in shares.values() if warning]))
     return rows
 

@@ -153,7 +153,7 @@ def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, Clust
 
     def run(name: str) -> ClusterResult:
         workers, route, sizes = jobs[name]
-        held = name == chosen and workers > 1 and not too_big  # the chosen router's regret (kv-aware: always)
+        held = name != ONE_CACHE and workers > 1 and not too_big  # every router's regret (kv-aware: always)
         result = simulate_cluster(trace, workers, route, sizes, shared, options.overlap_weight,
                                   options.engine.router_temperature, options.engine.seed, available=held)
         return result if isinstance(route, str) else dataclasses.replace(result, router=name)  # not "static"

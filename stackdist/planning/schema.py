@@ -359,6 +359,7 @@ class RoutingWorthRow(TypedDict):
     best_router: str | None
     best_minus_one_cache_percentage_points: float | None
     busiest_worker_share: dict[str, float]
+    routing_regret_percentage_points: dict[str, float | None]  # routers whose run probed every worker
     warnings: list[str]
 
 

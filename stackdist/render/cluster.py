@@ -62,6 +62,12 @@ def cluster_lines(section: ClusterPlan) -> list[str]:
             lines.append(f"  {w['gpu_blocks']!s:>11} {w['shared_blocks']!s:>10} {_rate(w['one_cache_prefix_token_hit_rate']):>10} "
                          + " ".join(f"{_rate(w['routers'][r]):>12}" for r in routers)
                          + (f" {diff:>+14.2f} pp" if diff is not None else f" {'':>14}   "))
+        for w in worth:
+            regret = {r: x for r, x in w.get("routing_regret_percentage_points", {}).items() if x is not None}
+            if regret:
+                lines.append(f"  regret at C = {w['gpu_blocks']}, shared {w['shared_blocks']} (the best worker's prefix at "
+                             "each arrival minus the routed worker's, pp): "
+                             + ", ".join(f"{r} {x:.2f}" for r, x in regret.items()))
         warned = dict.fromkeys(warning for w in worth for warning in w.get("warnings", []))
         lines += [f"  WARNING: {warning} (C = {w['gpu_blocks']})" for w in worth for warning in w.get("warnings", [])
                   if warned.pop(warning, 0) is None]
