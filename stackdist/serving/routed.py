@@ -3,10 +3,12 @@
 Each worker runs the engine model's own cache exactly (:mod:`.vllm`, :mod:`.sglang`: one pool
 of ``--gpu-blocks`` per worker, in that engine's count), all workers under one schedule (one
 event order, :func:`.schedule.event_order`). The router sees the pools as they are when a
-request arrives, so a kv-aware run is one joint simulation of the K pools per pool size.
+request arrives, so a kv-aware or llm-d run is one joint simulation of the K pools per pool
+size. docs/routers.md has the three product routers side by side.
 
 **The kv-aware router** (NVIDIA Dynamo's KV router, github.com/ai-dynamo/dynamo:
-``lib/llm/src/kv_router/scheduler.rs``, ``DefaultWorkerSelector::select_worker``, the logit
+``lib/llm/src/kv_router/scheduler.rs`` (read at commit db19bd2a; the repository is over the
+snapshot limit, so no line numbers), ``DefaultWorkerSelector::select_worker``, the logit
 ``overlap_score_weight * potential_prefill_blocks + potential_active_blocks``; ``sequence.rs``,
 ``ActiveSequences::potential_blocks_and_tokens``; ``KvRouterConfig`` defaults
 ``overlap_score_weight = 1.0``, ``router_temperature = 0.0``, ``router_track_output_blocks =
