@@ -163,3 +163,13 @@ def test_cli_llm_d_needs_an_engine_model(capsys):
     code, _, err = run_stackdist(capsys, "plan", "tests/data/mooncake_small.jsonl", "--semantics", "vllm",
                                    "--router", "llm-d")
     assert code == 2 and "--router llm-d routes between --workers K" in err, err
+
+
+def test_prompts_under_one_page_tie_on_every_worker():
+    # P = 8 tokens: no full page, so llm-d's prefix score is 0 everywhere and the engines hit nothing
+    # ((8 - 1) // 16 = 0 pages); serial: every score equal -> floor(2u): u = 0.637 -> 1, 0.270 -> 0
+    t = RequestTrace.from_blocks([[1], [1]], block_size=16, last_tokens=[8, 8])
+    for router in ("llm-d", "kv-aware"):
+        for model in ("vllm", "sglang"):
+            r = simulate_routed(t, model, 2, router, [None, 8], [0], "serial")
+            assert r.worker.tolist() == [[1, 0], [1, 0]] and not r.gpu_hit_tokens.any(), (router, model)
