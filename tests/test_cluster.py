@@ -22,23 +22,28 @@ from stackdist.serving.semantics import replay_requests, request_hits
 BIG = 10**9  # "infinite" for the reference caches
 
 
-def reference_cluster(requests, tokens, k, router, gpu_blocks, shared_blocks, weight=1.0, block_size=4):
+def reference_cluster(requests, tokens, k, router, gpu_blocks, shared_blocks, weight=1.0, block_size=4, seed=0,
+                      held=None):
     """The rules of serving/cluster.py, directly: one EnginePrefixCache (OrderedDict) per worker
-    and one for the shared tier; per request (worker, GPU hit tokens, shared-tier hit tokens)."""
+    and one for the shared tier; per request (worker, GPU hit tokens, shared-tier hit tokens).
+    kv-aware ties: request r's draw u_r = default_rng(seed).random(n)[r] picks the
+    floor(u_r x m)-th of the m cheapest workers (Dynamo: uniformly at random)."""
     gpus = [EnginePrefixCache(BIG if gpu_blocks is None else gpu_blocks) for _ in range(k)]
     shared = EnginePrefixCache(BIG if shared_blocks is None else shared_blocks)
-    routed = [0] * k
+    draws = np.random.default_rng(seed).random(len(requests)).tolist()
     out = []
     for r, blocks in enumerate(requests):
-        if isinstance(router, str):  # kv-aware: Dynamo's cost (nothing running), then fewest routed, then index
+        if held is not None:  # the best worker's GPU prefix at the arrival (the regret's reference)
+            held.append(max(sum(tokens[r][: gpu.lookup(blocks)]) for gpu in gpus))
+        if isinstance(router, str):  # kv-aware: Dynamo's cost (nothing running), ties at random
             found = [sum(tokens[r][: gpu.lookup(blocks)]) for gpu in gpus]
             p = sum(tokens[r])
             cost = [-float(found[v]) if weight == float("inf") else
                     weight * float(p - found[v]) / block_size + float(len(blocks)) for v in range(k)]
-            w = min(range(k), key=lambda v: (cost[v], routed[v], v))
+            tied = [v for v in range(k) if cost[v] == min(cost)]
+            w = tied[int(draws[r] * len(tied))]
         else:
             w = int(router[r])
-        routed[w] += 1
         g = gpus[w].lookup(blocks)
         s = shared.lookup(blocks[g:])
         shared.commit(blocks[g:])  # received (s hits) and computed blocks, written through
@@ -72,12 +77,16 @@ def test_kernel_equals_direct_simulation():
         gpus = [0, 1, longest, longest + 1, int(rng.integers(0, 3 * longest + 2)), None]
         shared = [0, 1, longest + 1, int(rng.integers(0, 4 * longest + 2)), None]
         for name, route in _routes(trace, k, rng).items():
-            got = simulate_cluster(trace, k, route, gpus, shared)
+            got = simulate_cluster(trace, k, route, gpus, shared, available=seed % 2 == 0)
+            assert (got.available_hit_tokens is not None) == (name == "kv-aware" or seed % 2 == 0)
             for i, (c, s) in enumerate(got.pools):
-                want = reference_cluster(requests, tokens, k, route, c, s)
+                held: list[int] = []
+                want = reference_cluster(requests, tokens, k, route, c, s, held=held)
                 assert got.worker[i].tolist() == [w for w, _, _ in want], (name, c, s)
                 assert got.gpu_hit_tokens[i].tolist() == [g for _, g, _ in want], (name, c, s)
                 assert got.shared_hit_tokens[i].tolist() == [x for _, _, x in want], (name, c, s)
+                if got.available_hit_tokens is not None:
+                    assert got.available_hit_tokens[i].tolist() == held, (name, c, s)
 
 
 def test_no_shared_tier_is_independent_engine_caches():
@@ -109,14 +118,22 @@ def test_one_worker_is_the_engine_curve_and_the_routing_baseline():
         alone = simulate_cluster(trace, 3, "kv-aware", [0], caps)  # no GPU: the shared tier is one engine cache
         for i, s in enumerate(caps):
             assert alone.shared_hit_tokens[i].tolist() == request_hits(replay, s, tokens=True).tolist()
-            assert alone.worker[i].tolist() == (np.arange(trace.n_requests) % 3).tolist()  # all ties: fewest routed
+            ties = np.floor(np.random.default_rng(0).random(trace.n_requests) * 3).astype(int)  # all 3 tied
+            assert alone.worker[i].tolist() == ties.tolist()
 
 
-def test_kv_aware_follows_the_prefix_and_ties_to_the_least_routed():
+def test_kv_aware_follows_the_prefix_and_ties_at_random():
     trace = request_trace([[1, 2], [3], [1, 2, 4], [5], [3, 6]], 4)
-    got = simulate_cluster(trace, 2, "kv-aware", [10])
-    assert got.worker[0].tolist() == [0, 1, 0, 1, 1]
+    got = simulate_cluster(trace, 2, "kv-aware", [10])  # seed 0
+    # draws u = default_rng(0).random(5) = 0.637, 0.270, 0.041, 0.017, 0.813; a tie of 2 -> floor(2u)
+    # r0 [1,2]: nothing cached, tie -> floor(1.27) = 1; r1 [3]: tie -> floor(0.54) = 0;
+    # r2 [1,2,4]: worker 1 holds 1,2 (8 tokens; cost 1 x (12 - 8) / 4 + 3 = 4 < 6) -> 1;
+    # r3 [5]: tie -> floor(0.03) = 0; r4 [3,6]: worker 0 holds 3 (cost 1 + 2 = 3 < 4) -> 0
+    assert got.worker[0].tolist() == [1, 0, 1, 0, 0]
     assert got.gpu_hit_tokens[0].tolist() == [0, 0, 8, 0, 4]
+    assert got.available_hit_tokens[0].tolist() == [0, 0, 8, 0, 4]  # the router took the best each time
+    other = simulate_cluster(trace, 2, "kv-aware", [10], seed=3)  # another seed moves the ties only
+    assert other.gpu_hit_tokens[0].tolist() == [0, 0, 8, 0, 4]
 
 
 def test_bad_arguments():
@@ -156,6 +173,17 @@ def test_routing_section_adds_up_and_compares_every_router():
                              None if row["shared_blocks"] == "inf" else row["shared_blocks"]))
         assert row["one_cache_prefix_token_hit_rate"] == one.hit_tokens[i][counted].sum() / trace.input_length[counted].sum()
         assert row["best_router"] in ROUTING_ROUTERS and set(row["routers"]) == set(ROUTING_ROUTERS)
+        assert set(row["routing_regret_percentage_points"]) == set(ROUTING_ROUTERS)  # every router probed the fleet
+        if row["shared_blocks"] != 0:
+            continue
+        c = None if row["gpu_blocks"] == "inf" else row["gpu_blocks"]
+        for name in ROUTING_ROUTERS:  # the regret from the direct simulation's best worker at each arrival
+            route = name if name == "kv-aware" else results[name].worker[0]
+            held: list[int] = []
+            want = reference_cluster(requests, tokens, 3, route, c, 0, held=held)
+            lost = sum(h - g for h, (_, g, _), on in zip(held, want, counted) if on)
+            total = trace.input_length[counted].sum()
+            assert row["routing_regret_percentage_points"][name] == pytest.approx(100 * lost / total), name
 
 
 def test_recorded_workers_use_the_trace_labels():
@@ -232,5 +260,6 @@ def test_kv_aware_overlap_weight_equals_direct_simulation():
             want = reference_cluster(requests, tokens, k, "kv-aware", c, s, weight)
             assert got.worker[i].tolist() == [w for w, _, _ in want], (weight, c, s)
             assert got.hit_tokens[i].tolist() == [g + x for _, g, x in want], (weight, c, s)
-        if weight == 0.0:  # load only: the caches are ignored, requests go round in turn
-            assert got.worker[0].tolist() == (np.arange(trace.n_requests) % k).tolist()
+        if weight == 0.0:  # load only: the caches are ignored, every worker tied: uniformly at random
+            ties = np.floor(np.random.default_rng(0).random(trace.n_requests) * k).astype(int)
+            assert got.worker[0].tolist() == ties.tolist()

@@ -3,6 +3,7 @@ a direct simulation built from the reference engines of tests/serving/serving_re
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections import OrderedDict
@@ -18,8 +19,12 @@ from serving_reference import (
     VllmReference,
     _checkpoint,
     _common,
+    dynamo_pick_ref,
+    llmd_pick_ref,
     ref_events,
     request_pages,
+    sglang_usage,
+    vllm_usage,
 )
 from traces_random import random_trace
 
@@ -52,13 +57,28 @@ class _Worker:
         P, O = pages.input_tokens.tolist(), pages.output_tokens.tolist()
         size = pool if pool is not None else sum(-(-(P[r] + max(O[r], 1)) // B) for r in range(len(P))) + 2
         self.eng = VllmReference(size) if model == "vllm" else SglangReference(size)
-        self.P, self.hashes, self.state = P, {}, {}
+        self.P, self.hashes, self.state, self.pool = P, {}, {}, pool
 
     def probe(self, r):
         keys = request_pages(self.pages, r)
         if self.model == "vllm":
             return B * len(self.eng.lookup([("p", k) for k in keys[: self.P[r] // B]], self.P[r]))
         return B * _sglang_probe(self.eng, keys[: (self.P[r] - 1) // B])
+
+    def full(self, r):
+        """The full prompt pages the worker holds from the start (llm-d's KV-block index match)."""
+        keys = request_pages(self.pages, r)[: self.P[r] // B]
+        if self.model == "vllm":
+            j = 0
+            while j < len(keys) and self.eng.get_cached_block(("p", keys[j])) is not None:
+                j += 1
+            return j
+        return _sglang_probe(self.eng, keys)
+
+    def usage(self):
+        if self.pool is None:
+            return 0.0
+        return vllm_usage(self.eng) if self.model == "vllm" else sglang_usage(self.eng, self.pool)
 
     def step(self, kind, r, k):
         """One event; returns the hit tokens at an arrival, False when an allocation fails."""
@@ -106,38 +126,57 @@ class _Worker:
         return True
 
 
-def reference_routed(model, pages, schedule, decode, k, router, pool, shared, weight):
-    """Per request (worker, GPU hit tokens, shared hit tokens), or the failing request (int)."""
+def reference_routed(model, pages, schedule, decode, k, router, pool, shared, weight, temperature=0.0, weights=(2.0, 1.0, 1.0),
+                     seed=0):
+    """Per request (worker, GPU hit tokens, shared hit tokens), or the failing request (int).
+
+    Random choices from ``np.random.default_rng(seed).random(n)``: request r's draw at its arrival."""
     workers = [_Worker(model, pool, pages, decode) for _ in range(k)]
     n = pages.n_requests
     P = pages.input_tokens.tolist()
+    draws = np.random.default_rng(seed).random(n).tolist()
     where, gpu, tier = [-1] * n, [0] * n, [0] * n
     running = [{} for _ in range(k)]  # worker -> {request: its page keys}
     pending = [{} for _ in range(k)]  # worker -> {request: prompt tokens still to compute}
-    routed = [0] * k
     lru = OrderedDict()
     cap = math.inf if shared is None else shared
+    probes = [0] * n
     for _t, kind, r, step in ref_events(schedule.arrival_s, schedule.prefill_end_s, schedule.finish_s,
                                         pages.output_tokens, decode):
         keys = request_pages(pages, r)
         if kind == 3:
-            if isinstance(router, str):
+            hits = [workers[v].probe(r) for v in range(k)]
+            if isinstance(router, str) and router == "llm-d":
+                total = P[r] // B
+                queue = [len(pending[v]) for v in range(k)]  # routed, prefill not ended
+                scores = []
+                for v in range(k):
+                    prefix = min(workers[v].full(r) / total, 1.0) if total > 0 else 0.0
+                    q = 1.0 if max(queue) == min(queue) else (max(queue) - queue[v]) / (max(queue) - min(queue))
+                    s = 0.0
+                    s += weights[0] * prefix
+                    s += weights[1] * (1.0 - workers[v].usage())
+                    s += weights[2] * q
+                    scores.append(s)
+                where[r] = llmd_pick_ref(scores, draws[r])
+            elif isinstance(router, str):
                 costs = []
                 for v in range(k):
-                    hit = workers[v].probe(r)
                     active = set().union(*running[v].values()) if running[v] else set()
                     blocks = len(active) + sum(1 for x in keys if x not in active)
-                    cost = -float(hit) if math.isinf(weight) else weight * float(sum(pending[v].values()) + P[r] - hit) / B + float(blocks)
-                    costs.append((cost, len(running[v]), routed[v], v))
-                where[r] = min(costs)[3]
+                    cost = -float(hits[v]) if math.isinf(weight) else weight * float(sum(pending[v].values()) + P[r] - hits[v]) / B + float(blocks)
+                    costs.append(cost)
+                where[r] = dynamo_pick_ref(costs, draws[r], temperature)
             else:
                 where[r] = int(router[r])
+            probes[r] = hits[where[r]]
         w = where[r]
         got = workers[w].step(kind, r, step)
         if got is False:
             return r
         if kind == 3:
-            gpu[r], routed[w] = got, routed[w] + 1
+            assert got == probes[r]  # routed = delivered: the router probed the pool it lands in, at this moment
+            gpu[r] = got
             running[w][r], pending[w][r] = set(keys), P[r] - got
             g, j = got // B, got // B
             while j < (P[r] - 1) // B and keys[j] in lru:
@@ -156,11 +195,13 @@ def reference_routed(model, pages, schedule, decode, k, router, pool, shared, we
     return list(zip(where, gpu, tier))
 
 
-def _check(model, trace, schedule, decode, k, router, pools, shared, weight=1.0):
+def _check(model, trace, schedule, decode, k, router, pools, shared, weight=1.0, temperature=0.0, weights=None, seed=0):
     pages = engine_pages(trace)
-    got = simulate_routed(trace, model, k, router, pools, shared, schedule, decode, overlap_weight=weight)
+    got = simulate_routed(trace, model, k, router, pools, shared, schedule, decode, overlap_weight=weight,
+                          temperature=temperature, weights=weights, seed=seed)
+    w3 = [{"prefix": 2.0, "kv-cache": 1.0, "queue": 1.0, **(weights or {})}[x] for x in ("prefix", "kv-cache", "queue")]
     for i, (pool, s) in enumerate(got.pools):
-        want = reference_routed(model, pages, schedule, decode, k, router, pool, s, weight)
+        want = reference_routed(model, pages, schedule, decode, k, router, pool, s, weight, temperature, w3, seed)
         label = (model, k, pool, s, weight)
         if isinstance(want, int):
             assert got.failed_request[i] == want and (got.gpu_hit_tokens[i] == -1).all(), label
@@ -189,7 +230,26 @@ def test_kv_aware_equals_direct_simulation(model, seed):
     peak = int((-(-(trace.input_length + trace.output_length) // 16)).max())
     pools = [peak + 1, peak + 3, 2 * peak + int(rng.integers(0, 8)), None]  # tight (may be infeasible), loose, inf
     weight = [1.0, 0.0, math.inf, 0.5, 4.0][seed % 5]
-    _check(model, trace, _schedule(trace, rng, timed), decode, k, "kv-aware", pools, [0, 3, None], weight)
+    temperature = [0.0, 0.0, 0.5, 2.0][seed % 4]
+    _check(model, trace, _schedule(trace, rng, timed), decode, k, "kv-aware", pools, [0, 3, None], weight, temperature,
+           seed=seed)
+
+
+@pytest.mark.parametrize("model", ["vllm", "sglang"])
+@pytest.mark.parametrize("seed", range(12))
+def test_llm_d_equals_direct_simulation(model, seed):
+    """llm-d's scorers and picker against the reference: default and drawn weights, serial and
+    timed schedules, tight (usage near 1, may be infeasible), loose and infinite pools."""
+    rng = np.random.default_rng(500 + seed)
+    trace = random_trace(500 + seed, n_requests=int(rng.integers(2, 30)))
+    k = 1 + seed % 4
+    peak = int((-(-(trace.input_length + trace.output_length) // 16)).max())
+    pools = [peak + 1, peak + 3, 2 * peak + int(rng.integers(0, 8)), None]
+    weights = None if seed % 3 == 0 else {"prefix": float(rng.choice([0.0, 1.0, 3.0])),
+                                          "kv-cache": float(rng.choice([0.0, 1.0, 2.0])),
+                                          "queue": float(rng.choice([0.0, 1.0, 2.0]))}
+    _check(model, trace, _schedule(trace, rng, seed % 3 != 0), bool(seed % 2), k, "llm-d", pools, [0, 3], weights=weights,
+           seed=seed)
 
 
 @pytest.mark.parametrize("model", ["vllm", "sglang"])
@@ -271,7 +331,7 @@ def _plan_trace(seed=5, n=24):
     return random_trace(seed, n_requests=n)
 
 
-@pytest.mark.parametrize("router", ["kv-aware", "round-robin"])
+@pytest.mark.parametrize("router", ["kv-aware", "llm-d", "round-robin"])
 def test_plan_cluster_for_models_equals_the_joint_simulation(router):
     from stackdist.planning.engine_plan import (
         ONE_CACHE,
@@ -290,7 +350,7 @@ def test_plan_cluster_for_models_equals_the_joint_simulation(router):
     schedule = schedule_for(trace, opts)
     counted = np.arange(trace.n_requests) >= 3
     for model, result in results.items():
-        route = "kv-aware" if router == "kv-aware" else assign_workers(trace, opts, schedule)
+        route = router if router in ("kv-aware", "llm-d") else assign_workers(trace, opts, schedule)
         want = simulate_routed(trace, model, 3, route, [60, None], [0, 40], schedule, True)
         got = result.cluster
         assert got.pools == want.pools and got.failed_request.tolist() == want.failed_request.tolist()
@@ -304,7 +364,17 @@ def test_plan_cluster_for_models_equals_the_joint_simulation(router):
         for row in section["pools"]:
             assert row["hit_tokens"] == sum(w["hit_tokens"] for w in row["per_worker"])
             assert sum(w["requests"] for w in row["per_worker"]) == section["requests"] == trace.n_requests - 3
-        assert set(result.worth) == {*ROUTERS, "kv-aware", ONE_CACHE}
+        assert set(result.worth) == {*ROUTERS, "kv-aware", "llm-d", ONE_CACHE}
+        total = trace.input_length[counted].sum()
+        for row in section["routing_worth"]:  # every router's regret against its own joint run's best worker
+            i = [60, "inf"].index(row["gpu_blocks"]) * 2 + [0, 40].index(row["shared_blocks"])
+            for name, pp in row["routing_regret_percentage_points"].items():
+                joint = simulate_routed(trace, model, 3, name if name in ("kv-aware", "llm-d") else
+                                        assign_workers(trace, dataclasses.replace(opts, router=name), schedule),
+                                        [60, None], [0, 40], schedule, True)
+                lost = (joint.available_hit_tokens[i] - joint.gpu_hit_tokens[i])[counted].sum()
+                assert pp == (None if joint.failed_request[i] >= 0 else pytest.approx(100 * lost / total)), name
+            assert set(row["routing_regret_percentage_points"]) == {*ROUTERS, "kv-aware", "llm-d"}
         run = simulate_vllm if model == "vllm" else simulate_sglang
         one = run(trace, [180, None], schedule, True)  # one pool of 3 x 60
         total = trace.input_length[counted].sum()

@@ -12,6 +12,7 @@ from stackdist.methods.method import Method
 from stackdist.methods.plan import plan
 from stackdist.output import Progress, check_outputs, write_json, write_stdout
 from stackdist.planning.engine_plan import (
+    JOINT_ROUTERS,
     ROUTERS,
     EngineOptions,
     check_models,
@@ -36,6 +37,7 @@ from stackdist.serving.offload import (
     parse_offload,
     resolve_offload,
 )
+from stackdist.serving.router_pick import DEFAULT_TEMPERATURE, LLM_D, LLMD_WEIGHTS
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.semantics import SEMANTICS
 from stackdist.traces.formats import REQUESTS, formats
@@ -207,11 +209,13 @@ def _add_routing_arguments(eng: Any) -> None:
                      help="recorded: each request on the worker the trace names; K: K workers chosen by --router; "
                      "each worker has its own pool of --gpu-blocks (default: one worker); reported per worker, in total, "
                      "and (K > 1) every router at K workers of C blocks against one cache of K x C")
-    eng.add_argument("--router", default="round-robin", choices=list(ROUTING_ROUTERS),
+    eng.add_argument("--router", default="round-robin", choices=[*ROUTING_ROUTERS, LLM_D],
                      help="how requests are spread over K workers (default round-robin); kv-aware: NVIDIA Dynamo's KV "
                      "router cost, W x prefill blocks still to compute (after the prefix the worker's engine would "
-                     "report) + active blocks, lowest wins (ties: fewer running, fewer routed, lowest index); "
-                     "simulated jointly with the caches, per pool size; sglang-cache-aware: SGLang's sgl-router "
+                     "report) + active blocks, lowest wins, ties at random (--seed; --router-temperature samples); "
+                     "simulated jointly with the caches, per pool size; llm-d (--semantics vllm or sglang): llm-d's "
+                     "scheduler, precise prefix-cache + KV-usage + queue scores (--router-weights), the highest wins, "
+                     "ties at random, simulated jointly; sglang-cache-aware: SGLang's sgl-router "
                      "cache_aware policy (load imbalanced: the least loaded; else the longest prefix in the router's own "
                      "tree of what it sent each worker if over --router-cache-threshold of the prompt, else the smallest "
                      "tree), under the schedule; production-stack-prefixaware: the vLLM Production Stack router's "
@@ -230,6 +234,12 @@ def _add_routing_arguments(eng: Any) -> None:
     eng.add_argument("--router-overlap-weight", type=float, default=1.0, metavar="W",
                      help="kv-aware: Dynamo's overlap_score_weight W (default 1.0, Dynamo's); inf: the pure "
                      "longest-prefix router; 0: load only")
+    eng.add_argument("--router-temperature", type=float, default=DEFAULT_TEMPERATURE, metavar="T",
+                     help="kv-aware: Dynamo's router_temperature (default 0: the least cost, ties at random); T > 0 "
+                     "samples a worker by softmax of the costs scaled by their range over T (random draws from --seed)")
+    eng.add_argument("--router-weights", metavar="prefix=P,kv-cache=K,queue=Q",
+                     help="llm-d: the scorer weights (default " + ",".join(f"{k}={v:g}" for k, v in LLMD_WEIGHTS.items())
+                     + ", llm-d's precise-prefix-cache configuration); keys left out keep their default")
     eng.add_argument("--shared-blocks", metavar="S1,S2,...",
                      help="a second tier of S blocks shared by all workers (one LRU, written through; a hit continues "
                      "the GPU prefix in it; Mooncake Store / LMCache remote style); reports hits by tier at every "
@@ -505,7 +515,7 @@ def _offload_specs(args: argparse.Namespace) -> tuple[OffloadSpec, ...]:
     if not specs:
         return ()
     for flag, asked in (("--shared-blocks", args.shared_blocks is not None), ("--decode-reuse", args.decode_reuse),
-                        ("--router kv-aware", args.router == "kv-aware" and args.workers != "one")):
+                        (f"--router {args.router}", args.router in JOINT_ROUTERS and args.workers != "one")):
         if asked:
             raise UsageError(f"--offload runs each worker's engine with its own offload tiers (a static router); {flag} "
                              "is not modelled with it yet.")
@@ -554,6 +564,9 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
         raise UsageError(f"--router-overlap-weight must be a non-negative number or inf; got {args.router_overlap_weight}.")
     if not 0.0 <= args.router_cache_threshold <= 1.0:
         raise UsageError(f"--router-cache-threshold must be a fraction from 0 to 1; got {args.router_cache_threshold}.")
+    if not 0.0 <= args.router_temperature < float("inf"):
+        raise UsageError(f"--router-temperature must be a finite non-negative number; got {args.router_temperature}.")
+    weights = parse_router_weights(args.router_weights) if args.router_weights is not None else None
     try:
         shared = parse_sizes(args.shared_blocks, "--shared-blocks") if args.shared_blocks else (0,)
     except ValueError as exc:
@@ -564,12 +577,14 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
         workers = int(workers)
     options = EngineOptions(models, pools, schedule, decode, args.engine_block_size, args.prefill_tokens_per_s,
                             args.decode_tokens_per_s, schedule_source=args.schedule or str(schedule), workers=workers,
-                            router=args.router, decode_reuse=args.decode_reuse, overlap_weight=args.router_overlap_weight,
-                            router_cache_threshold=args.router_cache_threshold,
+                            router=args.router, seed=args.seed, decode_reuse=args.decode_reuse,
+                            overlap_weight=args.router_overlap_weight, router_cache_threshold=args.router_cache_threshold,
+                            router_temperature=args.router_temperature, router_weights=weights,
                             router_table_blocks=args.router_table_blocks,
                             shared_blocks=shared, offload=offload, scheduler=scheduler)
     try:
-        check_models(options, {"decode_reuse": "--decode-reuse", "tiers": "--shared-blocks", "routing": "--router kv-aware"})
+        check_models(options, {"decode_reuse": "--decode-reuse", "tiers": "--shared-blocks",
+                               "routing": f"--router {args.router}"})
     except ValueError as exc:
         raise UsageError(f"{exc}.") from None
     return options
@@ -681,6 +696,29 @@ def _ttft_targets(texts: list[str]) -> tuple[tuple[str, float], ...]:
     return tuple(out)
 
 
+def parse_router_weights(text: str) -> dict[str, float]:
+    """``--router-weights prefix=3,queue=2``: llm-d's scorer weights (UsageError naming the flag
+    and the keys otherwise).
+
+    >>> parse_router_weights("prefix=3, queue=0.5")
+    {'prefix': 3.0, 'queue': 0.5}
+    """
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, eq, value = part.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not eq or name.strip() not in LLMD_WEIGHTS or not 0.0 <= number < float("inf"):
+            raise UsageError(f"--router-weights takes KEY=WEIGHT pairs, keys {', '.join(LLMD_WEIGHTS)}, weights finite "
+                             f"and non-negative; got {text!r}.")
+        out[name.strip()] = number
+    if not out:
+        raise UsageError(f"--router-weights takes KEY=WEIGHT pairs, keys {', '.join(LLMD_WEIGHTS)}; got {text!r}.")
+    return out
+
+
 def _routing_options(args: argparse.Namespace, options: PlanOptions, trace: Any) -> RoutingOptions | None:
     """K workers of the engine semantics (planning/routing.py), or None when nothing asks for it.
     Without --gpu-blocks but with --gpu (and a model), each worker's pool is one replica's HBM in
@@ -688,9 +726,12 @@ def _routing_options(args: argparse.Namespace, options: PlanOptions, trace: Any)
     engine = options.engine
     hardware = options.budgets.hardware if options.budgets is not None else None
     deployment_routes = engine.workers == "one" and hardware is not None and hardware.replicas > 1
-    if args.router == "kv-aware" and engine.workers in ("one", "recorded") and not deployment_routes:
-        raise UsageError("--router kv-aware routes between --workers K workers (not one, nor the recorded ones); "
+    if args.router in JOINT_ROUTERS and engine.workers in ("one", "recorded") and not deployment_routes:
+        raise UsageError(f"--router {args.router} routes between --workers K workers (not one, nor the recorded ones); "
                          f"the other routers: {', '.join(ROUTERS)}.")
+    if args.router == LLM_D and "engine" in options.semantics and engine.workers != "one":
+        raise UsageError(f"--router llm-d reads the engines' KV usage and queues: it needs --semantics "
+                         f"{_either(_able('routing'))} (the engine semantics has neither).")
     if "engine" not in options.semantics or (engine.workers == "one" and args.shared_blocks is None):
         if args.shared_blocks is not None and not engine.models:
             raise UsageError(f"--shared-blocks needs --semantics {_either(['engine', *_able('tiers')])}.")

@@ -42,7 +42,9 @@ def add_scale_arguments(p: argparse.ArgumentParser) -> None:
                    help="SHARDS fixed size: keep at most S keys (lowering the threshold as needed); bounded memory")
     g.add_argument("--sample-seeds", type=bounded_int("--sample-seeds", 1, 64), default=3, metavar="K",
                    help="hash seeds for the error bars (default 3; the first seed gives the answer)")
-    g.add_argument("--seed", type=bounded_int("--seed", 0), default=0, help="the first hash seed (default 0)")
+    g.add_argument("--seed", type=bounded_int("--seed", 0), default=0,
+                   help="the first hash seed (default 0); in plan also the routers' random draws (the random router, "
+                   "kv-aware's and llm-d's ties, kv-aware's --router-temperature sampling)")
     g.add_argument("--dask", metavar="local[:N]|tcp://HOST:PORT",
                    help="exact replay of time chunks on a Dask cluster (needs the 'dask' extra)")
 

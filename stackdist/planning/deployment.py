@@ -26,7 +26,7 @@ the reuse across pools: a static router's ceiling is below one pool's). The sear
 over ``R`` and a bisection over the tier size (the hit rate is not proved monotone in it).
 
 **Routers.** The hits come from the engine model behind the router the user names, simulated
-jointly with the replicas' pools where the router reads them (kv-aware, least-loaded); each
+jointly with the replicas' pools where the router reads them (kv-aware, llm-d, least-loaded); each
 replica's tiers then run on the requests that router sent it (serial: tiers change neither the
 GPU hits nor a router that scores GPU hits). The scheduler runs one engine per replica, so under
 load a router that reads the replicas' state is stood in by the session router (said so).
@@ -297,7 +297,7 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
             tiers = (_Tiers(trace, options, spec, replicas, gpu, workers, bytes_per_token, counted)
                      if spec.offload is not None else None)
             found[replicas] = int(gpu[counted].sum()), tiers
-            balance[replicas] = routing_balance(workers, replicas, spec.router)[1] if replicas > 1 else ""
+            balance[replicas] = routing_balance(workers, replicas, spec.router, serial=True)[1] if replicas > 1 else ""
         return found[replicas]
 
     load_rows: list[dict[str, Any]] = []

@@ -54,6 +54,12 @@ from stackdist.serving.routed import (
     shared_tier_hits,
     simulate_routed,
 )
+from stackdist.serving.router_pick import (
+    DEFAULT_TEMPERATURE,
+    LLM_D,
+    describe_dynamo,
+    describe_llmd,
+)
 from stackdist.serving.schedule import Schedule
 from stackdist.serving.scheduler import SchedulerResult, SchedulerSettings
 from stackdist.serving.sglang_router import (
@@ -68,6 +74,7 @@ from stackdist.traces import RequestTrace
 from .schema import ClusterPlan, ClusterPoolRow, ClusterWorkerRow, RoutingWorthRow
 
 __all__ = [
+    "JOINT_ROUTERS",
     "ONE_CACHE",
     "ROUTERS",
     "STATIC_ROUTERS",
@@ -118,6 +125,10 @@ class EngineOptions:
     """sglang-cache-aware: SGLang's ``cache_threshold`` (the launcher's default 0.3)."""
     router_table_blocks: int = PrefixCacheConfig.block_number
     """aibrix-prefix-cache: the router's table in 4-byte blocks (``AIBRIX_PREFIX_CACHE_BLOCK_NUMBER``, default 200,000)."""
+    router_temperature: float = DEFAULT_TEMPERATURE
+    """kv-aware: Dynamo's ``router_temperature`` (0: the least cost, ties at random from ``seed``)."""
+    router_weights: dict[str, float] | None = None
+    """llm-d: scorer weights over :data:`~stackdist.serving.router_pick.LLMD_WEIGHTS` (None: those)."""
     shared_blocks: Sequence[int | None] = (0,)
     compare_routers: bool = True
     offload: Sequence[OffloadSpec] = ()
@@ -133,6 +144,9 @@ router reads only its own trees and the load, :mod:`stackdist.serving.sglang_rou
 ``production-stack-prefixaware``: the vLLM Production Stack router's trie of what it sent,
 :mod:`stackdist.serving.production_stack_router`; ``aibrix-prefix-cache``: AIBrix's gateway reads its
 own prefix table and the running counts, :mod:`stackdist.serving.aibrix_router`)."""
+JOINT_ROUTERS = (KV_AWARE, LLM_D)
+"""The routers that read the engines' pools at each arrival: the K pools run jointly
+(:mod:`stackdist.serving.routed`); ``llm-d`` for the engine models only."""
 ONE_CACHE = "one-cache"
 """The routing-worth baseline's key: one worker of K x the pool."""
 
@@ -273,7 +287,7 @@ def run_engine_models(trace: RequestTrace, options: EngineOptions, progress: Any
     if options.schedule == "scheduler":  # the engine's own scheduler under load, one per worker
         return {model: scheduler_run(model, trace, options, pools, progress) for model in options.models}
     schedule = schedule_for(trace, options)
-    kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
+    kv_aware = options.router in JOINT_ROUTERS and options.workers not in ("one", "recorded")
     workers = np.zeros(0, np.int64) if kv_aware else assign_workers(trace, options, schedule)
     out: dict[str, ServingResult] = {}
     check_models(options)
@@ -378,7 +392,7 @@ def merge_loads(parts: list[tuple[np.ndarray, SchedulerResult]], n: int, workers
                                failed_request=failed, busy_s=busy, scheduled_tokens=tokens, workers=workers)
 
 
-CAPABILITIES = {"decode_reuse": "decode reuse", "tiers": "a shared tier", "routing": "the kv-aware router"}
+CAPABILITIES = {"decode_reuse": "decode reuse", "tiers": "a shared tier", "routing": "the kv-aware and llm-d routers"}
 """What :func:`check_models` checks: an engine model's ``supports_<key>``, and its words."""
 
 
@@ -391,7 +405,7 @@ def check_models(options: EngineOptions, words: dict[str, str] = CAPABILITIES) -
     Traceback (most recent call last):
     ValueError: decode reuse is modelled for the vllm model only
     """
-    kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
+    kv_aware = options.router in JOINT_ROUTERS and options.workers not in ("one", "recorded")
     asked = {"decode_reuse": options.decode_reuse, "tiers": _shared(options) != (0,), "routing": kv_aware}
     for spec in map(engine_model, options.models):
         for capability in CAPABILITIES:
@@ -436,13 +450,15 @@ def _shared(options: EngineOptions) -> tuple[int | None, ...]:
 
 def _kv_aware_run(model: str, trace: RequestTrace, options: EngineOptions, schedule: Schedule,
                   pools: tuple[int | None, ...]) -> ClusterResult:
-    """The K pools simulated jointly under the kv-aware router (decode reuse over the whole trace:
-    the earlier request's worker holds the answer's KV, whichever worker the later one lands on)."""
+    """The K pools simulated jointly under ``options.router`` (kv-aware or llm-d; decode reuse over
+    the whole trace: the earlier request's worker holds the answer's KV, whichever worker the later
+    one lands on)."""
     pages = engine_pages(trace, options.engine_block_size)
     if options.decode_reuse:
         pages = reuse_pages(trace, pages)
-    return simulate_routed(pages, engine_model(model), int(options.workers), KV_AWARE, pools, _shared(options), schedule,
-                           options.decode, options.overlap_weight, options.engine_block_size)
+    return simulate_routed(pages, engine_model(model), int(options.workers), options.router, pools, _shared(options),
+                           schedule, options.decode, options.overlap_weight, options.engine_block_size,
+                           temperature=options.router_temperature, weights=options.router_weights, seed=options.seed)
 
 
 def _cluster_hits(cluster: ClusterResult, n_shared: int) -> ServingResult:
@@ -450,7 +466,7 @@ def _cluster_hits(cluster: ClusterResult, n_shared: int) -> ServingResult:
     rows = np.arange(0, len(cluster.pools), n_shared)
     assert cluster.failed_request is not None
     return ServingResult(cluster.model, tuple(cluster.pools[i][0] for i in rows), cluster.gpu_hit_tokens[rows],
-                         cluster.failed_request[rows], None, "joint (kv-aware)", False)
+                         cluster.failed_request[rows], None, f"joint ({cluster.router})", False)
 
 
 def _static_cluster(model: str, result: ServingResult, trace: RequestTrace, options: EngineOptions,
@@ -487,7 +503,7 @@ def _worth_runs(model: str, trace: RequestTrace, options: EngineOptions, schedul
     """Every router at K workers of N, and one pool of K x N (key ``one-cache``), same shared tier."""
     k = int(options.workers)
     out: dict[str, ClusterResult] = {}
-    for name in (*ROUTERS, KV_AWARE):
+    for name in (*ROUTERS, *JOINT_ROUTERS):
         have = done.get(name)
         if have is not None:
             out[name] = have
@@ -495,11 +511,12 @@ def _worth_runs(model: str, trace: RequestTrace, options: EngineOptions, schedul
         if progress is not None:
             progress(f"{model} model: what routing is worth, router {name}")
         other = dataclasses.replace(options, router=name)
-        if name == KV_AWARE:
+        if name in JOINT_ROUTERS:
             out[name] = _kv_aware_run(model, trace, other, schedule, pools)
         else:
             workers = assign_workers(trace, other, schedule)
             cluster = _static_cluster(model, per_worker_run(model, trace, other, schedule, pools, workers), trace, other, schedule, workers)
+            cluster = _with_available(cluster, model, trace, other, schedule, workers, pools)  # the router's regret
             assert cluster is not None
             out[name] = cluster
     one = dataclasses.replace(options, workers="one")
@@ -560,9 +577,10 @@ def _gib(blocks: int | None, bytes_per_block: int) -> float | None:
 
 
 def cluster_pool_row(result: ClusterResult, i: int, mask: np.ndarray, inputs: np.ndarray, bytes_per_block: int,
-                     labels: list[Any]) -> ClusterPoolRow:
+                     labels: list[Any], serial: bool = False) -> ClusterPoolRow:
     """Pool pair ``i`` of a cluster run over the counted requests ``mask``: hits by tier, in
-    total and per worker (``labels`` name the workers). O(requests x workers)."""
+    total and per worker (``labels`` name the workers; ``serial``: the run's schedule was, for
+    the balance warning's reason). O(requests x workers)."""
     gpu, shared = result.gpu_hit_tokens[i], result.shared_hit_tokens[i]
     total = int(inputs[mask].sum())
     workers = []
@@ -575,7 +593,7 @@ def cluster_pool_row(result: ClusterResult, i: int, mask: np.ndarray, inputs: np
                                         prefix_token_hit_rate=hits / tokens if tokens else 0.0))
     g_hits, s_hits = int(gpu[mask].sum()), int(shared[mask].sum())
     c, s = result.pools[i]
-    share, warning = routing_balance(result.worker[i][mask], result.workers, str(result.router))
+    share, warning = routing_balance(result.worker[i][mask], result.workers, str(result.router), serial)
     row = ClusterPoolRow(
         gpu_blocks=_label(c), shared_blocks=_label(s), gpu_gib_per_worker=_gib(c, bytes_per_block),
         shared_gib=_gib(s, bytes_per_block), hit_tokens=g_hits + s_hits, gpu_hit_tokens=g_hits, shared_hit_tokens=s_hits,
@@ -601,9 +619,17 @@ term, or prefix-hash on a trace whose prompts share their first block, send ever
 IMBALANCE_MIN_PER_WORKER = 10
 
 
-def routing_balance(workers: np.ndarray, k: int, router: str) -> tuple[float, str]:
+SERIAL_COLLAPSE = (" (serial schedule: nothing is running when a request arrives, so the router's load terms are "
+                   "the same on every worker and it sends each request to the longest cached prefix, as the product "
+                   "would; a timed schedule (the service model or a recorded one) lets the load spread them)")
+"""Why a load-aware router (kv-aware, llm-d) piles onto one worker under a serial schedule."""
+
+
+def routing_balance(workers: np.ndarray, k: int, router: str, serial: bool = False) -> tuple[float, str]:
     """The busiest worker's share of the requests, and a warning when it is over
-    :data:`IMBALANCE` times the fair share (none for one worker or the trace's recorded workers).
+    :data:`IMBALANCE` times the fair share (none for one worker or the trace's recorded workers);
+    for a router that reads the load (:data:`JOINT_ROUTERS`) under a ``serial`` schedule the
+    warning says why (:data:`SERIAL_COLLAPSE`).
 
     >>> routing_balance(np.zeros(40, np.int64), 4, "prefix-hash")[1]
     'router prefix-hash sent 100.0% of the requests to worker 0 (a fair share is 25.0%): the 4 workers do not serve as 4'
@@ -618,17 +644,21 @@ def routing_balance(workers: np.ndarray, k: int, router: str) -> tuple[float, st
     share = float(counts[busiest] / valid.size)
     if router == "recorded" or share <= IMBALANCE / k or valid.size < IMBALANCE_MIN_PER_WORKER * k:
         return share, ""
+    why = SERIAL_COLLAPSE if serial and router in JOINT_ROUTERS else ""
     return share, (f"router {router} sent {share:.1%} of the requests to worker {busiest} (a fair share is "
-                   f"{1 / k:.1%}): the {k} workers do not serve as {k}")
+                   f"{1 / k:.1%}): the {k} workers do not serve as {k}{why}")
 
 
 def _feasible(result: ClusterResult, i: int) -> bool:
     return result.failed_request is None or bool(result.failed_request[i] < 0)
 
 
-def routing_worth_rows(results: dict[str, ClusterResult], mask: np.ndarray, total: int) -> list[RoutingWorthRow]:
+def routing_worth_rows(results: dict[str, ClusterResult], mask: np.ndarray, total: int,
+                       serial: bool = False) -> list[RoutingWorthRow]:
     """Per pool pair: every router's prefix token hit rate (GPU + shared) at K workers of C
-    against one cache of K x C (key :data:`ONE_CACHE`); None where a pool is infeasible."""
+    against one cache of K x C (key :data:`ONE_CACHE`), and the regret (what the fleet held at
+    each arrival minus the GPU hit, percentage points of the prompt tokens) of every router whose
+    run probed the workers; None where a pool is infeasible."""
     one = results[ONE_CACHE]
     rows = []
     for i, (c, s) in enumerate(one.pools):
@@ -639,14 +669,18 @@ def routing_worth_rows(results: dict[str, ClusterResult], mask: np.ndarray, tota
         baseline = (int(one.hit_tokens[i][mask].sum()) / total if total else 0.0) if _feasible(one, i) else None
         gpu = next(iter(r for name, r in results.items() if name != ONE_CACHE)).pools[i][0]
         best_rate = rate[best] if best is not None else None
-        shares = {name: routing_balance(r.worker[i][mask], r.workers, name) for name, r in results.items()
+        shares = {name: routing_balance(r.worker[i][mask], r.workers, name, serial) for name, r in results.items()
                   if name != ONE_CACHE and _feasible(r, i)}
+        regret = {name: (100.0 * int((r.available_hit_tokens[i] - r.gpu_hit_tokens[i])[mask].sum()) / total if total
+                         else 0.0) if _feasible(r, i) else None
+                  for name, r in results.items() if name != ONE_CACHE and r.available_hit_tokens is not None}
         rows.append(RoutingWorthRow(
             gpu_blocks=_label(gpu), shared_blocks=_label(s), one_cache_blocks=_label(c),
             one_cache_prefix_token_hit_rate=baseline, routers=rate, best_router=best,
             best_minus_one_cache_percentage_points=None if best_rate is None or baseline is None
             else 100.0 * (best_rate - baseline),
             busiest_worker_share={name: share for name, (share, _) in shares.items()},
+            routing_regret_percentage_points=regret,
             warnings=[warning for _, warning in shares.values() if warning]))
     return rows
 
@@ -663,6 +697,7 @@ def model_cluster_section(result: ModelCluster, trace: RequestTrace, options: En
     feasible = [i for i in range(len(cluster.pools)) if _feasible(cluster, i)]
     total = int(trace.input_length[counted].sum())
     weight = options.overlap_weight
+    serial = not isinstance(result, LoadCluster) and schedule_for(trace, options).is_serial
     return ClusterPlan(
         semantics=result.engine, workers=cluster.workers, router=cluster.router, worker_labels=labels,
         order=("each worker's own scheduler under load, its requests at their arrival times"
@@ -672,15 +707,14 @@ def model_cluster_section(result: ModelCluster, trace: RequestTrace, options: En
                   f"{options.engine_block_size}-token pages",
         shared_tier=("one LRU for all workers; after the GPU prefix hit the hit continues in it; the full prompt "
                      "pages from the GPU hit on are written through at arrival, tail first"),
-        kv_aware=(f"Dynamo's KV-router cost: {weight:g} x prefill blocks still to compute + active blocks "
-                  "(ties: fewer running, fewer routed, lowest index)" if weight != float("inf")
-                  else "longest prefix the engine would report (ties: fewer running, fewer routed, lowest index)"),
+        kv_aware=describe_dynamo(weight, options.router_temperature, options.seed),
+        llm_d=describe_llmd(options.router_weights, options.seed) if cluster.router == LLM_D else "",
         sglang_cache_aware=(describe(CacheAwareConfig(cache_threshold=options.router_cache_threshold),
                                      options.engine_block_size) if cluster.router == SGLANG_CACHE_AWARE else ""),
         router_rule=router_rule(cluster.router, options),
         requests=int(counted.sum()), input_tokens=total,
-        pools=[cluster_pool_row(cluster, i, counted, trace.input_length, bytes_per_block, labels) for i in feasible],
-        routing_worth=routing_worth_rows(result.worth, counted, total) if result.worth else None,
+        pools=[cluster_pool_row(cluster, i, counted, trace.input_length, bytes_per_block, labels, serial) for i in feasible],
+        routing_worth=routing_worth_rows(result.worth, counted, total, serial) if result.worth else None,
         notes=[f"pool pair {cluster.pools[i]} infeasible (request {int(cluster.failed_request[i])} cannot allocate)"
                for i in range(len(cluster.pools)) if i not in feasible and cluster.failed_request is not None])
 
@@ -717,7 +751,7 @@ def engine_section(
     schedule = options.schedule_source if isinstance(options.schedule, Schedule) else options.schedule
     reuse = None
     if options.decode_reuse:  # per worker, as the model runs it (kv-aware: one joint run)
-        kv_aware = options.router == KV_AWARE and options.workers not in ("one", "recorded")
+        kv_aware = options.router in JOINT_ROUTERS and options.workers not in ("one", "recorded")
         reuse_workers = None if kv_aware else assign_workers(trace, options, schedule_for(trace, options))
         reuse = reuse_report(trace, reuse_workers, options.engine_block_size)
     if trace.engine_cached_tokens is not None and (trace.engine_cached_tokens[mask] >= 0).all():
@@ -862,7 +896,7 @@ def per_request_columns(result: ServingResult | ClusterResult) -> list[tuple[str
         rows = [j for j, (g, _) in enumerate(cluster.pools) if g == pool]
         if not _feasible(cluster, rows[0]):
             continue
-        if cluster.router == KV_AWARE:
+        if cluster.router in JOINT_ROUTERS:
             columns.append((f"worker_{_pool_label(pool)}", cluster.worker[rows[0]]))
         columns.append((f"hit_tokens_{_pool_label(pool)}", cluster.gpu_hit_tokens[rows[0]]))
         if cluster.available_hit_tokens is not None:  # the best worker's prefix hit at arrival: after the others
@@ -890,7 +924,7 @@ def per_request_workers(result: ServingResult | ClusterResult) -> np.ndarray | N
     cluster = result if isinstance(result, ClusterResult) else getattr(result, "cluster", None)
     if cluster is None or cluster.router == "recorded":
         return None
-    if cluster.router == KV_AWARE:
+    if cluster.router in JOINT_ROUTERS:
         return np.full(cluster.worker.shape[1], -1, np.int64)
     feasible = [i for i in range(len(cluster.pools)) if _feasible(cluster, i)]
     return cluster.worker[feasible[0]] if feasible else None

@@ -46,13 +46,18 @@ PRECISION = 0.01
 
 import numpy as np
 
-from stackdist.serving.cluster import KV_AWARE
 from stackdist.serving.engine_model import engine_model
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.traces import RequestTrace
 
-from .engine_plan import EngineOptions, assign_workers, per_worker_run, schedule_for
+from .engine_plan import (
+    JOINT_ROUTERS,
+    EngineOptions,
+    assign_workers,
+    per_worker_run,
+    schedule_for,
+)
 
 __all__ = ["CURVE_POINTS", "engine_working_set"]
 
@@ -72,8 +77,8 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
     if options.schedule == "scheduler":
         return {"skipped": "not searched under the engine's scheduler: each probe would be a whole run of the "
                            "scheduler under load; the pools rows are the answers at the sizes given"}
-    if options.router == KV_AWARE and options.workers not in ("one", "recorded"):
-        return {"skipped": "not searched with the kv-aware router (each probe would be a joint run of the K pools); "
+    if options.router in JOINT_ROUTERS and options.workers not in ("one", "recorded"):
+        return {"skipped": f"not searched with the {options.router} router (each probe would be a joint run of the K pools); "
                            "the pools rows are the answers at the sizes given"}
 
     def rate(hits: int) -> float:

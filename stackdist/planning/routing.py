@@ -34,6 +34,7 @@ import numpy as np
 
 from stackdist.engine.keys import unique_sorted
 from stackdist.serving.cluster import KV_AWARE, ClusterResult, simulate_cluster
+from stackdist.serving.router_pick import describe_dynamo
 from stackdist.serving.sglang_router import (
     SGLANG_CACHE_AWARE,
     CacheAwareConfig,
@@ -144,8 +145,8 @@ def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, Clust
     chosen = "recorded" if recorded is not None else options.router
     jobs: dict[str, tuple[int, Any, tuple[int | None, ...]]] = {
         chosen: (k, recorded if recorded is not None else _route(trace, chosen, k, options), gpus)}
+    too_big = int(unique_sorted(trace.block_ids).size) * k > KV_AWARE_MAX_ENTRIES
     if options.compare and k > 1:
-        too_big = int(unique_sorted(trace.block_ids).size) * k > KV_AWARE_MAX_ENTRIES
         for name in ROUTING_ROUTERS:
             if name not in jobs and not (name == KV_AWARE and too_big):
                 jobs[name] = (k, _route(trace, name, k, options), gpus)
@@ -153,7 +154,9 @@ def run_routing(trace: RequestTrace, options: RoutingOptions) -> dict[str, Clust
 
     def run(name: str) -> ClusterResult:
         workers, route, sizes = jobs[name]
-        result = simulate_cluster(trace, workers, route, sizes, shared, options.overlap_weight)
+        held = name != ONE_CACHE and workers > 1 and not too_big  # every router's regret (kv-aware: always)
+        result = simulate_cluster(trace, workers, route, sizes, shared, options.overlap_weight,
+                                  options.engine.router_temperature, options.engine.seed, available=held)
         return result if isinstance(route, str) else dataclasses.replace(result, router=name)  # not "static"
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -171,9 +174,10 @@ def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, opti
     labels: list[Any] = list(range(main.workers))
     if name == "recorded" and trace.workers is not None:
         labels = [int(x) for x in np.unique(trace.workers)]
-    rows = [cluster_pool_row(main, i, mask, trace.input_length, bytes_per_block, labels) for i in range(len(main.pools))]
+    rows = [cluster_pool_row(main, i, mask, trace.input_length, bytes_per_block, labels, True)
+            for i in range(len(main.pools))]  # the engine semantics: always serial
     total = int(trace.input_length[mask].sum())
-    worth = routing_worth_rows(results, mask, total) if ONE_CACHE in results else None
+    worth = routing_worth_rows(results, mask, total, True) if ONE_CACHE in results else None
     notes = [] if worth is None or KV_AWARE in results else [
         (f"kv-aware left out of the comparison: distinct blocks x {main.workers} workers is over "
          f"{KV_AWARE_MAX_ENTRIES:,} entries of state (ask for it with --router kv-aware)")]
@@ -183,9 +187,9 @@ def routing_section(results: dict[str, ClusterResult], trace: RequestTrace, opti
         pool_unit=f"blocks of {trace.block_size} tokens (the trace's block size); gpu_blocks per worker",
         shared_tier=("one LRU for all workers; a request's hit is its GPU prefix continued in the shared tier; "
                      "every block received or computed is written through, tail first; neither inclusive nor exclusive"),
-        kv_aware=(f"Dynamo's KV-router cost, {options.overlap_weight:g} x prefill blocks still to compute + active blocks "
-                  "(serial: the longest cached GPU prefix for any weight > 0), ties to the fewest requests routed so far, "
-                  "then the lowest index"),
+        kv_aware=describe_dynamo(options.overlap_weight, options.engine.router_temperature, options.engine.seed)
+        + " (serial: nothing else running, so the longest cached GPU prefix for any weight > 0)",
+        llm_d="",
         sglang_cache_aware=(describe(CacheAwareConfig(cache_threshold=options.engine.router_cache_threshold),
                                      options.engine.engine_block_size) if name == SGLANG_CACHE_AWARE else ""),
         router_rule=router_rule(name, options.engine),

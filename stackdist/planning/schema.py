@@ -359,6 +359,7 @@ class RoutingWorthRow(TypedDict):
     best_router: str | None
     best_minus_one_cache_percentage_points: float | None
     busiest_worker_share: dict[str, float]
+    routing_regret_percentage_points: dict[str, float | None]  # routers whose run probed every worker
     warnings: list[str]
 
 
@@ -373,6 +374,7 @@ class ClusterPlan(TypedDict):
     kv_aware: str
     sglang_cache_aware: str  # SGLang's cache-aware router in words when it is the router, else ""
     router_rule: str  # a product's router (sglang-cache-aware, production-stack-prefixaware) in words when it routes, else ""
+    llm_d: str  # llm-d's scheduler in words when it is the router (engine models), else ""
     requests: int
     input_tokens: int
     pools: list[ClusterPoolRow]

@@ -29,7 +29,8 @@ def cluster_lines(section: ClusterPlan) -> list[str]:
     lines = [f"== {what} on {section['workers']} workers (router {section['router']}; {section['order']}) ==",
              f"pool unit: {section['pool_unit']}; shared tier: {section['shared_tier']}; kv-aware: {section['kv_aware']}"
              + (f"; {section['router']}: {rule}" if (rule := section.get("router_rule") or section.get("sglang_cache_aware"))
-                else ""),
+                else "")
+             + (f"; llm-d: {section['llm_d']}" if section.get("llm_d") else ""),
              (f"  {'gpu/worker':>11} {'shared':>10} {'GiB/worker':>11} {'shared GiB':>11} {'prefix hit rate':>16} "
               f"{'from GPU':>9} {'from shared':>12} {'requests hit':>13}")]
     for row in section["pools"]:
@@ -62,6 +63,12 @@ def cluster_lines(section: ClusterPlan) -> list[str]:
             lines.append(f"  {w['gpu_blocks']!s:>11} {w['shared_blocks']!s:>10} {_rate(w['one_cache_prefix_token_hit_rate']):>10} "
                          + " ".join(f"{_rate(w['routers'][r]):>12}" for r in routers)
                          + (f" {diff:>+14.2f} pp" if diff is not None else f" {'':>14}   "))
+        for w in worth:
+            regret = {r: x for r, x in w.get("routing_regret_percentage_points", {}).items() if x is not None}
+            if regret:
+                lines.append(f"  regret at C = {w['gpu_blocks']}, shared {w['shared_blocks']} (the best worker's prefix at "
+                             "each arrival minus the routed worker's, pp): "
+                             + ", ".join(f"{r} {x:.2f}" for r, x in regret.items()))
         warned = dict.fromkeys(warning for w in worth for warning in w.get("warnings", []))
         lines += [f"  WARNING: {warning} (C = {w['gpu_blocks']})" for w in worth for warning in w.get("warnings", [])
                   if warned.pop(warning, 0) is None]

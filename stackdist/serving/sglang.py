@@ -80,7 +80,7 @@ from .schedule import Events, Schedule, event_order
 from .vllm import resolve_schedule
 
 __all__ = ["SGLANG", "SglangModel", "sglang_pool_run", "simulate_sglang", "tree_event", "tree_init", "tree_inputs",
-           "tree_match_length", "tree_rows"]
+           "tree_match_length", "tree_rows", "tree_usage"]
 
 _B = 16
 _ROOT = 0
@@ -498,6 +498,25 @@ def simulate_sglang(
             hi = int(((P + np.maximum(O, 1) + B - 1) // B).sum()) + 1
             min_pool = bisect_feasible(lambda n: _run(pages, prep, n, B)[1] < 0, bound, hi)
     return ServingResult("sglang", pools, hits, failed, min_pool, "per-size", proved)
+
+
+@njit(cache=True, nogil=True)
+def tree_usage(nd, hs, N):  # type: ignore[no-untyped-def]
+    """SGLang's ``token_usage`` of a tree over ``N`` pages: ``1 - (free + evictable) / N``
+    (scheduler: ``num_used = max_total_num_tokens - (available_size + evictable_size)``; the
+    evictable size is every alive unlocked node's length, as ``RadixCache.evictable_size_``
+    counts it). O(nodes).
+
+    >>> nd, fn, hs = np.zeros((2, 10), np.int64), np.zeros(3, np.int64), np.zeros(4, np.int64)
+    >>> _init_tree(nd, fn, hs, 8)
+    >>> float(tree_usage(nd, hs, 8))
+    0.0
+    """
+    evictable = 0
+    for c in range(1, hs[_NNODES]):
+        if nd[c, _ALIVE] == 1 and nd[c, _LOCK] == 0:
+            evictable += nd[c, _LEN]
+    return 1.0 - (hs[_FREE] + evictable) / N if N > 0 else 0.0
 
 
 # Package-internal: the kernel steps serving/routed.py drives on K trees at once (one tree per

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import OrderedDict
 
 import numpy as np
@@ -353,3 +354,53 @@ def _checkpoint(eng, s, key, prompt_pages=None):
 
 def as_arrays(hits):
     return np.asarray(hits, dtype=np.int64)
+
+
+# ---- routers (stackdist/serving/router_pick.py, routed.py): the same rules, plain Python --------
+
+
+def dynamo_pick_ref(costs, u, temperature):
+    """Dynamo's softmax_sample over logits ``costs`` (lower better) with the draw ``u``: at
+    temperature 0 the floor(u x m)-th of the m smallest (index order); else the first worker whose
+    cumulative softmax(-cost / (max - min) / T) reaches u (uniform when all costs are equal)."""
+    lo, hi = min(costs), max(costs)
+    if temperature == 0:
+        tied = [v for v, c in enumerate(costs) if c == lo]
+        return tied[min(math.floor(u * len(tied)), len(tied) - 1)]
+    if lo == hi:
+        probs = [1.0 / len(costs)] * len(costs)
+    else:
+        scaled = [-(c / (hi - lo)) / temperature for c in costs]
+        top = max(scaled)
+        exps = [math.exp(x - top) for x in scaled]
+        probs = [e / sum(exps) for e in exps]
+    acc = 0.0
+    for v, p in enumerate(probs):
+        acc += p
+        if u <= acc:
+            return v
+    return len(costs) - 1
+
+
+def llmd_pick_ref(scores, u):
+    """llm-d's max-score picker with the draw ``u``: the floor(u x m)-th of the m highest."""
+    hi = max(scores)
+    tied = [v for v, s in enumerate(scores) if s == hi]
+    return tied[min(math.floor(u * len(tied)), len(tied) - 1)]
+
+
+def vllm_usage(eng):
+    """vLLM's BlockPool.get_usage: 1 - free blocks / (num_gpu_blocks - 1)."""
+    total = len(eng.blocks) - 1
+    return 1.0 - len(eng.free) / total if total else 0.0
+
+
+def sglang_usage(eng, num_pages):
+    """SGLang's token_usage: 1 - (free + evictable) / pages, evictable = every unlocked node's pages."""
+    evictable, stack = 0, list(eng.root.children.values())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        if node.lock_ref == 0:
+            evictable += len(node.key)
+    return 1.0 - (eng.free_pages + evictable) / num_pages if num_pages else 0.0
