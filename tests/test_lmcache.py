@@ -134,7 +134,7 @@ def test_plan_takes_the_bytes_from_the_log_and_says_so(tmp_path, capsys):
     qwen3 = model_spec("qwen3-8b").geometry.kv_bytes_per_token
     model, err = _plan_json(tmp_path, capsys, path, "--model", "qwen3-8b")
     assert model["bytes_per_block"] == 2**20  # the log wins, and the conflict is said
-    assert f"--model qwen3-8b (model dtype (2 B)) has {qwen3:,} KV bytes per token" in err and "using the log's" in err
+    assert f"--model qwen3-8b (model default, 2 B/element) has {qwen3:,} KV bytes per token" in err and "using the log's" in err
     # the same model in fp8: its own shapes, no conflict
     fp8 = _log(tmp_path, shapes=((qwen3 // 2 * 256,),), dtypes=("float8_e5m2",), name="lookup_hashes_9.jsonl")
     model, err = _plan_json(tmp_path, capsys, fp8, "--model", "qwen3-8b", "--kv-dtype", "fp8")

@@ -214,11 +214,11 @@ def with_budget_pools(options: Any, trace: Any) -> Any:
 
 def kv_dtype_text(args: argparse.Namespace, spec: ModelSpec) -> str:
     """The KV element type as the user reads it: ``--kv-dtype`` when given, else the model's
-    own, by its bytes per element (``model dtype, 2 B``), for titles and labels. O(1)."""
+    own, by its bytes per element (``model default, 2 B/element``), for titles and labels. O(1)."""
     given = getattr(args, "kv_dtype", None)
     if given and given != "auto":
-        return f"{given} ({spec.geometry.dtype_bytes} B)"
-    return f"model dtype ({spec.geometry.dtype_bytes} B)"
+        return f"{given}, {spec.geometry.dtype_bytes} B/element"
+    return f"model default, {spec.geometry.dtype_bytes} B/element"
 
 
 def model_note(command: str, args: argparse.Namespace, spec: ModelSpec) -> None:

@@ -320,6 +320,16 @@ def _bytes_of_the_trace(args: argparse.Namespace, options: PlanOptions, trace: A
     return dataclasses.replace(options, geometry=geometry, budgets=budgets)
 
 
+def _kv_dtype_title(args: argparse.Namespace, trace: Any) -> str:
+    """The KV element type for the plot's title: the log's when it states the bytes, else
+    ``--kv-dtype`` or the model's own."""
+    from .budget_args import kv_dtype_text
+
+    if getattr(trace, "kv_bytes_per_block", None) is not None:
+        return "of the log's shapes and dtypes"
+    return kv_dtype_text(args, resolve_spec(args))
+
+
 def _every(args: argparse.Namespace) -> tuple[str | None, str]:
     """``--every`` and the flag given, or the old ``--window DURATION`` (no colon, so never a
     START:STOP) with a deprecation note on stderr; ``args.window`` is then cleared."""
@@ -387,7 +397,7 @@ def run_plan(args: argparse.Namespace) -> int:
         from stackdist.render.plot import plot_engine_models, plot_offload, plot_plan
 
         if options.semantics:
-            plot_plan(args.plot, report, list(options.targets), result.curves or None)
+            plot_plan(args.plot, report, list(options.targets), result.curves or None, _kv_dtype_title(args, trace))
         if report.get("engine_models"):  # the curve semantics' or the offload plot keeps the name given
             engines = _suffixed(args.plot, "engines") if options.semantics or report.get("offload") else args.plot
             plot_engine_models(engines, report)
