@@ -400,7 +400,7 @@ def run_plan(args: argparse.Namespace) -> int:
             plot_plan(args.plot, report, list(options.targets), result.curves or None, _kv_dtype_title(args, trace))
         if report.get("engine_models"):  # the curve semantics' or the offload plot keeps the name given
             engines = _suffixed(args.plot, "engines") if options.semantics or report.get("offload") else args.plot
-            plot_engine_models(engines, report)
+            plot_engine_models(engines, report, _kv_dtype_title(args, trace))
             if engines != args.plot:
                 print(f"stackdist plan: the engine models' plot is {engines}", file=sys.stderr)
         if report.get("offload"):

@@ -33,7 +33,7 @@ from typing import IO, Any
 
 from stackdist.errors import EXIT_INTERRUPTED, EXIT_OK, UsageError, require_data
 from stackdist.output import write_atomic
-from stackdist.render.prometheus import parse_listen, prometheus_text
+from stackdist.render.prometheus import prometheus_text
 from stackdist.traces.follow import follow_lines
 from stackdist.traces.formats import is_request_format
 
@@ -127,6 +127,20 @@ def parse_duration_with_unit(text: str, flag: str) -> float:
         raise UsageError(f"{flag} must be a positive duration with its unit (ms, s, m, h) up to a week, "
                          f"e.g. 10s or 5m; got {text!r}.")
     return value
+
+
+def parse_listen(text: str, flag: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9400`` for IPv6; port 0: a free one); UsageError naming ``flag``. O(1).
+
+    >>> parse_listen("127.0.0.1:0"), parse_listen("[::1]:9400")
+    (('127.0.0.1', 0), ('::1', 9400))
+    """
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise UsageError(f"{flag} must be HOST:PORT with a port 0 to 65535 (0: any free port), e.g. 0.0.0.0:9400; "
+                         f"got {text!r}.")
+    return host, int(port)
 
 
 def percent_fractions(text: str, flag: str) -> list[float]:
@@ -250,7 +264,7 @@ def run_watch(args: argparse.Namespace) -> int:
     if listen is not None:
         from stackdist.render.prometheus import serve
 
-        exporter = serve(*listen, labels)
+        exporter = serve(*listen, labels, "--listen")
         print(f"stackdist watch: serving metrics at http://{listen[0]}:{exporter.port}/metrics", file=sys.stderr, flush=True)
     out = sys.stdout if args.output == "-" else open(args.output, "a", encoding="utf-8")  # noqa: SIM115
     sinks = _Sinks(out, args.prometheus, exporter, labels)

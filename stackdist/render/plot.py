@@ -247,6 +247,12 @@ def _unit(fmt: str | None) -> str:
     return unit_of(fmt)
 
 
+def _unit_text(fmt: str | None) -> str:
+    """The capacity unit with the block size when the format fixes it (``blocks of 512 tokens``)."""
+    unit, block = _unit(fmt), _block_tokens(fmt)
+    return f"blocks of {block} tokens" if unit == "blocks" and block else unit
+
+
 def _block_tokens(fmt: str | None) -> int | None:
     """Tokens per block of a request format with a fixed block size, else None."""
     from stackdist.traces.formats import FORMATS
@@ -263,8 +269,11 @@ def plot_hit_curve(path: str | os.PathLike[str], curve: Any, targets: Sequence[f
     counted = f"accesses {curve.window[0]:,}..{curve.window[1] - 1:,}" if curve.n_accesses else "no accesses"
     title = (f"exact LRU hit curve: {os.path.basename(source)}\n{counted} counted (--window {window or ':'}, "
              f"--warmup {warmup or 0}), ceiling {curve.ceiling_hit_rate:.1%}")
-    plot_curves(path, [("LRU hit rate (exact)", x, y)], xlabel=f"cache capacity ({_unit(fmt)})",
-                hlines=[(f"target {t:.0%}", t) for t in targets], title=title)
+    hlines = [(f"target {t:.0%}", t) for t in targets]
+    if curve.n_accesses:  # what no capacity exceeds
+        hlines.append((f"ceiling {curve.ceiling_hit_rate:.1%} (infinite cache)", curve.ceiling_hit_rate))
+    plot_curves(path, [("LRU hit rate (exact)", x, y)], xlabel=f"cache capacity ({_unit_text(fmt)})", hlines=hlines,
+                title=title)
 
 
 def plot_sampled_curve(path: str | os.PathLike[str], curves: Sequence[Any], targets: Sequence[float], *, source: str,
@@ -282,7 +291,7 @@ def plot_sampled_curve(path: str | os.PathLike[str], curves: Sequence[Any], targ
     if len(curves) > 1:
         series += [(f"lowest and highest of the {len(curves)} seeds", x, rates.min(0)), ("_highest", x, rates.max(0))]
         styles += [{"color": "C0", "ls": "--", "lw": 0.8, "alpha": 0.6}] * 2
-    plot_curves(path, series, xlabel=f"cache capacity ({_unit(fmt)})", hlines=[(f"target {t:.0%}", t) for t in targets],
+    plot_curves(path, series, xlabel=f"cache capacity ({_unit_text(fmt)})", hlines=[(f"target {t:.0%}", t) for t in targets],
                 title=title, styles=styles)
 
 
@@ -301,10 +310,7 @@ def tiers_figure(result: dict[str, Any], *, source: str, fmt: str | None = None,
                  bytes_per_unit: float | None = None, model: str | None = None) -> Any:
     """The figure of :func:`plot_tiers`, not saved. O(grid)."""
     n = max(int(result["summary"]["accesses"]), 1)
-    unit = _unit(fmt)
-    block = _block_tokens(fmt)
-    if unit == "blocks" and block:
-        unit = f"blocks of {block} tokens"
+    unit, block = _unit_text(fmt), _block_tokens(fmt)
     scale = 1.0 if not bytes_per_unit else float(bytes_per_unit) / 2**30
     series, styles = [], []
     for kind in ("inclusive", "exclusive"):
@@ -459,7 +465,7 @@ def plot_offload(path: str | os.PathLike[str], report: Any) -> None:
     plt.close(fig)
 
 
-def plot_engine_models(path: str | os.PathLike[str], report: Any) -> None:
+def plot_engine_models(path: str | os.PathLike[str], report: Any, kv_dtype: str | None = None) -> None:
     """The engine models' prefix token hit rate against their KV pool in GiB: one colour per
     model, named with the engine and version it follows. An exact curve (vLLM's one replay:
     every step between the plan's exact points) is drawn as steps, with the run's own pools on
@@ -467,7 +473,7 @@ def plot_engine_models(path: str | os.PathLike[str], report: Any) -> None:
     probes) is a point, joined by a faint line only to guide the eye. Each model's ceiling (its
     infinite pool) is a dashed line; each working set and each GPU budget (the plan's
     ``budgets`` rows) a numbered vertical line, listed in the box; the pools too small for the trace
-    are shaded."""
+    are shaded. ``kv_dtype`` (e.g. ``fp8, 1 B/element``) goes in the title."""
     sections = report.get("engine_models") or {}
     if not sections:
         raise UsageError("the engine models' plot needs an engine model in the plan.")
@@ -541,7 +547,9 @@ def plot_engine_models(path: str | os.PathLike[str], report: Any) -> None:
                   f"{m['kv_bytes_per_token']:,} B/token; log axis)")
     ax.set_ylabel("prefix token hit rate (counted requests)")
     follows = "; ".join(f"{name} follows {sec['follows']}" for name, sec in sections.items())
-    ax.set_title(f"Engine models: prefix token hit rate vs KV pool: {os.path.basename(str(t['source']))}, model {m['name']}\n"
+    dtype = f", KV dtype {kv_dtype}" if kv_dtype else ""
+    ax.set_title(f"Engine models: prefix token hit rate vs KV pool: {os.path.basename(str(t['source']))}, model {m['name']}"
+                 f"{dtype}\n"
                  f"{follows}\nschedule {sched}, decode {'on' if first['decode'] else 'off'}, {page}-token pages, "
                  f"{first['requests']:,} requests counted (warm-up excluded)", fontsize=8.5, pad=22 if marks else 6)
     ax.legend(fontsize=7.5, loc="lower right", framealpha=0.9)

@@ -23,7 +23,7 @@ from typing import Any
 
 from stackdist.errors import UsageError
 
-__all__ = ["Exporter", "MetricFamily", "metric_families", "parse_listen", "prometheus_text", "serve"]
+__all__ = ["Exporter", "MetricFamily", "metric_families", "prometheus_text", "serve"]
 
 PREFIX = "stackdist_kv_"
 
@@ -166,10 +166,10 @@ class _Latest:
 
 
 class Exporter:
-    """A running ``--listen`` endpoint: :meth:`update` with each new record; :attr:`port` is the
-    bound port (``:0`` picks a free one); :meth:`close` stops it."""
+    """A running HTTP endpoint: :meth:`update` with each new record; :attr:`port` is the bound
+    port (0 picks a free one); :meth:`close` stops it."""
 
-    def __init__(self, host: str, port: int, labels: Mapping[str, str]) -> None:
+    def __init__(self, host: str, port: int, labels: Mapping[str, str], flag: str) -> None:
         from prometheus_client import CollectorRegistry, start_http_server
 
         self.latest = _Latest(labels)
@@ -178,7 +178,7 @@ class Exporter:
         try:
             self.server, self.thread = start_http_server(port, addr=host, registry=registry)
         except OSError as exc:
-            raise UsageError(f"--listen {host}:{port}: cannot listen there ({exc.strerror or exc}).") from None
+            raise UsageError(f"{flag} {host}:{port}: cannot listen there ({exc.strerror or exc}).") from None
         self.port = int(self.server.server_address[1])
 
     def update(self, record: Mapping[str, Any]) -> None:
@@ -192,25 +192,12 @@ class Exporter:
         self.server.server_close()
 
 
-def parse_listen(text: str, flag: str = "--listen") -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9400`` for IPv6; port 0: a free one); UsageError naming ``flag``.
-
-    >>> parse_listen("127.0.0.1:0"), parse_listen("[::1]:9400")
-    (('127.0.0.1', 0), ('::1', 9400))
-    """
-    host, sep, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise UsageError(f"{flag} must be HOST:PORT with a port 0 to 65535 (0: any free port), e.g. 0.0.0.0:9400; got {text!r}.")
-    return host, int(port)
-
-
-def serve(host: str, port: int, labels: Mapping[str, str]) -> Exporter:
-    """Start the ``--listen`` HTTP endpoint (``prometheus_client``); a UsageError with the
-    install hint when ``prometheus_client`` is missing. O(1)."""
+def serve(host: str, port: int, labels: Mapping[str, str], flag: str) -> Exporter:
+    """Start the HTTP endpoint (``prometheus_client``) asked for by ``flag``; a UsageError with
+    the install hint when ``prometheus_client`` is missing. O(1)."""
     try:
         import prometheus_client  # noqa: F401
     except ImportError:
-        raise UsageError("--listen serves metrics with prometheus_client; install it with: "
-                         "pip install 'stackdist[watch]' (the --prometheus textfile needs nothing)") from None
-    return Exporter(host, port, labels)
+        raise UsageError(f"{flag} serves metrics with prometheus_client; install it with: "
+                         "pip install 'stackdist[watch]' (the Prometheus textfile needs nothing)") from None
+    return Exporter(host, port, labels, flag)

@@ -126,7 +126,7 @@ def read_lmcache(path: str | os.PathLike[str], skip_bad: bool = False, model: st
     sizes = {r["bytes"] for r in rows if r["bytes"] is not None}
     if len(sizes) > 1:
         raise TraceFormatError(path, None, f"every lookup must have one KV size per chunk; its shapes and dtypes give "
-                               f"{', '.join(f'{b:,}' for b in sorted(sizes))} bytes (use --model to pick one model's lookups)")
+                               f"{', '.join(f'{b:,}' for b in sorted(sizes))} bytes (one model_name's lookups at a time)")
     ids: dict[str, int] = {}
     flat = [ids.setdefault(h.lower(), len(ids)) for r in rows for h in r["hashes"]]
     counts = np.array([len(r["hashes"]) for r in rows], np.int64)
