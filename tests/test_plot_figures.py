@@ -107,7 +107,7 @@ def test_plan_plot_marks_the_gpu_budget_and_names_the_dtype(tmp_path, capsys, mo
     lines = [ln for ln in ax.lines if ln.get_gid() == "budget-line"]
     assert sorted(float(ln.get_xdata()[0]) for ln in lines) == pytest.approx(sorted(r["gib"] for r in budgets.values()))
     box = next(t for t in ax.texts if t.get_gid() == "marker-box").get_text()
-    assert f"{hbm['gib']:,.2f} GiB = {hbm['blocks']:,} blocks" in box and "budget 2GiB" in box
+    assert f"{hbm['gib']:,.0f} GiB = {hbm['blocks']:,} blocks" in box and "budget 2GiB: 2 GiB = " in box
     assert "KV dtype fp8, 1 B/element" in ax.get_title()
     assert f"({report['model']['kv_bytes_per_token']:,} B/token)" in ax.get_title()
     assert not _overlapping(ticks, pad=2.0) and len(ticks) >= 3

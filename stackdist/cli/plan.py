@@ -326,7 +326,7 @@ def _kv_dtype_title(args: argparse.Namespace, trace: Any) -> str:
     from .budget_args import kv_dtype_text
 
     if getattr(trace, "kv_bytes_per_block", None) is not None:
-        return "of the log's shapes and dtypes"
+        return "from the log"
     return kv_dtype_text(args, resolve_spec(args))
 
 

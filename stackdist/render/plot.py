@@ -393,7 +393,7 @@ def plan_figure(report: Any, targets: Sequence[float], curves: Any = None, kv_dt
     t, m = report["trace"], report["model"]
     for row in (report.get("budgets") or {}).get("rows", []):
         if row.get("gib") is not None and row["gib"] > 0:
-            label = (f"budget {row['budget']}: {row['gib']:,.2f} GiB = {row['blocks']:,} blocks of "
+            label = (f"budget {row['budget']}: {_gib_text(row['gib'])} = {row['blocks']:,} blocks of "
                      f"{t['block_size_tokens']} tokens")
             vlines.append((label, row["gib"], "black"))
     counted = report.get("counted", {})
