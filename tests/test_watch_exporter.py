@@ -108,19 +108,21 @@ def test_textfile_parses_with_prometheus_client_and_an_empty_window_has_no_sampl
     assert [k[0] for k in _samples(prometheus_text(idle))[0] if k[1] == "1m"] == ["stackdist_kv_window_accesses"]
 
 
-def test_trailing_window_is_the_last_intervals():
-    rng = np.random.default_rng(8)
-    keys = rng.zipf(1.2, 4000) % 300
-    cuts = [0, 700, 1900, 2600, 4000]
-    w = OnlinePlan(WatchOptions("t.csv", "csv", None, "per-access", Exact(), (0.9,), (10, 60), window_intervals=2))
-    for i in range(4):
-        w.feed([(j + 1, str(k).encode()) for j, k in enumerate(keys[cuts[i]:cuts[i + 1]], cuts[i])])
+@pytest.mark.parametrize("seed, k", [(8, 2), (9, 1), (10, 3), (11, 5)])
+def test_trailing_window_is_the_last_intervals(seed, k):
+    rng = np.random.default_rng(seed)
+    keys = rng.zipf(1.2, 3000) % 250
+    cuts = np.r_[0, np.sort(rng.choice(np.arange(1, 3000), 5, replace=False)), 3000].tolist()
+    w = OnlinePlan(WatchOptions("t.csv", "csv", None, "per-access", Exact(), (0.9,), (10, 60), window_intervals=k))
+    for i in range(len(cuts) - 1):
+        w.feed([(j + 1, str(key).encode()) for j, key in enumerate(keys[cuts[i]:cuts[i + 1]], cuts[i])])
         record = w.snapshot(final=False)
-        window = (cuts[max(i - 1, 0)], cuts[i + 1])
+        window = (cuts[max(i + 1 - k, 0)], cuts[i + 1])
         exact = HitCurve.from_trace(keys[: cuts[i + 1]], window=window)
         assert record["window"]["accesses"] == window[1] - window[0]
         assert record["window"]["hit_rate"]["60"] == pytest.approx(exact.hit_rate_at(60))
         assert record["window"]["working_set"]["0.9"] == _smallest_reaching(exact, 0.9)
+        assert record["window_info"]["intervals"] == min(i + 1, k)
 
 
 def _mooncake(tmp_path, n=60):
@@ -182,3 +184,22 @@ def test_listen_without_prometheus_client_names_the_extra_and_version_works(tmp_
     with pytest.raises(SystemExit) as info:
         main(["watch", "--version"])
     assert info.value.code == 0 and capsys.readouterr().out.startswith("stackdist ")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_merged_coverage_counters_equal_one_counter_of_all_values(seed):
+    from stackdist.engine.scale.estimate import QuantileCounter
+    from stackdist.methods.watch import _merged
+
+    rng = np.random.default_rng(seed)
+    parts = [rng.integers(0, 10 ** int(rng.integers(1, 7)), int(rng.integers(0, 300))) for _ in range(4)]
+    counters = []
+    for part in parts:
+        counters.append(QuantileCounter())
+        counters[-1].add(part)
+    whole = QuantileCounter()
+    whole.add(np.concatenate(parts))
+    merged = _merged(counters)
+    assert merged.count == whole.count
+    for q in (0.1, 0.5, 0.9, 0.99, 1.0):
+        assert merged.quantile(q) == whole.quantile(q)

@@ -50,8 +50,9 @@ from .common import add_version
 __all__ = ["add_watch_parser", "follow_lines", "prometheus_text", "run_watch"]
 
 EXAMPLES = """examples:
+  # an HTTP /metrics endpoint (needs: pip install 'stackdist[watch]')
   stackdist watch /var/log/prefix-cache.jsonl --format mooncake --model qwen3-8b --every 60s --window 10m \\
-      --capacities 80GiB,1TiB --listen 0.0.0.0:9400            (pip install 'stackdist[watch]')
+      --capacities 80GiB,1TiB --listen 0.0.0.0:9400
   stackdist watch /var/log/prefix-cache.jsonl --format mooncake --every 1m --prometheus /var/lib/node_exporter/kv.prom
   tail -F access.csv | stackdist watch - --format csv --sample-size 100000 --targets 90%,0.95
   stackdist watch trace.csv --no-follow --output answers.jsonl
