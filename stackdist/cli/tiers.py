@@ -8,7 +8,7 @@ from typing import Any
 from stackdist.errors import UsageError
 from stackdist.output import write_json
 
-from .args import bounded_int, int_list
+from .args import InputPath, bounded_int, int_list
 from .common import add_trace_arguments
 from .curve import MAX_POINTS
 from .scale import method_from, trace_input
@@ -51,7 +51,7 @@ def _add_plot_model_arguments(t: Any) -> None:
     model = t.add_mutually_exclusive_group()
     model.add_argument("--model", help="request traces: draw --plot's CPU axis in KV GiB of this model (a bundled model "
                        "or Hugging Face repo id, as plan's); without it the axis is in blocks")
-    model.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json instead of --model")
+    model.add_argument("--model-config", type=InputPath, metavar="FILE", help="a Hugging Face config.json instead of --model")
     t.add_argument("--kv-dtype", choices=KV_DTYPES, metavar="DTYPE",
                    help=f"with --model: the KV-cache element type, {', '.join(KV_DTYPES)} (default auto: the model's)")
 
