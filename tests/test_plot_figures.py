@@ -132,3 +132,13 @@ def test_tiers_plot_names_the_block_hit_rate_and_draws_gib_with_a_model(tmp_path
     for ax in (with_model, blocks):
         assert ax.get_ylabel().startswith("block hit rate") and "GPU tier 4 blocks" in ax.get_title()
     assert main([*common, "--kv-dtype", "fp8"]) == 2  # a dtype without a model
+
+
+def test_engine_models_plot_names_the_dtype(tmp_path, capsys, monkeypatch):
+    figs = []
+    monkeypatch.setattr(plot, "save_png", lambda fig, path: figs.append(fig.axes[0].get_title()))
+    argv = ["plan", str(_mooncake(tmp_path)), "--semantics", "vllm", "--gpu-blocks", "400", "--kv-dtype", "fp16",
+            "--model", "qwen3-8b", "--plot", str(tmp_path / "e.png"), "--json", str(tmp_path / "e.json")]
+    assert main(argv) == 0, capsys.readouterr().err
+    (title,) = figs
+    assert "model qwen3-8b, KV dtype fp16, 2 B/element" in title
