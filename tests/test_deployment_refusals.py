@@ -90,7 +90,8 @@ def test_refused_up_front_before_reading_the_trace(capsys, tmp_path, argv, code,
 def test_a_replica_that_cannot_hold_the_longest_prompt_is_refused(capsys, tmp_path):
     out_json = tmp_path / "plan.json"
     code, out, err = run_stackdist(capsys, "plan", SMALL, "--gpu", "h100", "--gpu-memory-utilization", "0.0738",
-                                   "--semantics", "engine,vllm", "--json", out_json)
+                                   "--semantics", "engine,vllm", "--json", out_json,
+                                   "--model", "qwen2.5-1.5b")  # named: no default-model note beside the error
     assert code == 1 and out == "" and not out_json.exists()
     assert "336 tokens" in err and "1,100 tokens of the trace's longest prompt (request 2)" in err
     assert "2 GPUs per replica" in err

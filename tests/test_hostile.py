@@ -879,7 +879,8 @@ def test_plan_plot_draws_exact_steps_and_sampled_points_as_points(capsys, tmp_pa
     from stackdist.render import plot
 
     drawn = {}
-    monkeypatch.setattr(plot, "plot_curves", lambda path, series, **kw: drawn.update(series=series, **kw))
+    monkeypatch.setattr(plot, "curves_figure", lambda series, **kw: drawn.update(series=series, **kw) or "figure")
+    monkeypatch.setattr(plot, "save_png", lambda fig, path: None)
     trace, out = _many_step_trace(tmp_path), tmp_path / "p.json"
     extra = ["--sample-rate", "0.5"] if sampled else []
     code, _, err = run(capsys, "plan", trace, "--plot", tmp_path / "p.png", "--json", out, *extra)

@@ -46,11 +46,18 @@ def test_window_and_cumulative_answers_equal_the_exact_curves():
     for record, window in ((first, (0, 1800)), (second, (1800, 3000))):
         exact = HitCurve.from_trace(keys, window=window)
         assert record["window"]["accesses"] == window[1] - window[0]
-        assert record["window"]["working_set"]["0.5"] == exact.min_capacity_for(hit_rate=0.5)
+        assert record["window"]["working_set"]["0.5"] == _smallest_reaching(exact, 0.5)
         assert record["window"]["hit_rate"]["5"] == pytest.approx(exact.hit_rate_at(5))
     total = HitCurve.from_trace(keys)
-    assert second["cumulative"]["working_set"]["0.9"] == total.min_capacity_for(hit_rate=0.9)
+    assert second["cumulative"]["working_set"]["0.9"] == _smallest_reaching(total, 0.9)
     assert second["cumulative"]["ceiling_hit_rate"] == pytest.approx(total.ceiling_hit_rate)
+
+
+def _smallest_reaching(curve, fraction):
+    """The reference working set: the first capacity (by scanning them all) whose hits reach
+    ``fraction`` of the ceiling's hits."""
+    caps = np.arange(0, 5000)
+    return int(caps[np.argmax(np.asarray(curve.hits_at(caps)) >= fraction * curve.ceiling_hits - 1e-9)])
 
 
 def test_request_traces_report_coverage_and_bytes():
@@ -92,8 +99,9 @@ def test_follow_waits_for_the_rest_of_a_line(tmp_path):
 def test_prometheus_text_names():
     text = prometheus_text({"cumulative": {"accesses": 3, "ceiling_hit_rate": 0.25, "working_set": {"0.95": None},
                                            "working_set_bytes": {"0.95": 2048}, "hit_rate": {"4": 0.5}}})
-    assert 'kv_working_set_bytes{target="0.95"} 2048' in text and 'kv_hit_rate{capacity="4"} 0.5' in text
-    assert 'kv_working_set_units{target="0.95"}' not in text
+    assert 'stackdist_kv_working_set_bytes{window="all",target="0.95",of="ceiling"} 2048' in text
+    assert 'stackdist_kv_hit_ratio{window="all",capacity="4"} 0.5' in text
+    assert "stackdist_kv_working_set_units" not in text  # its only sample has no value: no family
 
 
 def test_watch_command_no_follow_writes_json_lines_and_the_prometheus_file(tmp_path, capsys):
@@ -104,15 +112,18 @@ def test_watch_command_no_follow_writes_json_lines_and_the_prometheus_file(tmp_p
     assert main(["watch", str(trace), "--no-follow", "--output", str(out), "--prometheus", str(prom)]) == 0
     record = json.loads(out.read_text().splitlines()[-1])
     assert record["final"] and record["cumulative"]["accesses"] == 6
-    assert "kv_accesses_total 6" in prom.read_text()
+    assert f'stackdist_kv_accesses_total{{trace="{trace}",semantics="per-access",unit="units"}} 6' in prom.read_text()
     with pytest.raises(SystemExit) as info:
         main(["watch", str(trace), "--interval", "0"])
     assert info.value.code == 2 and "--interval" in capsys.readouterr().err
+    for bad in ("10", "0s", "-1s", "ten seconds"):  # a duration names its unit
+        assert main(["watch", str(trace), f"--every={bad}"]) == 2
+        assert "--every" in capsys.readouterr().err
 
 
 def test_ctrl_c_stops_cleanly_and_writes_the_last_line():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "stackdist", "watch", "-", "--interval", "0.2"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "stackdist", "watch", "-", "--every", "200ms"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     proc.stdin.write(b"".join(f"{k}\n".encode() for k in [5, 6, 5, 5]))
@@ -203,5 +214,5 @@ def test_engine_semantics_count_prefix_hits_of_request_traces():
     exact = HitCurve(dense_keys(np.array(ids)), None, eff, (0, len(ids)))
     for cap in (2, 5, 30):
         assert record["hit_rate"][str(cap)] == pytest.approx(exact.hit_rate_at(cap))
-    assert record["working_set"]["0.5"] == exact.min_capacity_for(hit_rate=0.5)
+    assert record["working_set"]["0.5"] == _smallest_reaching(exact, 0.5)
     assert main(["watch", "x.csv", "--semantics", "engine", "--no-follow"]) == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 from typing import Any
 
 from stackdist.errors import UsageError
@@ -44,7 +45,8 @@ from stackdist.serving.engine_model import engine_model
 
 from .args import InputPath
 
-__all__ = ["add_budget_arguments", "budget_epilog", "budget_options", "resolve_spec", "with_budget_pools"]
+__all__ = ["add_budget_arguments", "budget_epilog", "budget_options", "kv_dtype_text", "model_note", "resolve_spec",
+           "with_budget_pools"]
 
 
 def budget_epilog() -> str:
@@ -208,3 +210,22 @@ def with_budget_pools(options: Any, trace: Any) -> Any:
     if not pools:
         return options
     return dataclasses.replace(options, engine=dataclasses.replace(engine, pools=tuple(sorted(pools)) + (None,)))
+
+
+def kv_dtype_text(args: argparse.Namespace, spec: ModelSpec) -> str:
+    """The KV element type as the user reads it: ``--kv-dtype`` when given, else the model's
+    own, by its bytes per element (``model default, 2 B/element``), for titles and labels. O(1)."""
+    given = getattr(args, "kv_dtype", None)
+    if given and given != "auto":
+        return f"{given}, {spec.geometry.dtype_bytes} B/element"
+    return f"model default, {spec.geometry.dtype_bytes} B/element"
+
+
+def model_note(command: str, args: argparse.Namespace, spec: ModelSpec) -> None:
+    """One line on stderr when the KV bytes come from the default model because no ``--model``
+    (or ``--model-config``) was given: the answers in bytes depend on it. O(1)."""
+    if getattr(args, "model", None) or getattr(args, "model_config", None):
+        return
+    print(f"stackdist {command}: note: no --model given: KV bytes are {spec.name}'s "
+          f"({int(spec.geometry.kv_bytes_per_token):,} B/token, {kv_dtype_text(args, spec)}); give --model or "
+          "--model-config for yours", file=sys.stderr)

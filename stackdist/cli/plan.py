@@ -7,7 +7,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from stackdist.errors import UsageError, require_data
+from stackdist.errors import TraceFormatError, UsageError, require_data
 from stackdist.methods.method import Method
 from stackdist.methods.plan import plan
 from stackdist.output import Progress, check_outputs, write_json, write_stdout
@@ -302,6 +302,53 @@ def _options(args: argparse.Namespace) -> PlanOptions:
     )
 
 
+def _bytes_of_the_trace(args: argparse.Namespace, options: PlanOptions, trace: Any) -> PlanOptions:
+    """The KV bytes per token from the trace when it states them (an LMCache log's shapes and
+    dtypes), else the model's; one line on stderr says which, and a conflict with ``--model``."""
+    from stackdist.planning.geometry import with_kv_bytes_per_token
+
+    from .budget_args import kv_dtype_text, model_note
+
+    spec = resolve_spec(args)
+    per_block = getattr(trace, "kv_bytes_per_block", None)
+    if per_block is None:
+        model_note("plan", args, spec)
+        return options
+    if per_block % trace.block_size:
+        raise TraceFormatError(trace.source, None, f"the log's shapes and dtypes give {per_block:,} KV bytes per "
+                               f"{trace.block_size}-token chunk, not a whole number of bytes per token")
+    per_token = per_block // trace.block_size
+    model = options.geometry.kv_bytes_per_token
+    given = args.model or args.model_config or args.kv_dtype
+    which = f"--model {args.model}" if args.model else (f"--model-config {args.model_config}" if args.model_config else
+                                                         f"the default model {spec.name}")
+    if given and model != per_token:
+        print(f"stackdist plan: note: {which} ({kv_dtype_text(args, spec)}) has {model:,} KV bytes per token, the log's "
+              f"shapes and dtypes {per_token:,} ({per_block:,} per {trace.block_size}-token chunk): using the log's",
+              file=sys.stderr)
+    elif not given:
+        print(f"stackdist plan: note: KV bytes from the log's shapes and dtypes: {per_token:,} B/token ({per_block:,} "
+              f"per {trace.block_size}-token chunk); {which} only for what else needs a model", file=sys.stderr)
+    if model == per_token:
+        return options
+    geometry = with_kv_bytes_per_token(options.geometry, per_token, f"{spec.name} (KV bytes of the log)" if given else
+                                       "KV bytes of the log")
+    budgets = options.budgets
+    if budgets is not None and budgets.spec is not None:
+        budgets = dataclasses.replace(budgets, spec=dataclasses.replace(budgets.spec, geometry=geometry))
+    return dataclasses.replace(options, geometry=geometry, budgets=budgets)
+
+
+def _kv_dtype_title(args: argparse.Namespace, trace: Any) -> str:
+    """The KV element type for the plot's title: the log's when it states the bytes, else
+    ``--kv-dtype`` or the model's own."""
+    from .budget_args import kv_dtype_text
+
+    if getattr(trace, "kv_bytes_per_block", None) is not None:
+        return "from the log"
+    return kv_dtype_text(args, resolve_spec(args))
+
+
 def _every(args: argparse.Namespace) -> tuple[str | None, str]:
     """``--every`` and the flag given, or the old ``--window DURATION`` (no colon, so never a
     START:STOP) with a deprecation note on stderr; ``args.window`` is then cleared."""
@@ -355,6 +402,7 @@ def run_plan(args: argparse.Namespace) -> int:
         raise UsageError("--plot with --offload draws the tier sizes each target needs at a finite GPU pool; "
                          f"--gpu-blocks {args.gpu_blocks} has none.")
     trace = _load(args)
+    options = _bytes_of_the_trace(args, options, trace)
     options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace, specs,
                                                                                    options.budgets))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
@@ -368,10 +416,10 @@ def run_plan(args: argparse.Namespace) -> int:
         from stackdist.render.plot import plot_engine_models, plot_offload, plot_plan
 
         if options.semantics:
-            plot_plan(args.plot, report, list(options.targets), result.curves or None)
+            plot_plan(args.plot, report, list(options.targets), result.curves or None, _kv_dtype_title(args, trace))
         if report.get("engine_models"):  # the curve semantics' or the offload plot keeps the name given
             engines = _suffixed(args.plot, "engines") if options.semantics or report.get("offload") else args.plot
-            plot_engine_models(engines, report)
+            plot_engine_models(engines, report, _kv_dtype_title(args, trace))
             if engines != args.plot:
                 print(f"stackdist plan: the engine models' plot is {engines}", file=sys.stderr)
         if report.get("offload"):

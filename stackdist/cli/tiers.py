@@ -8,7 +8,7 @@ from typing import Any
 from stackdist.errors import UsageError
 from stackdist.output import write_json
 
-from .args import bounded_int, int_list
+from .args import InputPath, bounded_int, int_list
 from .common import add_trace_arguments
 from .curve import MAX_POINTS
 from .scale import method_from, trace_input
@@ -23,6 +23,7 @@ EXAMPLES_TIERS = """examples:
   stackdist tiers trace.csv --gpu 2048 --gpu 4096 --cpu 0,8192,16384
   stackdist tiers trace.jsonl --gpu 4096 --exclusive --plot tiers.png -o tiers.json
   stackdist tiers data/traces/mooncake_conversation_trace.jsonl --format mooncake --gpu 8000 --cpu 0,20000,40000
+  stackdist tiers data/traces/mooncake_conversation_trace.jsonl --format mooncake --gpu 8000 --model qwen3-8b --plot t.png
 """
 
 
@@ -40,6 +41,40 @@ def add_tiers_parser(sub: Any) -> None:
     group.add_argument("--cpu-points", type=bounded_int("--cpu-points", 2, MAX_POINTS), default=50,
                        help=f"number of evenly spread CPU capacities, 2 to {MAX_POINTS:,} (default 50)")
     t.add_argument("--exclusive", action="store_true", help="also report exclusive tiers (promote on hit, demote on eviction)")
+    _add_plot_model_arguments(t)
+
+
+def _add_plot_model_arguments(t: Any) -> None:
+    """``--model``, ``--model-config``, ``--kv-dtype``: the plot's x axis in KV GiB (request traces)."""
+    from stackdist.planning.geometry import KV_DTYPES
+
+    model = t.add_mutually_exclusive_group()
+    model.add_argument("--model", help="request traces: draw --plot's CPU axis in KV GiB of this model (a bundled model "
+                       "or Hugging Face repo id, as plan's); without it the axis is in blocks")
+    model.add_argument("--model-config", type=InputPath, metavar="FILE", help="a Hugging Face config.json instead of --model")
+    t.add_argument("--kv-dtype", choices=KV_DTYPES, metavar="DTYPE",
+                   help=f"with --model: the KV-cache element type, {', '.join(KV_DTYPES)} (default auto: the model's)")
+
+
+def _plot_bytes(args: argparse.Namespace) -> tuple[float | None, str | None]:
+    """KV bytes per block and the model's name for the plot, when a model is given for a
+    request trace of a fixed block size; else (None, None)."""
+    from stackdist.traces.formats import REQUESTS, get, is_request_format
+
+    if not (getattr(args, "model", None) or getattr(args, "model_config", None)):
+        if getattr(args, "kv_dtype", None):
+            raise UsageError("--kv-dtype sets the KV bytes of --model: give --model or --model-config too.")
+        return None, None
+    if not is_request_format(args.format):
+        raise UsageError("--model gives KV bytes per token: it needs a request trace (--format mooncake, qwen, ...).")
+    block = get(args.format, REQUESTS).block_size
+    if block is None:
+        raise UsageError(f"--model: the {args.format} log states its own block size; the plot stays in blocks "
+                         "(drop --model).")
+    from .budget_args import kv_dtype_text, resolve_spec
+
+    spec = resolve_spec(args)
+    return float(spec.geometry.kv_bytes_per_token * block), f"{spec.name}, KV {kv_dtype_text(args, spec)}"
 
 
 def run_tiers(args: argparse.Namespace) -> int:
@@ -52,6 +87,7 @@ def run_tiers(args: argparse.Namespace) -> int:
     if len(gpus) > MAX_GPUS:
         raise UsageError(f"--gpu: at most {MAX_GPUS} GPU capacities (each costs one replay); got {len(gpus):,}.")
     cpu = int_list(args.cpu, "--cpu") if args.cpu is not None else None  # a usage error before any reading
+    bytes_per_unit, model = _plot_bytes(args) if args.plot else (None, None)
     method = method_from(args)
     if isinstance(method, Sampled) and method.cluster is not None:
         raise UsageError("tiers: --dask is exact; it takes no --sample-rate/--sample-size.")
@@ -62,8 +98,9 @@ def run_tiers(args: argparse.Namespace) -> int:
 
         if result.sampled:  # the first seed's estimate at the reported grid
             plot_tiers(args.plot, {**report, "summary": {"accesses": result.accesses}}, source=args.trace,
-                       fmt=args.format, note=f"SHARDS-sampled at rate {result.rate:.3g}: estimates")
+                       fmt=args.format, note=f"SHARDS-sampled at rate {result.rate:.3g}: estimates",
+                       bytes_per_unit=bytes_per_unit, model=model)
         else:
-            plot_tiers(args.plot, report, source=args.trace, fmt=args.format)
+            plot_tiers(args.plot, report, source=args.trace, fmt=args.format, bytes_per_unit=bytes_per_unit, model=model)
     write_json(args.output, report)
     return 0

@@ -12,6 +12,7 @@ seeded filter (the first seed: one answer per interval).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,8 +31,13 @@ __all__ = ["OnlinePlan", "WatchOptions"]
 class WatchOptions:
     """What a watch answers: the trace's ``source`` (for messages) and ``format``, the request
     formats' ``block_size``, the ``semantics`` (``per-access`` or ``engine``), the ``method``
-    (:class:`~.method.Exact` or :class:`~.method.Sampled`), the hit-rate ``targets``, the
-    ``capacities`` whose hit rate is reported, and ``bytes_per_unit`` for the ``_bytes`` answers."""
+    (:class:`~.method.Exact` or :class:`~.method.Sampled`), the ``targets`` (fractions of the
+    window's ceiling: the working set of 0.9 is the smallest capacity reaching 90% of an infinite
+    cache's hits), the ``capacities`` whose hit rate is reported (in the trace's unit: blocks of a
+    request trace), ``bytes_per_unit`` for the ``_bytes`` answers, ``window_intervals``: the
+    trailing window is the last that many snapshots' intervals (named ``window_label``, e.g.
+    ``10m``, in the answers), and ``capacity_labels``: how each capacity is named in the answers
+    (default its number)."""
 
     source: str
     format: str | None
@@ -41,6 +47,9 @@ class WatchOptions:
     targets: Sequence[float] = (0.5, 0.9, 0.95, 0.99)
     capacities: Sequence[int] | None = None
     bytes_per_unit: int | None = None
+    window_intervals: int = 1
+    capacity_labels: Sequence[str] | None = None
+    window_label: str = "interval"
 
 
 class OnlinePlan:
@@ -49,10 +58,12 @@ class OnlinePlan:
     Complexity: :meth:`feed` O(lines) plus the replay (O(log keys) per access);
     :meth:`snapshot` O(distinct distances + targets + capacities).
 
-    >>> p = OnlinePlan(WatchOptions("t.csv", "csv", targets=(0.5,)))
+    >>> p = OnlinePlan(WatchOptions("t.csv", "csv", targets=(0.5, 1.0)))
     >>> p.feed([(1, b"1"), (2, b"2"), (3, b"1"), (4, b"2")])
     >>> r = p.snapshot(final=True); r["cumulative"]["accesses"], r["cumulative"]["working_set"]
-    (4, {'0.5': 2})
+    (4, {'0.5': 2, '1': 2})
+    >>> p.snapshot(final=True)["window"]["ceiling_hit_rate"] is None  # no new access: no answer, not 0
+    True
     """
 
     def __init__(self, options: WatchOptions) -> None:
@@ -71,6 +82,11 @@ class OnlinePlan:
         self.cover_all, self.cover_window = QuantileCounter(), QuantileCounter()
         self.n_requests = [0, 0]
         self.last = self.sampler.curve()
+        # the trailing window: the curves at the last snapshots, and each interval's coverage and requests
+        self.history: deque[Any] = deque([self.last], maxlen=max(options.window_intervals, 1))
+        self.intervals_cover: deque[tuple[Any, int]] = deque(maxlen=max(options.window_intervals, 1))
+        self.block_size = options.block_size
+        self.tokens = 0
         self.intervals = 0
         self.pending: list[tuple[int, bytes]] = []  # lines taken from the reader, not replayed yet
 
@@ -90,6 +106,8 @@ class OnlinePlan:
             self.sampler.feed(keys, sizes)
             return
         trace = parse_request_lines(self.options.source, lines, str(self.options.format), self.options.block_size)
+        self.block_size = trace.block_size
+        self.tokens += int(trace.block_tokens.sum())
         if self.options.semantics == "engine":  # effective depths, already scaled
             d = self.sampler.feed_requests(trace.block_ids, trace.offsets)
             scaled = np.where((d >= 0) & (d != np.iinfo(np.int64).max), d, -1)
@@ -110,28 +128,59 @@ class OnlinePlan:
         self.n_requests[1] += trace.n_requests
 
     def _answers(self, curve: Any, cover: Any, n_requests: int) -> dict[str, Any]:
+        """One scope's answers; every rate and size None when it has no access (no answer, not 0)."""
         unit = self.options.bytes_per_unit
-        ws = {f"{t:g}": curve.min_capacity_for(hit_rate=t) for t in self.options.targets}
-        out: dict[str, Any] = {"accesses": curve.n_accesses, "ceiling_hit_rate": curve.ceiling_hit_rate, "working_set": ws}
+        empty = curve.n_accesses == 0
+        ws = {f"{t:g}": None if empty else curve.min_capacity_for(hits=t * curve.ceiling_hits) for t in self.options.targets}
+        out: dict[str, Any] = {"accesses": curve.n_accesses, "ceiling_hit_rate": None if empty else curve.ceiling_hit_rate,
+                               "targets_of": "ceiling", "working_set": ws}
+        if self.requests and self.block_size:
+            out["working_set_tokens"] = {k: None if v is None else v * self.block_size for k, v in ws.items()}
         if unit:
             out["working_set_bytes"] = {k: None if v is None else v * unit for k, v in ws.items()}
         if self.options.capacities is not None:
-            out["hit_rate"] = {str(c): float(curve.hit_rate_at(c)) for c in self.options.capacities}
+            names = self.options.capacity_labels or [str(c) for c in self.options.capacities]
+            out["hit_rate"] = {name: None if empty else float(curve.hit_rate_at(c))
+                               for name, c in zip(names, self.options.capacities)}
         if self.requests:
             out["coverage"] = {"requests": n_requests, "requests_with_reuse": cover.count,
                                **{f"p{q * 100:g}": cover.quantile(q) for q in (0.5, 0.9, 0.99)}}
         return out
 
     def snapshot(self, final: bool) -> dict[str, Any]:
-        """The answers of the interval since the last snapshot (``window``) and of everything so
-        far (``cumulative``), as one JSON record; starts the next interval."""
+        """The answers of the trailing window (the last ``window_intervals`` intervals, this one
+        included: ``window``) and of everything so far (``cumulative``), as one JSON record;
+        starts the next interval. O(distinct distances x window_intervals)."""
         now = self.sampler.curve()
+        self.intervals_cover.append((self.cover_window, self.n_requests[1]))
+        window_cover = _merged([c for c, _ in self.intervals_cover])
+        window_requests = sum(n for _, n in self.intervals_cover)
+        base = self.history[0]
         record = {**tool_header("watch"), "time_s": round(time.time(), 3), "interval": self.intervals, "final": final,
                   "sampled": self.sampled, "sample_rate": now.rate, "sample_size": self.sample_size,
                   "state_bytes": self.sampler.state_nbytes,
-                  "window": self._answers(now.since(self.last), self.cover_window, self.n_requests[1]),
-                  "cumulative": self._answers(now, self.cover_all, self.n_requests[0])}
+                  "window_info": {"label": self.options.window_label, "intervals": len(self.intervals_cover)},
+                  "window": self._answers(now.since(base), window_cover, window_requests),
+                  "cumulative": {**self._answers(now, self.cover_all, self.n_requests[0]),
+                                 **({"tokens": self.tokens} if self.requests else {})}}
+        self.history.append(now)
         self.last, self.intervals = now, self.intervals + 1
         self.cover_window = type(self.cover_window)()
         self.n_requests[1] = 0
         return record
+
+
+def _merged(counters: Sequence[Any]) -> Any:
+    """One :class:`~stackdist.engine.scale.estimate.QuantileCounter` holding every count of
+    ``counters`` (their values are already rounded: merged exactly). O(bins log bins)."""
+    from stackdist.engine.scale.estimate import QuantileCounter
+
+    out = QuantileCounter()
+    values = np.concatenate([c.values for c in counters] + [np.zeros(0, np.int64)])
+    counts = np.concatenate([c.counts for c in counters] + [np.zeros(0, np.int64)])
+    if values.size:
+        order = np.argsort(values, kind="stable")
+        values, counts = values[order], counts[order]
+        starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+        out.values, out.counts = values[starts], np.add.reduceat(counts, starts)
+    return out

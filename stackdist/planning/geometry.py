@@ -192,6 +192,29 @@ KNOWN_MODELS: dict[str, ModelGeometry] = {
 """Published geometries (bf16 KV cache) by lower-case name; see :func:`geometry_for`."""
 
 
+def with_kv_bytes_per_token(geometry: ModelGeometry, per_token: int, name: str) -> ModelGeometry:
+    """A geometry of ``per_token`` KV bytes per token, as a log states them (LMCache's shapes x
+    dtypes): ``geometry``'s own shapes at another element size when one of 1, 2, 4 or 8 bytes
+    gives ``per_token`` (an fp8 KV cache of the model: its layers and heads kept, so tensor
+    parallelism shards it as before), else one layer of that many bytes named ``name``. O(1).
+
+    >>> g = with_kv_bytes_per_token(DEFAULT_MODEL, 14336, "log"); g.name, g.dtype_bytes, g.kv_bytes_per_token
+    ('qwen2.5-1.5b', 1, 14336)
+    >>> g = with_kv_bytes_per_token(DEFAULT_MODEL, 4096, "log"); g.name, g.num_layers, g.kv_bytes_per_token
+    ('log', 1, 4096)
+    """
+    if per_token < 1:
+        raise ValueError(f"KV bytes per token must be positive, got {per_token}")
+    for size in (1, 2, 4, 8):
+        same = dataclasses.replace(geometry, dtype_bytes=size)
+        if same.kv_bytes_per_token == per_token:
+            return same
+    if per_token % 2 == 0:  # K and V of one head
+        return ModelGeometry(name, num_layers=1, num_kv_heads=1, head_dim=per_token // 2, dtype_bytes=1)
+    return ModelGeometry(name, num_layers=1, num_kv_heads=1, head_dim=1, dtype_bytes=1, kv_lora_rank=per_token,
+                         qk_rope_head_dim=0)
+
+
 def dtype_bytes(dtype: str | int, where: str = "dtype") -> int:
     """Bytes per element of a dtype name (``bfloat16``, ``float16``, ``float32``, ``float8*``...).
 

@@ -113,17 +113,29 @@ def _percent_axis(ax: Any, top: float) -> None:
     ax.grid(alpha=0.3)
 
 
+LABEL_FONT = 7
+"""Font size (points) of the marker labels."""
+
+
+def _label_gap(ax: Any, ylim: float, fontsize: float = LABEL_FONT) -> float:
+    """The vertical gap (data units of a 0..``ylim`` axis) between two label centres: 2.5 text
+    heights in the axes' pixels, so neighbouring labels keep clear space between them."""
+    height_px = max(float(ax.get_window_extent().height), 1.0)
+    return 2.5 * fontsize / 72 * ax.figure.dpi / height_px * ylim
+
+
 def _target_lines(ax: Any, levels: Sequence[tuple[str, float]], top: float) -> None:
-    """Horizontal target lines with labels on the right edge, spread so they never overlap."""
+    """Horizontal target lines with labels on the right edge, spread so they never overlap
+    (at least 2.5 text heights apart)."""
     if not levels:
         return
     ylim = min(1.02, max(top, 0.05) * 1.12 + 0.02)
-    ys = spread_labels([y for _, y in levels], 0.045 * ylim)
+    ys = spread_labels([y for _, y in levels], max(0.045 * ylim, _label_gap(ax, ylim)))
     for (label, level), y in zip(levels, ys):
         ax.axhline(level, color="grey", lw=0.8, ls=":")
         ax.annotate(label, xy=(1.0, level), xycoords=("axes fraction", "data"), xytext=(1.01, y),
-                    textcoords=("axes fraction", "data"), fontsize=7, color="dimgrey", va="center",
-                    arrowprops={"arrowstyle": "-", "color": "lightgrey", "lw": 0.6})
+                    textcoords=("axes fraction", "data"), fontsize=LABEL_FONT, color="dimgrey", va="center",
+                    arrowprops={"arrowstyle": "-", "color": "lightgrey", "lw": 0.6}, gid="target-label")
 
 
 def plot_curves(
@@ -134,13 +146,33 @@ def plot_curves(
     ylabel: str = "hit rate",
     title: str = "",
     hlines: Sequence[tuple[str, float]] = (),
-    vlines: Sequence[tuple[str, float]] = (),
+    vlines: Sequence[tuple[str, float] | tuple[str, float, str]] = (),
     xscale: str = "linear",
     styles: Sequence[dict[str, Any]] | None = None,
     legend_loc: str = "lower right",
 ) -> None:
     """Step curves ``(label, x, y)`` (y a fraction, drawn in percent) on one axis, with labelled
-    horizontal and vertical marker lines (labels spread apart), saved atomically as a PNG."""
+    horizontal and vertical marker lines (labels spread apart; a vertical line ``(label, x,
+    colour)``: black solid for a budget, red dashed by default), saved atomically as a PNG."""
+    fig = curves_figure(series, xlabel=xlabel, ylabel=ylabel, title=title, hlines=hlines, vlines=vlines, xscale=xscale,
+                        styles=styles, legend_loc=legend_loc)
+    save_png(fig, path)
+    pyplot().close(fig)
+
+
+def curves_figure(
+    series: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    *,
+    xlabel: str,
+    ylabel: str = "hit rate",
+    title: str = "",
+    hlines: Sequence[tuple[str, float]] = (),
+    vlines: Sequence[tuple[str, float] | tuple[str, float, str]] = (),
+    xscale: str = "linear",
+    styles: Sequence[dict[str, Any]] | None = None,
+    legend_loc: str = "lower right",
+) -> Any:
+    """The figure of :func:`plot_curves`, not saved (tests read its artists). O(points)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 5))
     for i, (label, xs, ys) in enumerate(series):
@@ -155,18 +187,24 @@ def plot_curves(
     top = max([float(np.max(y)) for _, _, y in series if np.size(y)] + [y for _, y in hlines] + [0.0])
     _percent_axis(ax, top)
     _target_lines(ax, hlines, top)
-    for k, (label, at) in enumerate(sorted(vlines, key=lambda v: v[1])):
+    marks = sorted(((v[0], float(v[1]), v[2] if len(v) > 2 else "tab:red") for v in vlines), key=lambda v: v[1])
+    for k, (label, at, colour) in enumerate(marks):
         # the lines are numbered where they meet the top edge; the labels go in one box (never overlapping)
-        ax.axvline(at, color="tab:red", lw=0.8, ls="--", zorder=1)
-        ax.annotate(f"{k + 1}", (at, 1.0 + 0.04 * (k % 2)), xycoords=("data", "axes fraction"), fontsize=7,
-                    color="tab:red", ha="center", va="bottom")  # neighbours staggered, never overlapping
-    if vlines:
-        box = "\n".join(f"{k + 1}: {label}" for k, (label, _) in enumerate(sorted(vlines, key=lambda v: v[1])))
-        ax.text(0.01, 0.98, box, transform=ax.transAxes, fontsize=7, color="tab:red", va="top", ha="left",
-                bbox={"boxstyle": "round", "fc": "white", "ec": "lightgrey", "alpha": 0.9})
+        budget = colour == "black"
+        ax.axvline(at, color=colour, lw=1.1 if budget else 0.8, ls="-" if budget else "--", zorder=1,
+                   gid="budget-line" if budget else "marker-line")
+        ax.annotate(f"{k + 1}", (at, 1.0 + 0.04 * (k % 2)), xycoords=("data", "axes fraction"), fontsize=LABEL_FONT,
+                    color=colour, ha="center", va="bottom")  # neighbours staggered, never overlapping
+    if marks:
+        box = "\n".join(f"{k + 1}: {label}" for k, (label, _, _) in enumerate(marks))
+        ax.text(0.01, 0.98, box, transform=ax.transAxes, fontsize=LABEL_FONT, color="black" if any(
+            m[2] == "black" for m in marks) else "tab:red", va="top", ha="left",
+            bbox={"boxstyle": "round", "fc": "white", "ec": "lightgrey", "alpha": 0.9}, gid="marker-box")
     if xscale == "symlog":
         positive = [float(np.min(x[x > 0])) for _, x, _ in series if np.any(np.asarray(x) > 0)]
-        ax.set_xscale("symlog", linthresh=min(positive) if positive else 1.0)
+        positive += [m[1] for m in marks if m[1] > 0]
+        # the linear part ends at a power of ten: 0 and the first decade are one decade's width apart
+        ax.set_xscale("symlog", linthresh=10.0 ** np.floor(np.log10(min(positive))) if positive else 1.0, linscale=0.6)
         ax.set_xlim(left=0)
     else:
         ax.set_xscale(xscale)
@@ -177,14 +215,50 @@ def plot_curves(
         ax.set_title(title, fontsize=10, pad=22 if vlines else 6)
     if len(series) > 1:
         ax.legend(fontsize=8, loc=legend_loc, framealpha=0.9)
-    save_png(fig, path)
-    plt.close(fig)
+    drop_crowded_ticks(ax)
+    return fig
+
+
+def drop_crowded_ticks(ax: Any, pad_px: float = 4.0) -> None:
+    """Keep only x tick labels at least ``pad_px`` apart (left to right, the first kept): a
+    symlog axis puts 0 and the first decade close together. Fixes the kept ticks. O(ticks)."""
+    fig = ax.figure
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    lo, hi = sorted(ax.get_xlim())
+    kept, right = [], -np.inf
+    for tick in ax.xaxis.get_major_ticks():
+        loc = float(tick.get_loc())
+        label = tick.label1
+        if not (lo <= loc <= hi) or not label.get_visible() or not label.get_text():
+            continue
+        box = label.get_window_extent(renderer)
+        if box.x0 >= right + pad_px:
+            kept.append(loc)
+            right = box.x1
+    if kept:
+        ax.set_xticks(kept)
+        ax.set_xlim(lo, hi)
 
 
 def _unit(fmt: str | None) -> str:
     from stackdist.traces.formats import unit_of
 
     return unit_of(fmt)
+
+
+def _unit_text(fmt: str | None) -> str:
+    """The capacity unit with the block size when the format fixes it (``blocks of 512 tokens``)."""
+    unit, block = _unit(fmt), _block_tokens(fmt)
+    return f"blocks of {block} tokens" if unit == "blocks" and block else unit
+
+
+def _block_tokens(fmt: str | None) -> int | None:
+    """Tokens per block of a request format with a fixed block size, else None."""
+    from stackdist.traces.formats import FORMATS
+
+    row = FORMATS.get(fmt) if fmt else None
+    return None if row is None else row.block_size
 
 
 def plot_hit_curve(path: str | os.PathLike[str], curve: Any, targets: Sequence[float], *, source: str,
@@ -195,8 +269,11 @@ def plot_hit_curve(path: str | os.PathLike[str], curve: Any, targets: Sequence[f
     counted = f"accesses {curve.window[0]:,}..{curve.window[1] - 1:,}" if curve.n_accesses else "no accesses"
     title = (f"exact LRU hit curve: {os.path.basename(source)}\n{counted} counted (--window {window or ':'}, "
              f"--warmup {warmup or 0}), ceiling {curve.ceiling_hit_rate:.1%}")
-    plot_curves(path, [("LRU hit rate (exact)", x, y)], xlabel=f"cache capacity ({_unit(fmt)})",
-                hlines=[(f"target {t:.0%}", t) for t in targets], title=title)
+    hlines = [(f"target {t:.0%}", t) for t in targets]
+    if curve.n_accesses:  # what no capacity exceeds
+        hlines.append((f"ceiling {curve.ceiling_hit_rate:.1%} (infinite cache)", curve.ceiling_hit_rate))
+    plot_curves(path, [("LRU hit rate (exact)", x, y)], xlabel=f"cache capacity ({_unit_text(fmt)})", hlines=hlines,
+                title=title)
 
 
 def plot_sampled_curve(path: str | os.PathLike[str], curves: Sequence[Any], targets: Sequence[float], *, source: str,
@@ -214,16 +291,27 @@ def plot_sampled_curve(path: str | os.PathLike[str], curves: Sequence[Any], targ
     if len(curves) > 1:
         series += [(f"lowest and highest of the {len(curves)} seeds", x, rates.min(0)), ("_highest", x, rates.max(0))]
         styles += [{"color": "C0", "ls": "--", "lw": 0.8, "alpha": 0.6}] * 2
-    plot_curves(path, series, xlabel=f"cache capacity ({_unit(fmt)})", hlines=[(f"target {t:.0%}", t) for t in targets],
+    plot_curves(path, series, xlabel=f"cache capacity ({_unit_text(fmt)})", hlines=[(f"target {t:.0%}", t) for t in targets],
                 title=title, styles=styles)
 
 
 def plot_tiers(path: str | os.PathLike[str], result: dict[str, Any], *, source: str, fmt: str | None = None,
-               note: str = "") -> None:
+               note: str = "", bytes_per_unit: float | None = None, model: str | None = None) -> None:
     """Total (GPU + CPU) hit rate over the CPU capacity: one colour per GPU capacity, circles for
     inclusive, crosses for exclusive tiers. Only the reported grid is exact, so it is drawn as
-    points (never joined into steps the curve may not have). ``note``: a second title line."""
+    points (never joined into steps the curve may not have). ``note``: a second title line. The
+    rate counts accesses (blocks of a request trace): the y axis says so. With
+    ``bytes_per_unit`` (a ``model``'s KV bytes per block) the x axis is in GiB."""
+    save_png(tiers_figure(result, source=source, fmt=fmt, note=note, bytes_per_unit=bytes_per_unit, model=model), path)
+    pyplot().close("all")
+
+
+def tiers_figure(result: dict[str, Any], *, source: str, fmt: str | None = None, note: str = "",
+                 bytes_per_unit: float | None = None, model: str | None = None) -> Any:
+    """The figure of :func:`plot_tiers`, not saved. O(grid)."""
     n = max(int(result["summary"]["accesses"]), 1)
+    unit, block = _unit_text(fmt), _block_tokens(fmt)
+    scale = 1.0 if not bytes_per_unit else float(bytes_per_unit) / 2**30
     series, styles = [], []
     for kind in ("inclusive", "exclusive"):
         grid = result.get(kind)
@@ -231,12 +319,23 @@ def plot_tiers(path: str | os.PathLike[str], result: dict[str, Any], *, source: 
             continue
         for i, g in enumerate(np.asarray(grid["gpu_capacity"]).tolist()):
             y = (np.asarray(grid["gpu_hits"])[i] + np.asarray(grid["cpu_hits"])[i]) / n
-            series.append((f"{kind}, GPU {g:,}", np.asarray(grid["cpu_capacity"]), y))
+            gpu = f"GPU {g:,} {unit}" + (f" = {_gib_text(g * scale)}" if bytes_per_unit else "")
+            series.append((f"{kind}, {gpu}", np.asarray(grid["cpu_capacity"]) * scale, y))
             styles.append({"sampled": True, "color": f"C{i % 10}", "marker": "o" if kind == "inclusive" else "x"})
-    title = f"two-tier hit rate (GPU + CPU): {os.path.basename(source)}, at the {len(series[0][1]) if series else 0} CPU capacities reported"
+    what = "block" if unit.startswith("blocks") else "access"
+    gpus = sorted({int(g) for kind in ("inclusive", "exclusive") if result.get(kind) is not None
+                   for g in np.asarray(result[kind]["gpu_capacity"]).tolist()})
+    title = (f"two-tier {what} hit rate (GPU + CPU; every {what} read counts once): {os.path.basename(source)}"
+             + (f"\nmodel {model}" if model else "")
+             + f"\nGPU tier {', '.join(f'{g:,}' for g in gpus)} {unit}"
+             + (f" ({', '.join(_gib_text(g * scale) for g in gpus)})" if bytes_per_unit else "")
+             + f"; at the {len(series[0][1]) if series else 0} CPU capacities reported")
     title += f"\n{note}" if note else ""
-    plot_curves(path, series, xlabel=f"CPU tier capacity ({_unit(fmt)})", ylabel="hit rate (GPU + CPU)",
-                title=title, styles=styles)
+    per = f"block of {block} tokens" if block else "unit"
+    xlabel = (f"CPU tier capacity (GiB = 2^30 bytes of KV; {bytes_per_unit:,.0f} B per {per})" if bytes_per_unit
+              else f"CPU tier capacity ({unit})")
+    ylabel = "block hit rate (GPU + CPU)" if what == "block" else "access hit rate (GPU + CPU)"
+    return curves_figure(series, xlabel=xlabel, ylabel=ylabel, title=title, styles=styles)
 
 
 def _plan_series(name: str, sem: Any, curve: Any, bytes_per_block: float) -> list[tuple[str, np.ndarray, np.ndarray, bool]]:
@@ -257,12 +356,21 @@ def _plan_series(name: str, sem: Any, curve: Any, bytes_per_block: float) -> lis
     return out
 
 
-def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float], curves: Any = None) -> None:
+def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float], curves: Any = None,
+              kv_dtype: str | None = None) -> None:
     """The plan's hit curves against GiB with the ceiling, the targets and the working sets:
     one colour per metric, one line style per semantics (engine wide and solid under a thin
     dashed per-access line, so neither hides the other). With ``curves`` (semantics ->
     :class:`~stackdist.planning.prefix_curve.PrefixCurve`) the curves are drawn exactly, step by
-    step; without (a sampled plan) the report's sampled capacities are drawn as points."""
+    step; without (a sampled plan) the report's sampled capacities are drawn as points. Every
+    budget of the report (``--gpu``'s HBM pool, each ``--capacity``) is a black vertical line
+    labelled with its GiB and blocks; ``kv_dtype`` (e.g. ``bf16 (2 B)``) goes in the title."""
+    save_png(plan_figure(report, targets, curves, kv_dtype), path)
+    pyplot().close("all")
+
+
+def plan_figure(report: Any, targets: Sequence[float], curves: Any = None, kv_dtype: str | None = None) -> Any:
+    """The figure of :func:`plot_plan`, not saved (tests read its artists). O(steps)."""
     if not report["semantics"]:
         raise UsageError("--plot draws the hit curves: it needs --semantics engine or per-access (or both) too.")
     series, styles = [], []
@@ -280,21 +388,27 @@ def plot_plan(path: str | os.PathLike[str], report: Any, targets: Sequence[float
     first_name, first = next(iter(report["semantics"].items()))
     ceiling = first["summary"]["ceiling_token_hit_rate"]
     hlines = [(f"ceiling {ceiling:.1%} ({first_name})", ceiling)] + [(f"{t:.0%} of ceiling", t * ceiling) for t in targets]
-    vlines = [(f"{first_name}: {w['target']:.0%} of the ceiling needs {w['fraction_of_ceiling']['gib']:,.2f} GiB",
-               w["fraction_of_ceiling"]["gib"]) for w in first["working_set"] if w["fraction_of_ceiling"]]
+    vlines: list[Any] = [(f"{first_name}: {w['target']:.0%} of the ceiling needs {w['fraction_of_ceiling']['gib']:,.2f} GiB",
+                          w["fraction_of_ceiling"]["gib"]) for w in first["working_set"] if w["fraction_of_ceiling"]]
     t, m = report["trace"], report["model"]
+    for row in (report.get("budgets") or {}).get("rows", []):
+        if row.get("gib") is not None and row["gib"] > 0:
+            label = (f"budget {row['budget']}: {_gib_text(row['gib'])} = {row['blocks']:,} blocks of "
+                     f"{t['block_size_tokens']} tokens")
+            vlines.append((label, row["gib"], "black"))
     counted = report.get("counted", {})
     warm = f"{counted.get('warmup_requests', 0):,} requests" + (
         f" / {counted['warmup_seconds']:g} s" if counted.get("warmup_seconds") else "")
     points = len(first["curve"]["capacity_gib"])
     drawn = "exact curves (every step)" if exact else f"points: exact at the {points} sampled capacities only"
-    title = (f"KV-cache hit rate vs capacity: {os.path.basename(str(t['source']))}, model {m['name']}, "
-             f"{t['block_size_tokens']}-token blocks\n"
+    dtype = f", KV dtype {kv_dtype}" if kv_dtype else ""
+    title = (f"KV-cache hit rate vs capacity: {os.path.basename(str(t['source']))}, model {m['name']}{dtype} "
+             f"({m['kv_bytes_per_token']:,} B/token), {t['block_size_tokens']}-token blocks\n"
              f"semantics: {', '.join(report['semantics'])} "
              f"(solid engine, dashed per-access); warm-up {warm} excluded; {drawn}")
-    plot_curves(path, series, xlabel="KV-cache capacity (GiB = 2^30 bytes; symlog axis)",
-                ylabel="hit rate (counted requests)", hlines=hlines, vlines=vlines, title=title, xscale="symlog",
-                styles=styles, legend_loc="center left")
+    return curves_figure(series, xlabel="KV-cache capacity (GiB = 2^30 bytes; symlog axis)",
+                         ylabel="hit rate (counted requests)", hlines=hlines, vlines=vlines, title=title, xscale="symlog",
+                         styles=styles, legend_loc="center left")
 
 
 def plot_offload(path: str | os.PathLike[str], report: Any) -> None:
@@ -351,7 +465,7 @@ def plot_offload(path: str | os.PathLike[str], report: Any) -> None:
     plt.close(fig)
 
 
-def plot_engine_models(path: str | os.PathLike[str], report: Any) -> None:
+def plot_engine_models(path: str | os.PathLike[str], report: Any, kv_dtype: str | None = None) -> None:
     """The engine models' prefix token hit rate against their KV pool in GiB: one colour per
     model, named with the engine and version it follows. An exact curve (vLLM's one replay:
     every step between the plan's exact points) is drawn as steps, with the run's own pools on
@@ -359,7 +473,7 @@ def plot_engine_models(path: str | os.PathLike[str], report: Any) -> None:
     probes) is a point, joined by a faint line only to guide the eye. Each model's ceiling (its
     infinite pool) is a dashed line; each working set and each GPU budget (the plan's
     ``budgets`` rows) a numbered vertical line, listed in the box; the pools too small for the trace
-    are shaded."""
+    are shaded. ``kv_dtype`` (e.g. ``fp8, 1 B/element``) goes in the title."""
     sections = report.get("engine_models") or {}
     if not sections:
         raise UsageError("the engine models' plot needs an engine model in the plan.")
@@ -433,7 +547,9 @@ def plot_engine_models(path: str | os.PathLike[str], report: Any) -> None:
                   f"{m['kv_bytes_per_token']:,} B/token; log axis)")
     ax.set_ylabel("prefix token hit rate (counted requests)")
     follows = "; ".join(f"{name} follows {sec['follows']}" for name, sec in sections.items())
-    ax.set_title(f"Engine models: prefix token hit rate vs KV pool: {os.path.basename(str(t['source']))}, model {m['name']}\n"
+    dtype = f", KV dtype {kv_dtype}" if kv_dtype else ""
+    ax.set_title(f"Engine models: prefix token hit rate vs KV pool: {os.path.basename(str(t['source']))}, model {m['name']}"
+                 f"{dtype}\n"
                  f"{follows}\nschedule {sched}, decode {'on' if first['decode'] else 'off'}, {page}-token pages, "
                  f"{first['requests']:,} requests counted (warm-up excluded)", fontsize=8.5, pad=22 if marks else 6)
     ax.legend(fontsize=7.5, loc="lower right", framealpha=0.9)
@@ -444,7 +560,7 @@ def plot_engine_models(path: str | os.PathLike[str], report: Any) -> None:
 def _gib_text(gib: float) -> str:
     """GiB with three significant digits below 100 (``0.0391 GiB``), whole GiB above.
 
-    >>> _gib_text(0.0390625), _gib_text(1187.76)
-    ('0.0391 GiB', '1,188 GiB')
+    >>> _gib_text(0.0390625), _gib_text(1187.76), _gib_text(0)
+    ('0.0391 GiB', '1,188 GiB', '0 GiB')
     """
     return f"{gib:,.0f} GiB" if gib >= 100 else f"{gib:.3g} GiB"

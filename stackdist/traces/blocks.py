@@ -190,6 +190,12 @@ def reblock(trace: RequestTrace, new_block_size: int) -> RequestTrace:
     pages_trace = copy.copy(trace)
     pages_trace.block_ids, pages_trace.offsets, pages_trace.block_tokens, pages_trace.block_size = \
         new_ids, page_offsets, page_tokens, new_block_size
+    kv = getattr(trace, "kv_bytes_per_block", None)
+    if kv is not None:  # the log's bytes per block, split over the pages
+        if kv % k:
+            raise UsageError(f"new_block_size {new_block_size}: the trace's {kv:,} KV bytes per block do not split into "
+                             f"{k} equal pages")
+        pages_trace.kv_bytes_per_block = kv // k
     return pages_trace
 
 

@@ -46,6 +46,8 @@ class RequestTrace:
     i.e. the blocks an engine fills while decoding; or None; see :mod:`stackdist.traces.tokens`).
     Dynamo logs add ``decode_workers`` (int64, the worker that decoded each request, in the ids
     of ``workers``: another one under disaggregated prefill, where the answer's KV stays there).
+    LMCache logs add ``kv_bytes_per_block`` (the KV bytes of one full block as the log's own
+    ``shapes`` and ``dtypes`` state them, or None).
 
     The sum of a request's ``block_tokens`` is at most its ``input_length``: equal when the
     blocks cover the whole prompt (Mooncake, Qwen, token files with ``partial_last_block``),
@@ -74,6 +76,7 @@ class RequestTrace:
     recorded_schedule_s: np.ndarray | None = None
     answer_block_ids: np.ndarray | None = None
     decode_workers: np.ndarray | None = None
+    kv_bytes_per_block: int | None = None
 
     def __post_init__(self) -> None:
         self.block_ids = _as_id_array(self.block_ids)
@@ -197,6 +200,7 @@ class RequestTrace:
             recorded_schedule_s=pick(self.recorded_schedule_s),
             answer_block_ids=pick(self.answer_block_ids),
             decode_workers=pick(self.decode_workers),
+            kv_bytes_per_block=self.kv_bytes_per_block,
         )
 
     def _check(self) -> None:

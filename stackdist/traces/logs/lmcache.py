@@ -8,6 +8,15 @@ strings of the *complete* chunks only, head first, prefix-chained). Requests are
 timestamp, as LMCache's simulator does; the tail (``seq_len mod chunk_size`` tokens) is never
 a block, so it is always a miss, as in LMCache. A directory reads every ``lookup_hashes_*.jsonl``
 in it, in name order.
+
+KV bytes per chunk: the sum over the line's ``(shape, dtype)`` pairs of the shape's product x
+the dtype's bytes, as LMCache's simulator computes them (``compute_kv_bytes_per_chunk`` in
+``lmcache/tools/cache_simulator/simulator.py``, LMCache commit 0967a04, with its dtype table:
+float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, int8, int32, int64; its README's example,
+``shapes [[32, 256, 128]]`` of ``float8_e4m3fn`` at chunk_size 256, is 1 MiB a chunk). LMCache
+counts an unknown dtype as 0 bytes with a warning; here it is an error naming the line (a plan
+must not be silently wrong). Every line that states them must agree; the trace carries the value
+as ``kv_bytes_per_block`` (None when no line states shapes and dtypes).
 """
 
 from __future__ import annotations
@@ -23,7 +32,37 @@ from stackdist.errors import TraceFormatError
 from ..lines import LineError, count_field, data_lines, field, json_object, shown
 from ..requests import RequestTrace
 
-__all__ = ["read_lmcache"]
+__all__ = ["DTYPE_BYTES", "chunk_bytes", "read_lmcache"]
+
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "int8": 1, "int32": 4,
+               "int64": 8}
+"""LMCache's simulator's ``_DTYPE_BYTES`` (the module docstring's commit); ``torch.`` prefixes are dropped."""
+
+
+def chunk_bytes(shapes: Any, dtypes: Any) -> int | None:
+    """KV bytes of one chunk from a line's ``shapes`` and ``dtypes`` (None when either is absent
+    or empty); a :class:`LineError` for a malformed pair or an unknown dtype. O(tensors).
+
+    >>> chunk_bytes([[32, 256, 128]], ["float8_e4m3fn"]), chunk_bytes([[2, 4], [2, 4]], ["torch.bfloat16", "float32"])
+    (1048576, 48)
+    """
+    if not shapes or not dtypes:
+        return None
+    if type(shapes) is not list or type(dtypes) is not list or len(shapes) != len(dtypes):
+        raise LineError(f"'shapes' and 'dtypes' must be lists of the same length, got {shown(shapes)} and {shown(dtypes)}")
+    total = 0
+    for shape, dtype in zip(shapes, dtypes):
+        if type(shape) is not list or not shape or not all(type(d) is int and d > 0 for d in shape):
+            raise LineError(f"each of 'shapes' must be a list of positive integers, got {shown(shape)}")
+        name = dtype.removeprefix("torch.") if type(dtype) is str else None
+        if name not in DTYPE_BYTES:
+            raise LineError(f"'dtypes' entry {shown(dtype)} is not one of {', '.join(DTYPE_BYTES)}")
+        size = DTYPE_BYTES[name]
+        for d in shape:
+            size *= d
+        total += size
+    return total
 
 
 def _line(obj: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +78,8 @@ def _line(obj: dict[str, Any]) -> dict[str, Any]:
     if type(timestamp) not in (int, float) or not 0 <= timestamp < 1e15:
         raise LineError(f"'timestamp' must be a non-negative number, got {shown(timestamp)}")
     return {"t": float(timestamp), "chunk": chunk, "seq_len": seq_len, "hashes": hashes,
-            "id": str(obj.get("request_id", "")), "model": obj.get("model_name")}
+            "id": str(obj.get("request_id", "")), "model": obj.get("model_name"),
+            "bytes": chunk_bytes(obj.get("shapes"), obj.get("dtypes"))}
 
 
 def _files(path: str | os.PathLike[str]) -> list[Path]:
@@ -63,8 +103,8 @@ def read_lmcache(path: str | os.PathLike[str], skip_bad: bool = False, model: st
     ...                           '{"timestamp": 1.0, "request_id": "a", "chunk_size": 256, "seq_len": 300, '
     ...                           '"chunk_hashes": ["0xaa"]}\\n')
     >>> t = read_lmcache(path)
-    >>> t.request_labels.tolist(), t.block_ids.tolist(), t.input_length.tolist()
-    (['a', 'b'], [0, 0, 1], [300, 600])
+    >>> t.request_labels.tolist(), t.block_ids.tolist(), t.input_length.tolist(), t.kv_bytes_per_block
+    (['a', 'b'], [0, 0, 1], [300, 600], None)
     """
     rows, skipped = [], 0
     for file in _files(path):
@@ -83,6 +123,10 @@ def read_lmcache(path: str | os.PathLike[str], skip_bad: bool = False, model: st
     if len(chunks) > 1:
         raise TraceFormatError(path, None, f"every lookup must use one chunk_size; got {sorted(chunks)} (use --model to pick one)")
     chunk = chunks.pop() if chunks else 256
+    sizes = {r["bytes"] for r in rows if r["bytes"] is not None}
+    if len(sizes) > 1:
+        raise TraceFormatError(path, None, f"every lookup must have one KV size per chunk; its shapes and dtypes give "
+                               f"{', '.join(f'{b:,}' for b in sorted(sizes))} bytes (one model_name's lookups at a time)")
     ids: dict[str, int] = {}
     flat = [ids.setdefault(h.lower(), len(ids)) for r in rows for h in r["hashes"]]
     counts = np.array([len(r["hashes"]) for r in rows], np.int64)
@@ -93,4 +137,5 @@ def read_lmcache(path: str | os.PathLike[str], skip_bad: bool = False, model: st
         input_length=np.array([r["seq_len"] for r in rows], np.int64), output_length=np.zeros(len(rows), np.int64),
         block_size=chunk, source=os.fspath(path), skipped=skipped,
         request_labels=np.array([r["id"] for r in rows], dtype=object),
+        kv_bytes_per_block=sizes.pop() if sizes else None,
     )
