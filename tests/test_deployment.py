@@ -200,3 +200,16 @@ def test_a_router_that_collapses_onto_one_replica_is_flagged() -> None:
                                     DeploymentSpec("vllm", 2, 1, 200, "round-robin", None, max_replicas=2),
                                     np.ones(40, bool), 1024, _cost, ())
     assert round_robin["notes"] == []
+
+
+def test_a_trace_the_engine_models_cannot_replay_gets_no_deployment_and_says_why(capsys, tmp_path: Path) -> None:
+    """An LMCache lookup log hashes full chunks only: its blocks do not cover the prompts."""
+    log = tmp_path / "lookup.jsonl"
+    log.write_text("".join(json.dumps({"timestamp": float(i), "request_id": f"r{i}", "chunk_size": 256,
+                                       "seq_len": 256 * 2 + 100, "chunk_hashes": ["0x1", f"0x2{i}"]}) + "\n"
+                           for i in range(5)))
+    out = tmp_path / "plan.json"
+    code, text, err = run_stackdist(capsys, "plan", log, "--format", "lmcache", "--gpu", "h200", "--model", "qwen3-8b",
+                                    "--json", out)
+    assert code == 0, err
+    assert "cover the whole prompt" in json.loads(out.read_text())["deployment"]["not_answered"]

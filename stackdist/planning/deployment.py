@@ -80,7 +80,22 @@ from .offload_plan import (
     size_search,
 )
 
-__all__ = ["DeploymentSpec", "deployment_report"]
+__all__ = ["DeploymentSpec", "deployment_report", "replayable"]
+
+
+def replayable(trace: RequestTrace, page_tokens: int) -> str:
+    """Why the engine models cannot replay ``trace`` at ``page_tokens``-token pages (e.g. an
+    LMCache lookup log hashes full chunks only, so its blocks do not cover the prompts), or ""
+    when they can. O(pages).
+
+    >>> replayable(RequestTrace.from_blocks([[1, 2]], block_size=16), 16)
+    ''
+    """
+    try:
+        engine_pages(trace, page_tokens)
+    except ValueError as exc:
+        return f"the engine models cannot replay this trace ({exc}), so no deployment is simulated"
+    return ""
 
 @dataclass(frozen=True)
 class DeploymentSpec:

@@ -21,7 +21,7 @@ from stackdist.traces import RequestTrace
 from stackdist.version import __version__
 
 from .budgets import BudgetOptions, budget_report, pricing
-from .deployment import DeploymentSpec, deployment_report
+from .deployment import DeploymentSpec, deployment_report, replayable
 from .engine_plan import EngineOptions, engine_section, run_engine_models
 from .engine_working_set import engine_working_set
 from .geometry import DEFAULT_MODEL, ModelGeometry
@@ -318,7 +318,8 @@ def plan_of_replays(trace: RequestTrace, options: PlanOptions, replays: Mapping[
                                                         options.targets))
         cost = report["budgets"].get("cost")
         if options.deployment is not None and options.budgets.prices is not None and cost is not None:
-            report["deployment"] = deployment_report(
+            why = replayable(trace, options.engine.engine_block_size)
+            report["deployment"] = {"not_answered": why} if why else deployment_report(
                 trace, options.engine, options.deployment, counted, options.geometry.kv_bytes_per_token,
                 pricing(trace, counted, options.budgets.prices)[0], options.targets, stage)
     return PlanResult(report, curves, results, offload)

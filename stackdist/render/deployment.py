@@ -36,6 +36,8 @@ def deployment_lines(section: dict[str, Any]) -> list[str]:
     >>> deployment_lines(d)[1]
     'delivers: 10.00% prefix token hits (GPU 10.00%) at US$ 8.00/hour'
     """
+    if "not_answered" in section:
+        return [f"== deployment: not answered: {section['not_answered']} =="]
     d = section["delivers"]
     router = f" behind a {section['router']} router" if section.get("router") else ""
     tier = f", {section['offload']} per replica" if section.get("offload") else ""
