@@ -19,30 +19,49 @@ Modules, in the order data flows:
 ['dram', 'hbm', 'ssd']
 """
 
-from .calibration import LatencyModel, derive_from_fixtures, kv_bytes_per_token
-from .cost import (
-    capacity_ratios,
-    composition_sweep,
-    cost_per_session_usd,
-    max_sessions_meeting_slo,
-    pareto_frontier,
-    sessions_per_gpu,
-    slo_capacity,
-    tier_cost_usd,
-)
-from .hierarchy import TieredCache
-from .links import Link, LinkModel
-from .policies import (
-    POLICIES,
-    EWMANextTouch,
-    Policy,
-    PredictedReuse,
-    Recency,
-    ReuseFrequency,
-    make_policy,
-)
-from .simulator import SimConfig, SimResult, simulate
-from .workloads import Workload, agent, chat, docqa, from_mooncake, write_mooncake
+from typing import TYPE_CHECKING
+
+from stackdist.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the eager form, for type checkers
+    from .calibration import LatencyModel, derive_from_fixtures, kv_bytes_per_token
+    from .cost import (
+        capacity_ratios,
+        composition_sweep,
+        cost_per_session_usd,
+        max_sessions_meeting_slo,
+        pareto_frontier,
+        sessions_per_gpu,
+        slo_capacity,
+        tier_cost_usd,
+    )
+    from .hierarchy import TieredCache
+    from .links import Link, LinkModel
+    from .policies import (
+        POLICIES,
+        EWMANextTouch,
+        Policy,
+        PredictedReuse,
+        Recency,
+        ReuseFrequency,
+        make_policy,
+    )
+    from .simulator import SimConfig, SimResult, simulate
+    from .workloads import Workload, agent, chat, docqa, from_mooncake, write_mooncake
+
+# PEP 562: ``python -m kvlab.placement`` imports this package before its ``__main__`` can install
+# the Ctrl-C handler, so nothing heavy (numpy, numba) is imported here; each name loads its
+# module on first use.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "calibration": ("LatencyModel", "derive_from_fixtures", "kv_bytes_per_token"),
+    "cost": ("capacity_ratios", "composition_sweep", "cost_per_session_usd", "max_sessions_meeting_slo",
+             "pareto_frontier", "sessions_per_gpu", "slo_capacity", "tier_cost_usd"),
+    "hierarchy": ("TieredCache",),
+    "links": ("Link", "LinkModel"),
+    "policies": ("POLICIES", "EWMANextTouch", "Policy", "PredictedReuse", "Recency", "ReuseFrequency", "make_policy"),
+    "simulator": ("SimConfig", "SimResult", "simulate"),
+    "workloads": ("Workload", "agent", "chat", "docqa", "from_mooncake", "write_mooncake"),
+})
 
 __all__ = [
     "POLICIES",
