@@ -275,9 +275,11 @@ def _calibration(args: argparse.Namespace) -> int:
     from .calibration import DEFAULT_FIXTURES, LatencyModel, derive_from_fixtures
 
     folder = Path(args.fixtures or DEFAULT_FIXTURES)
-    if not folder.is_dir():  # a missing input: a data error (exit 1), as everywhere
-        raise ValueError(f"--fixtures {folder}: {'not a folder' if folder.exists() else 'no such folder'}; it must be "
-                         "the folder holding gpu_busy_h200.json, tier_latency_h200.json and partial_prefix_h200.json.")
+    holding = "the folder holding gpu_busy_h200.json, tier_latency_h200.json and partial_prefix_h200.json"
+    if folder.exists() and not folder.is_dir():  # the wrong kind of argument (exit 2)
+        raise UsageError(f"--fixtures must be {holding}; {folder} is a file.")
+    if not folder.exists():  # a missing input: a data error (exit 1), as everywhere
+        raise ValueError(f"--fixtures {folder}: no such folder; it must be {holding}.")
     derived = derive_from_fixtures(folder)
     hardware, hf = LatencyModel(), LatencyModel.hf_eager()
     rows = []
