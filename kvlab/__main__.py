@@ -97,14 +97,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     :func:`stackdist.guard.run_guarded`)."""
     restore = None
     try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
-        restore = install_interrupt_handler("kvlab")
-        return _main(argv)
+        try:
+            restore = install_interrupt_handler("kvlab")
+            return _main(argv)
+        finally:  # a Ctrl-C deferred out of numba's compiler may be taken here, while the handler is put back
+            if restore is not None:
+                restore()
     except KeyboardInterrupt:  # before or after the command's own guard
         print("kvlab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        if restore is not None:
-            restore()
         if argv is None:  # this process's own command line: it exits next
             freeze_for_exit()
 

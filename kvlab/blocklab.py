@@ -29,10 +29,16 @@ replays the same passes block by block:
 
 from __future__ import annotations
 
+import sys
+
+from stackdist.errors import install_interrupt_handler, started_as
+
+if started_as("blocklab.py"):  # python -m kvlab.blocklab: Ctrl-C during the numpy imports is one line, exit 130
+    install_interrupt_handler("blocklab.py", guarded=False)
+
 import argparse
 import errno
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -515,4 +521,8 @@ def _to_stdout(name: str, text: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: one line and 130, never a traceback
+        print("blocklab.py: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -155,12 +155,11 @@ def _parse_json(raw: bytes, path: str | Path) -> Any:
     except json.JSONDecodeError as error:
         raise FixtureError(f"{path}:{error.lineno}: not valid JSON: {error.msg}") from None
     except ValueError:  # an integer beyond Python's digit limit: find it to name its line
-        long_number = re.search(r"\d{%d,}" % (INT_MAX_STR_DIGITS + 1), text)
-        line = text.count("\n", 0, long_number.start()) + 1 if long_number else None
-        digits = len(long_number.group()) if long_number else None
-        where = f"{path}:{line}" if line else str(path)
-        raise FixtureError(f"{where}: a number of {digits or 'over ' + str(INT_MAX_STR_DIGITS):,} digits; numbers in the "
-                           f"fixture can have at most {INT_MAX_STR_DIGITS:,} digits (token counts and milliseconds)") from None
+        long_number = re.search(rf"\d{{{INT_MAX_STR_DIGITS + 1},}}", text)
+        where = f"{path}:{text.count(chr(10), 0, long_number.start()) + 1}" if long_number else str(path)
+        digits = f"{len(long_number.group()):,}" if long_number else f"over {INT_MAX_STR_DIGITS:,}"
+        raise FixtureError(f"{where}: a number of {digits} digits; numbers in the fixture can have at most "
+                           f"{INT_MAX_STR_DIGITS:,} digits (token counts and milliseconds)") from None
 
 
 def _display_path(path: str | Path) -> str:

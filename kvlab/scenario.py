@@ -291,4 +291,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: one line and 130, never a traceback
+        print(f"{os.path.basename(sys.argv[0] or 'scenario.py')}: interrupted", file=sys.stderr)
+        sys.exit(130)

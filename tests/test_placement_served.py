@@ -112,7 +112,7 @@ def test_the_hbm_tier_is_bounded_by_the_gpus_kv_pool(capsys):
     (["--model", "qwen3-8b", "--model-config", "x.json"], 2, "not allowed with argument --model"),
 ])
 def test_bad_models_and_gpus(capsys, argv, code, needle):
-    got, out, err = run(capsys, *SMALL_CHAT, *argv)
+    got, _, err = run(capsys, *SMALL_CHAT, *argv)
     assert got == code and needle in err and "Traceback" not in err, err
 
 

@@ -320,16 +320,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     restore = None
     try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
-        restore = install_interrupt_handler("kvlab.placement")
-        args = build_parser().parse_args(argv)
-        outputs = [("--out", args.out)] if args.command == "generate" else []  # a file: checked before any work
-        return run_guarded(f"kvlab.placement {args.command}", lambda: _COMMANDS[args.command](args), outputs)
+        try:
+            restore = install_interrupt_handler("kvlab.placement")
+            args = build_parser().parse_args(argv)
+            outputs = [("--out", args.out)] if args.command == "generate" else []  # a file: checked before any work
+            return run_guarded(f"kvlab.placement {args.command}", lambda: _COMMANDS[args.command](args), outputs)
+        finally:  # a Ctrl-C deferred out of numba's compiler may be taken here, while the handler is put back
+            if restore is not None:
+                restore()
     except KeyboardInterrupt:
         print("kvlab.placement: interrupted", file=sys.stderr)
         return 130
-    finally:
-        if restore is not None:
-            restore()
 
 
 def _out_folder(text: str) -> str:

@@ -47,7 +47,13 @@ from typing import Any
 
 from stackdist.errors import UsageError
 from stackdist.planning.geometry import DEFAULT_MODEL, ModelSpec, model_spec
-from stackdist.planning.hardware import GPU, HardwareOptions, RooflineTTFT, gpu_for, require_fits
+from stackdist.planning.hardware import (
+    GPU,
+    HardwareOptions,
+    RooflineTTFT,
+    gpu_for,
+    require_fits,
+)
 
 from .calibration import LatencyModel
 
