@@ -103,6 +103,16 @@ def test_placement_bad_reblock_names_the_flag_and_the_divisors(capsys):
     one_error(err, code, 2, "--reblock applies to a mooncake:PATH trace")
 
 
+@pytest.mark.parametrize("param,needle", [
+    ("n_sessions=99999999999999999999", "--param n_sessions must be at most 100,000,000"),  # ran until Ctrl-C
+    ("accesses_per_session=1e400", "--param accesses_per_session must be at most 100,000,000; got inf"),
+    ("think_time_s=1e400", "--param: think_time_s must be a positive finite number, got inf."),
+])
+def test_placement_generator_counts_are_bounded(capsys, param, needle):
+    code, _, err = placement(capsys, "simulate", "--workload", "chat", "--param", param)
+    one_error(err, code, 2, needle.replace("; got", " (the generator makes every request); got"))
+
+
 def test_placement_missing_fixtures_folder_is_exit_1(capsys, tmp_path):
     code, _, err = placement(capsys, "calibration", "--fixtures", tmp_path / "nope")
     one_error(err, code, 1, f"--fixtures {tmp_path / 'nope'}: no such folder")

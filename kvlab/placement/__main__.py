@@ -40,6 +40,9 @@ if TYPE_CHECKING:
 
 #: Tokens per hash_id of a Mooncake trace (``--block-size``'s default).
 MOONCAKE_BLOCK = 512
+#: The largest count a generator parameter may take on the command line (n_sessions, accesses_per_session, ...).
+MAX_COUNT = 10**8
+COUNT_PARAMS = ("n_sessions", "accesses_per_session", "n_agents", "steps_per_agent", "n_docs", "n_questions")
 
 EPILOG = """examples:
   python -m kvlab.placement experiments --out results/placement
@@ -163,6 +166,10 @@ def _generated(kind: str, params: dict[str, Any]) -> Workload:
     """``GENERATORS[kind](**params)``; UsageError naming ``--param`` for a bad parameter."""
     from .workloads import GENERATORS
 
+    for name, value in params.items():  # counts of what the generator makes one by one
+        if name in COUNT_PARAMS and isinstance(value, (int, float)) and value > MAX_COUNT:
+            raise UsageError(f"--param {name} must be at most {MAX_COUNT:,} (the generator makes every request); "
+                             f"got {value!r}.")
     try:
         return GENERATORS[kind](**params)
     except TypeError as exc:

@@ -260,9 +260,12 @@ def _lengths(rng: np.random.Generator, mean: float) -> int:
 
 
 def _check_positive(**values: float) -> None:
+    """ValueError unless every value is a positive finite number (infinity would never end)."""
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
+        if value == math.inf:
+            raise ValueError(f"{name} must be a positive finite number, got {value!r}.")
 
 
 def chat(
