@@ -84,12 +84,15 @@ def test_block_lab_fixture_with_a_5000_digit_number(capsys, tmp_path):
 
 
 # ------------------------------------------------------------------ the placement simulator's inputs
-@pytest.mark.parametrize("content", ["", "\n  \n\n"], ids=["empty", "blank"])
-def test_placement_empty_trace_names_the_file_exit_1(capsys, tmp_path, content):
+@pytest.mark.parametrize("content,why", [
+    ("", "no requests"), ("\n  \n\n", "no requests"),
+    ('{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}\n', "no block accesses"),
+], ids=["empty", "blank", "no prompt blocks"])
+def test_placement_empty_trace_names_the_file_exit_1(capsys, tmp_path, content, why):
     trace = tmp_path / "t.jsonl"
     trace.write_text(content)
     code, out, err = placement(capsys, "simulate", "--workload", f"mooncake:{trace}")
-    one_error(err, code, 1, f"{trace}: nothing to answer from: no requests")
+    one_error(err, code, 1, f"{trace}: nothing to answer from: {why}")
     assert out == ""
 
 

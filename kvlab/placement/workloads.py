@@ -417,6 +417,7 @@ def from_mooncake(path: str | Path, block_size: int = 512, reblock: int | None =
         trace, name=f"mooncake:{Path(path).stem}", params={"path": str(path), "block_size": block_size, "reblock": reblock},
         session_block=skip,
     )
+    require_data(workload.n_accesses, path, "no block accesses (every request's prompt is empty)")
     return workload
 
 
