@@ -262,6 +262,13 @@ def test_placement_with_stdout_closed_is_exit_1(capsys, monkeypatch, argv):
     one_error(err, code, 1, "stdout is closed")
 
 
+def test_placement_experiments_with_stdout_closed_writes_its_files(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "stdout", None)  # nothing goes to stdout: the answer is the folder
+    code, _, err = placement(capsys, "experiments", "--quick", "--no-plots", "--out", tmp_path / "out")
+    assert code == 0 and "error" not in err and (tmp_path / "out" / "results.json").is_file(), err
+    assert "note: KV bytes and TTFT are for qwen2.5-1.5b (the measured model)" in err
+
+
 def test_importing_the_placement_package_loads_no_numpy(tmp_path):
     # python -m kvlab.placement imports the package before its __main__ installs the Ctrl-C handler:
     # with numpy/numba imported there, a Ctrl-C in the first second was a traceback.

@@ -129,6 +129,9 @@ def test_model_config_file(capsys, tmp_path: Path):
     path.write_text(json.dumps({k: v for k, v in config.items() if k != "num_hidden_layers"}))
     code, _, err = run(capsys, *SMALL_CHAT, "--model-config", path)
     assert code == 1 and f"--model-config {path}" in err and "num_hidden_layers" in err and "Traceback" not in err
+    path.write_text(json.dumps({k: v for k, v in config.items() if k != "torch_dtype"}))
+    code, _, err = run(capsys, *SMALL_CHAT, "--model-config", path)
+    assert code == 1 and "missing field 'torch_dtype'" in err and 'add "torch_dtype" (e.g. "bfloat16")' in err
 
 
 @pytest.mark.xdist_group("matplotlib")

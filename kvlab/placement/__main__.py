@@ -213,7 +213,8 @@ def _served(args: argparse.Namespace) -> Served:
     try:
         return Served.of(path, args.gpu)
     except UsageError as exc:
-        raise ValueError(f"--model-config {path}: {exc}") from None
+        hint = str(exc).replace("pass dtype= to choose one", 'add "torch_dtype" (e.g. "bfloat16") to the config')
+        raise ValueError(f"--model-config {path}: {hint}") from None
 
 
 def _check_hbm(served: Served, caps: tuple[int, ...], workload: Workload, given: bool) -> None:
