@@ -102,6 +102,9 @@ def test_placement_bad_reblock_names_the_flag_and_the_divisors(capsys):
     one_error(err, code, 2, "--reblock", "--block-size", "one of 1, 2, 4, 8, 16, 32, 64, 128, 256, 512; got 7")
     code, _, err = placement(capsys, "simulate", "--workload", f"mooncake:{trace}", "--block-size", "48", "--reblock", "32")
     one_error(err, code, 2, "one of 1, 2, 3, 4, 6, 8, 12, 16, 24, 48; got 32")
+    code, _, err = placement(capsys, "simulate", "--workload", f"mooncake:{trace}", "--block-size", str(2**31),
+                             "--reblock", "3")  # 2^31: the divisors are found in O(sqrt), not by a 2^31 loop
+    one_error(err, code, 2, "one of 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,")
     code, _, err = placement(capsys, "simulate", *SMALL_CHAT, "--reblock", "16")
     one_error(err, code, 2, "--reblock applies to a mooncake:PATH trace")
 

@@ -28,6 +28,7 @@ if started_as("__main__.py"):  # python -m kvlab.placement: Ctrl-C during the im
 
 import argparse
 import json
+import math
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -187,7 +188,8 @@ def _load_workload(args: argparse.Namespace) -> Workload:
             raise UsageError("--param applies to the generators (chat, agent, docqa), not to mooncake:PATH.")
         block = args.block_size or MOONCAKE_BLOCK
         if args.reblock is not None and block % args.reblock:
-            divisors = [d for d in range(1, block + 1) if block % d == 0]
+            small = [d for d in range(1, math.isqrt(block) + 1) if block % d == 0]  # O(sqrt(block))
+            divisors = sorted({*small, *(block // d for d in small)})
             shown = ", ".join(map(str, divisors)) if len(divisors) <= 24 else f"{', '.join(map(str, divisors[:23]))}, ..."
             raise UsageError(f"--reblock must divide the trace's block size ({block} tokens, --block-size), so that "
                              f"each block splits into whole blocks: one of {shown}; got {args.reblock}.")
