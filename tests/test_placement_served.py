@@ -75,6 +75,15 @@ def test_the_weights_read_is_the_floor_of_a_large_model():
     assert floor > LatencyModel().decode_fixed_ms * 80 / 28  # the floor, not the per-layer launches, decides
 
 
+def test_a_moe_decode_step_reads_only_the_active_weights():
+    served = Served.of("qwen3-30b-a3b", "h200")  # 30.5B parameters, 3.3B active per token
+    spec, scaled = served.spec, served.latency(LatencyModel())
+    assert spec.active < spec.params / 5
+    assert scaled.prefill_fixed_ms == pytest.approx(spec.weights_bytes / 4800e6)  # a prefill touches every expert
+    decode_read = spec.weights_bytes * spec.active / spec.params / 4800e6
+    assert scaled.decode_fixed_ms == pytest.approx(max(decode_read, LatencyModel().decode_fixed_ms * 48 / 28))
+
+
 def test_simulate_with_a_model_moves_its_kv_bytes(capsys):
     code, default, err = run(capsys, *SMALL_CHAT)
     assert code == 0 and "note: no model given: KV bytes and TTFT are for qwen2.5-1.5b" in err

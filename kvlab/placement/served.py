@@ -12,8 +12,9 @@ bandwidth, host link):
 - prefill, per token pair (``prefill_ms_per_token_pair``): x attention FLOPs per pair x
   full-attention layers, / peak FLOP/s;
 - the fixed costs of a prefill and of a decode step (``prefill_fixed_ms``, ``decode_fixed_ms``):
-  x layers (kernel launches per layer), but at least one read of the weights from HBM
-  (``weights bytes / HBM bandwidth``: a large model's floor);
+  x layers (kernel launches per layer), but at least one read of the weights from HBM (a large
+  model's floor: a prefill reads all of them, ``weights bytes / HBM bandwidth``; a batch-one
+  decode step only the active share, ``x active / total parameters``, which matters for MoE);
 - decode, per context token (``decode_ms_per_context_token``): x KV bytes per token, / HBM
   bandwidth (each step reads the context's KV);
 - host-to-device and device-to-host bandwidth: x the GPU's host link (the catalog's, relative
@@ -114,7 +115,7 @@ class Served:
 
     def factors(self) -> dict[str, float]:
         """Each latency field's scale factor (served / measured), as :meth:`latency` applies it;
-        the fixed terms' weight-read floors are given in ms."""
+        the fixed terms' weight-read floors (``*_weights_read_ms``) are in ms. O(1)."""
         ref, ref_gpu = model_spec(REFERENCE_MODEL), gpu_for(REFERENCE_GPU)
         spec, g, gref = self.spec, self.spec.geometry, ref.geometry
         peak = RooflineTTFT(ref, ref_gpu).peak_flops / RooflineTTFT(spec, self.gpu).peak_flops
@@ -124,7 +125,9 @@ class Served:
             "prefill_ms_per_token_pair": (spec.attention_flops_per_pair * g.num_full_layers)
             / (ref.attention_flops_per_pair * gref.num_full_layers) * peak,
             "fixed_ms_per_layer": g.num_layers / gref.num_layers,
-            "weights_read_floor_ms": float(spec.weights_bytes or 0) / (self.gpu.hbm_gbps * 1e6),
+            "prefill_weights_read_ms": float(spec.weights_bytes or 0) / (self.gpu.hbm_gbps * 1e6),
+            "decode_weights_read_ms": float(spec.weights_bytes or 0) * spec.active / (spec.params or spec.active)
+            / (self.gpu.hbm_gbps * 1e6),
             "decode_ms_per_context_token": g.kv_bytes_per_token / gref.kv_bytes_per_token * ref_gpu.hbm_gbps / self.gpu.hbm_gbps,
             "host_link": self.gpu.host_link_gbps / ref_gpu.host_link_gbps,
         }
@@ -135,13 +138,12 @@ class Served:
         if self.measured:
             return base
         f = self.factors()
-        floor = f["weights_read_floor_ms"]
         return dataclasses.replace(
             base,
-            prefill_fixed_ms=max(base.prefill_fixed_ms * f["fixed_ms_per_layer"], floor),
+            prefill_fixed_ms=max(base.prefill_fixed_ms * f["fixed_ms_per_layer"], f["prefill_weights_read_ms"]),
             prefill_ms_per_token=base.prefill_ms_per_token * f["prefill_ms_per_token"],
             prefill_ms_per_token_pair=base.prefill_ms_per_token_pair * f["prefill_ms_per_token_pair"],
-            decode_fixed_ms=max(base.decode_fixed_ms * f["fixed_ms_per_layer"], floor),
+            decode_fixed_ms=max(base.decode_fixed_ms * f["fixed_ms_per_layer"], f["decode_weights_read_ms"]),
             decode_ms_per_context_token=base.decode_ms_per_context_token * f["decode_ms_per_context_token"],
             h2d_gbps=base.h2d_gbps * f["host_link"],
             d2h_gbps=base.d2h_gbps * f["host_link"],
