@@ -106,11 +106,11 @@ class Served:
     @cached_property
     def pool(self) -> dict[str, Any]:
         """vLLM's KV pool on this GPU for this model (:func:`~stackdist.planning.hardware.require_fits`;
-        DeploymentError when the weights leave no room)."""
+        DeploymentError when the weights leave no room). O(1), computed once."""
         return require_fits(self.spec, HardwareOptions(self.gpu.name))
 
     def max_hbm_blocks(self, block_tokens: int) -> int:
-        """The most blocks of ``block_tokens`` tokens the HBM tier can hold: the pool's tokens // block_tokens."""
+        """The most blocks of ``block_tokens`` tokens the HBM tier can hold: the pool's tokens // block_tokens. O(1)."""
         return int(self.pool["kv_tokens"]) // block_tokens
 
     def factors(self) -> dict[str, float]:
@@ -151,7 +151,7 @@ class Served:
 
     def describe(self) -> dict[str, Any]:
         """The served model and GPU for the JSON report, and how far the latency model is from its
-        measurement."""
+        measurement. O(1)."""
         return {
             "model": self.spec.name, "hf_repo": self.spec.hf_repo, "model_given": self.model_given,
             "gpu": self.gpu.name, "gpu_given": self.gpu_given, "kv_bytes_per_token": self.kv_bytes_per_token,
@@ -163,7 +163,7 @@ class Served:
 
     def note(self) -> str | None:
         """One line for stderr when the answer is not the measured one for a named model, or the
-        default model was used; None when the caller named the measured model and GPU."""
+        default model was used; None when the caller named the measured model and GPU. O(1)."""
         if not self.model_given:
             return (f"no model given: KV bytes and TTFT are for {REFERENCE_MODEL} (the measured model) on one "
                     f"{self.gpu.name}{'' if self.gpu.name == REFERENCE_GPU else ' (extrapolated)'}")
