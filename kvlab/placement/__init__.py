@@ -9,6 +9,7 @@ Modules, in the order data flows:
 - :mod:`~kvlab.placement.kernel`: the same tiers compiled (numba), one pass over the requests.
 - :mod:`~kvlab.placement.calibration`: the latency model, calibrated from ``data/fixtures``.
 - :mod:`~kvlab.placement.links`: the PCIe and NVMe links as contended FIFO servers.
+- :mod:`~kvlab.placement.served`: the served model and GPU (KV bytes, HBM bound, the latency model scaled to them).
 - :mod:`~kvlab.placement.simulator`: requests, transfers, prefetch, TTFT/TPOT.
 - :mod:`~kvlab.placement.cost`: prices, sessions per GPU, composition sweep, SLO capacity.
 - :mod:`~kvlab.placement.experiments`: the paper's grid (``python -m kvlab.placement``).
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # the eager form, for type checkers
         ReuseFrequency,
         make_policy,
     )
+    from .served import Served
     from .simulator import SimConfig, SimResult, simulate
     from .workloads import Workload, agent, chat, docqa, from_mooncake, write_mooncake
 
@@ -59,6 +61,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "hierarchy": ("TieredCache",),
     "links": ("Link", "LinkModel"),
     "policies": ("POLICIES", "EWMANextTouch", "Policy", "PredictedReuse", "Recency", "ReuseFrequency", "make_policy"),
+    "served": ("Served",),
     "simulator": ("SimConfig", "SimResult", "simulate"),
     "workloads": ("Workload", "agent", "chat", "docqa", "from_mooncake", "write_mooncake"),
 })
@@ -73,6 +76,7 @@ __all__ = [
     "PredictedReuse",
     "Recency",
     "ReuseFrequency",
+    "Served",
     "SimConfig",
     "SimResult",
     "TieredCache",
