@@ -114,6 +114,18 @@ def test_the_hbm_tier_is_bounded_by_the_gpus_kv_pool(capsys):
     assert 110_000 < most * 16 < 130_000
 
 
+def test_a_default_hbm_tier_beyond_the_pool_says_to_give_capacities(capsys, tmp_path: Path):
+    # one 102,400-token prompt (200 blocks of 512): the default HBM tier is that footprint, but Qwen3-32B's
+    # 61 GiB of weights leave an H100 a pool of about 31k tokens (60 blocks of 512)
+    trace = tmp_path / "long.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 102400, "output_length": 8,
+                                 "hash_ids": list(range(200))}) + "\n")
+    most = Served.of("qwen3-32b", "h100").max_hbm_blocks(512)
+    code, _, err = run(capsys, "simulate", "--workload", f"mooncake:{trace}", "--model", "qwen3-32b", "--gpu", "h100")
+    assert code == 2 and "the default HBM tier (one session footprint): an HBM tier of 200 blocks of 512 tokens" in err
+    assert f"give --capacities with an HBM tier of at most {most:,} blocks" in err and 40 < most < 80
+
+
 @pytest.mark.parametrize("argv,code,needle", [
     (["--model", "gpt-5"], 2, "--model must be a config.json path or one of"),
     (["--gpu", "tpu"], 2, "argument --gpu: invalid choice: 'tpu'"),

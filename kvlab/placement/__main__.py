@@ -229,8 +229,9 @@ def _check_hbm(served: Served, caps: tuple[int, ...], workload: Workload, given:
             f"{what}: an HBM tier of {caps[0]:,} blocks of {workload.block_tokens} tokens does not fit one "
             f"{served.gpu.name} serving {served.spec.name}: its KV pool holds {pool['kv_tokens']:,} tokens = {most:,} "
             f"blocks ({pool['available_kv_gib_per_gpu']:.1f} GiB after {pool['weights_gib_per_gpu']:.1f} GiB of weights, "
-            f"vLLM's pool at gpu_memory_utilization {pool['gpu_memory_utilization']:g}); give at most {most:,}, or "
-            "another --gpu or --model.")
+            f"vLLM's pool at gpu_memory_utilization {pool['gpu_memory_utilization']:g}); give "
+            f"{'at most' if given else '--capacities with an HBM tier of at most'} {most:,} blocks, or another --gpu "
+            "or --model.")
 
 
 def _simulate(args: argparse.Namespace) -> int:
