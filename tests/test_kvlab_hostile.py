@@ -269,7 +269,7 @@ def test_placement_experiments_with_stdout_closed_writes_its_files(capsys, monke
     monkeypatch.setattr(sys, "stdout", None)  # nothing goes to stdout: the answer is the folder
     code, _, err = placement(capsys, "experiments", "--quick", "--no-plots", "--out", tmp_path / "out")
     assert code == 0 and "error" not in err and (tmp_path / "out" / "results.json").is_file(), err
-    assert "note: KV bytes and TTFT are for qwen2.5-1.5b (the measured model)" in err
+    assert "note: no model given: KV bytes and TTFT are for qwen2.5-1.5b (the measured model)" in err
 
 
 def test_importing_the_placement_package_loads_no_numpy(tmp_path):

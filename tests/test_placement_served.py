@@ -102,6 +102,29 @@ def test_simulate_with_a_model_moves_its_kv_bytes(capsys):
     assert code == 0 and "note" not in err and named["ttft_ms"] == default["ttft_ms"]
 
 
+def test_experiments_serve_the_model_too(capfd, tmp_path: Path):
+    runs = {}
+    for label, extra in (("default", []), ("qwen3", ["--model", "qwen3-8b", "--gpu", "h100"])):
+        code = main(["experiments", "--quick", "--no-plots", "--out", str(tmp_path / label), *extra])
+        err = capfd.readouterr().err
+        assert code == 0, err
+        runs[label] = (json.loads((tmp_path / label / "results.json").read_text()), err)
+    (default, default_err), (qwen3, qwen3_err) = runs["default"], runs["qwen3"]
+    assert "note: no model given: KV bytes and TTFT are for qwen2.5-1.5b" in default_err
+    assert "qwen3-8b on h100 are extrapolated" in qwen3_err
+    assert qwen3["served"]["model"] == "qwen3-8b" and qwen3["kv_bytes_per_token"] == 147456
+    for name, rows in default["grid"].items():  # the same blocks move, each of 147,456 / 28,672 the bytes
+        for a, b in zip(rows, qwen3["grid"][name]):
+            assert a["hits"] == b["hits"] and a["misses"] == b["misses"]
+            assert {k: v * 147456 for k, v in a["migration_bytes"].items()} == \
+                {k: v * 28672 for k, v in b["migration_bytes"].items()}
+    assert qwen3["latency_model"] == dataclasses.asdict(Served.of("qwen3-8b", "h100").latency(LatencyModel()))
+    code = main(["experiments", "--quick", "--no-plots", "--out", str(tmp_path / "big"), "--gpu-sessions", "1e6"])
+    err = capfd.readouterr().err
+    assert code == 2 and "does not fit one h200 serving qwen2.5-1.5b" in err and "--gpu-sessions" in err
+    assert not (tmp_path / "big").exists()  # refused before any work
+
+
 def test_the_hbm_tier_is_bounded_by_the_gpus_kv_pool(capsys):
     most = Served.of("qwen3-8b", "a100-40g").max_hbm_blocks(16)
     args = ["simulate", "--workload", "chat", "--param", "n_sessions=1", "--param", "accesses_per_session=50",

@@ -6,7 +6,7 @@ Exit status (:mod:`stackdist.errors`, as every command of the project): 0 on suc
 :data:`~stackdist.errors.EXIT_DATA` (1) for a data error (missing or malformed trace / fixture
 file, an unwritable output). Results go to stdout (or files), progress to stderr.
 
-``simulate --model NAME|--model-config FILE --gpu NAME`` serves that model on that GPU: KV bytes per
+``simulate`` and ``experiments`` with ``--model NAME|--model-config FILE --gpu NAME`` serve that model on that GPU: KV bytes per
 block from the model (migration bytes, transfer times), the HBM tier bounded by the GPU's KV pool,
 and the latency model measured for Qwen2.5-1.5B on an H200 scaled to them
 (:mod:`~kvlab.placement.served`; an extrapolation, said on stderr and in ``served``). Without
@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="composition sweep budget as a fraction of the chat workload's distinct blocks (default 0.5)")
     exp.add_argument("--seed", type=int_argument(0), default=0)
     exp.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
+    _add_served_arguments(exp)
     _add_simulate_parser(sub, version)
     gen = sub.add_parser("generate", help="write a generated workload as a Mooncake JSONL trace (for stackdist plan)",
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -128,8 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_simulate_parser(sub: Any, version: str) -> None:
-    from stackdist.planning.hardware import gpu_table
-
     from .policies import POLICIES
     from .simulator import MODES, PREFETCHERS
 
@@ -151,16 +150,23 @@ def _add_simulate_parser(sub: Any, version: str) -> None:
     sim.add_argument("--reblock", type=int_argument(1, 2**31), default=None,
                      help="re-block a mooncake:PATH trace to this many tokens per block (a divisor of --block-size)")
     sim.add_argument("--hf-eager", action="store_true", help="add HF-eager host overhead to the latency model")
-    model = sim.add_mutually_exclusive_group()
+    _add_served_arguments(sim)
+
+
+def _add_served_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model / --model-config and --gpu (simulate and experiments)."""
+    from stackdist.planning.hardware import gpu_table
+
+    model = parser.add_mutually_exclusive_group()
     model.add_argument("--model", metavar="NAME",
                        help="the served model: a bundled model or its Hugging Face repo id, any case (as stackdist plan "
                        "--model); sets the KV bytes per block (migration bytes, transfer times) and scales prefill and "
                        "decode times (default qwen2.5-1.5b, the measured model)")
     model.add_argument("--model-config", metavar="FILE",
                        help="the served model's Hugging Face config.json instead of --model")
-    sim.add_argument("--gpu", type=str.lower, choices=list(gpu_table()), metavar="NAME",
-                     help=f"the GPU: {', '.join(gpu_table())}; its FLOP/s and HBM and host-link bandwidths scale the "
-                     "latency model, its HBM bounds the HBM tier (default h200, the measured GPU)")
+    parser.add_argument("--gpu", type=str.lower, choices=list(gpu_table()), metavar="NAME",
+                        help=f"the GPU: {', '.join(gpu_table())}; its FLOP/s and HBM and host-link bandwidths scale the "
+                        "latency model, its HBM bounds the HBM tier (default h200, the measured GPU)")
 
 
 def _generated(kind: str, params: dict[str, Any]) -> Workload:
@@ -313,11 +319,13 @@ def _experiments(args: argparse.Namespace) -> int:
         raise UsageError(f"--sweep-fraction must be positive, got {args.sweep_fraction}.")
     if args.sweep_steps is not None and args.sweep_steps < 1:
         raise UsageError(f"--sweep-steps must be a positive int, got {args.sweep_steps}.")
-    print("kvlab.placement experiments: note: KV bytes and TTFT are for qwen2.5-1.5b (the measured model) on one h200; "
-          "simulate --model/--gpu serves another", file=sys.stderr)
+    served = _served(args)
+    note = served.note()
+    if note:
+        print(f"kvlab.placement experiments: note: {note}", file=sys.stderr)
     run_experiments(args.out, quick=args.quick, mooncake=args.mooncake, gpu_sessions=args.gpu_sessions,
                     slo_ms=args.slo_ms, sweep_steps=args.sweep_steps, seed=args.seed,
-                    sweep_fraction=args.sweep_fraction, plots=not args.no_plots)
+                    sweep_fraction=args.sweep_fraction, plots=not args.no_plots, served=served)
     return EXIT_OK
 
 
