@@ -4,6 +4,8 @@
 (each atomically, with :mod:`stackdist.output`) and returns the results. Tier capacities follow the paper's 1:8:64 ratio with the HBM tier set
 to ``gpu_sessions`` times the workload's mean per-session footprint (its largest request).
 Claims are evaluated from the simulated numbers in ``results["claims"]``; nothing is typed in.
+Bytes and times are the served model's on the served GPU (``served``, :mod:`.served`; by default
+the measured Qwen2.5-1.5B on an H200).
 """
 
 from __future__ import annotations
