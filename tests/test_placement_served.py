@@ -153,6 +153,7 @@ def test_a_default_hbm_tier_beyond_the_pool_says_to_give_capacities(capsys, tmp_
     (["--model", "gpt-5"], 2, "--model must be a config.json path or one of"),
     (["--gpu", "tpu"], 2, "argument --gpu: invalid choice: 'tpu'"),
     (["--model", "llama-3.1-70b", "--gpu", "h100"], 1, "does not fit on 1 x h100"),
+    (["--model", "deepseek-v3", "--gpu", "b200"], 1, "The placement simulator models one GPU (no tensor parallelism)"),
     (["--model", "qwen3-8b", "--model-config", "x.json"], 2, "not allowed with argument --model"),
 ])
 def test_bad_models_and_gpus(capsys, argv, code, needle):

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from stackdist.errors import UsageError
+from stackdist.errors import DeploymentError, UsageError
 from stackdist.planning.geometry import DEFAULT_MODEL, ModelSpec, model_spec
 from stackdist.planning.hardware import (
     GPU,
@@ -107,7 +107,11 @@ class Served:
     def pool(self) -> dict[str, Any]:
         """vLLM's KV pool on this GPU for this model (:func:`~stackdist.planning.hardware.require_fits`;
         DeploymentError when the weights leave no room). O(1), computed once."""
-        return require_fits(self.spec, HardwareOptions(self.gpu.name))
+        try:
+            return require_fits(self.spec, HardwareOptions(self.gpu.name))
+        except DeploymentError as exc:
+            raise DeploymentError(f"{exc} The placement simulator models one GPU (no tensor parallelism): serve a "
+                                  "model whose weights fit one.") from None
 
     def max_hbm_blocks(self, block_tokens: int) -> int:
         """The most blocks of ``block_tokens`` tokens the HBM tier can hold: the pool's tokens // block_tokens. O(1)."""
