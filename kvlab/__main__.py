@@ -97,28 +97,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     :func:`stackdist.guard.run_guarded`)."""
     restore = None
     try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
-        restore = install_interrupt_handler("kvlab")
-        return _main(argv)
+        try:
+            restore = install_interrupt_handler("kvlab")
+            return _main(argv)
+        finally:  # a Ctrl-C deferred out of numba's compiler may be taken here, while the handler is put back
+            if restore is not None:
+                restore()
     except KeyboardInterrupt:  # before or after the command's own guard
         print("kvlab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        if restore is not None:
-            restore()
         if argv is None:  # this process's own command line: it exits next
             freeze_for_exit()
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from stackdist.guard import run_guarded
+    from stackdist.guard import ClosedStdout, run_guarded
 
+    class _FalsyClosedStdout(ClosedStdout):
+        """A closed stdout that argparse (Python 3.11+: ``file or sys.stderr``) passes over, so a
+        subcommand's --help and --version go to stderr as the top level's do, never into nothing
+        (3.10 raises on the write: one error line, exit 1)."""
+
+        def __bool__(self) -> bool:
+            return False
+
+    if sys.stdout is None:  # started with stdout closed: every write is an error (one line, exit 1)
+        sys.stdout = _FalsyClosedStdout()  # type: ignore[assignment]
     try:
         arguments = list(sys.argv[1:] if argv is None else argv)
         if arguments and arguments[0] in DELEGATED:
-            name = arguments[0]
-            if "--version" in arguments[1:arguments.index("--") if "--" in arguments else None]:
-                print(_version())
-                return 0
+            name = arguments[0]  # its own parser answers --help and --version (on stderr when stdout is closed)
             return run_guarded(f"kvlab {name}", lambda: DELEGATED[name](arguments[1:], prog=f"kvlab {name}"))
         args = build_parser().parse_args(arguments)
         if args.command == "run-lab":

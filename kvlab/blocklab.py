@@ -29,9 +29,16 @@ replays the same passes block by block:
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
+
+from stackdist.errors import install_interrupt_handler, started_as
+
+if started_as("blocklab.py"):  # python -m kvlab.blocklab: Ctrl-C during the numpy imports is one line, exit 130
+    install_interrupt_handler("blocklab.py", guarded=False)
+
+import argparse
+import errno
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +51,7 @@ from stackdist.output import check_outputs, tool_header, write_atomic
 from stackdist.serving import replay_requests, request_hits
 from stackdist.serving.lab_bridge import cached_blocks, resident_at_arrival
 from stackdist.traces import RequestTrace, chain_hashes
+from stackdist.version import __version__
 
 from .kvsim import EnginePrefixCache, LRUCache
 from .lab import LabMismatchError
@@ -435,6 +443,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s (stackdist) {__version__}")
     parser.add_argument("--gpu", type=int_argument(0), default=DEFAULT_GPU,
                         help=f"GPU capacity in tokens, >= 0; blocks = GPU // block size (default {DEFAULT_GPU})")
     parser.add_argument("--block-size", type=int_argument(1), default=DEFAULT_BLOCK_SIZE,
@@ -484,8 +493,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return 2
     text = json.dumps(result, indent=2) + "\n"
     if args.json == "-":
-        sys.stdout.write(text)
-        return 0
+        return _to_stdout(name, text)
     if args.json is not None:
         try:
             write_atomic(args.json, text)
@@ -493,9 +501,28 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             print(f"{name}: error: cannot write {args.json}: {error.strerror or error}", file=sys.stderr)
             return 1
         print(f"{name}: wrote {args.json}", file=sys.stderr)
-    sys.stdout.write(format_table(result))
+    return _to_stdout(name, format_table(result))
+
+
+def _to_stdout(name: str, text: str) -> int:
+    """Write ``text`` to stdout; 0, or 1 with one line when stdout is closed or fails, 141 for a
+    reader gone away (as every command, :mod:`stackdist.errors`)."""
+    try:
+        if sys.stdout is None:  # the process started with stdout closed
+            raise OSError(errno.EBADF, "stdout is closed")
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return 141
+    except OSError as error:
+        print(f"{name}: error: cannot write to stdout: {error.strerror or error}", file=sys.stderr)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: one line and 130, never a traceback
+        print("blocklab.py: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -3,13 +3,15 @@
 :func:`load_partial_prefix` reads the fixture (column :data:`FIXTURE_COLUMN`: the lab is
 GPU-only, so the prefix KV is already on the GPU) into a :class:`PartialPrefixTTFT`, which
 values a prefix hit by linear interpolation in the measured prefixes (``kvlab block-lab``).
-A bad file is a :class:`FixtureError` naming the file and the field.
+A bad file is a :class:`FixtureError` naming the file and the field, or the line for a file that
+is not UTF-8, not JSON, or holds an integer too long to read; ``kvlab block-lab`` exits 1 for it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,13 +101,10 @@ def load_partial_prefix(path: str | Path = DEFAULT_FIXTURE) -> PartialPrefixTTFT
     and ``gpu_prefix.gpu_work_ms``.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except OSError as error:
         raise FixtureError(f"{path}: cannot read the partial-prefix fixture: {error.strerror or error}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise FixtureError(f"{path}:{error.lineno}: not valid JSON: {error.msg}") from None
+    data = _parse_json(raw, path)
     if not isinstance(data, dict):
         raise FixtureError(f"{path}: the fixture must be a JSON object, got {type(data).__name__}")
     doc_tokens = _fixture_int(data, "doc_tokens", path, "doc_tokens")
@@ -136,6 +135,31 @@ def load_partial_prefix(path: str | Path = DEFAULT_FIXTURE) -> PartialPrefixTTFT
             f"{path}: rows must run from P=0 to P=doc_tokens ({doc_tokens}), got P={prefixes[0]}..{prefixes[-1]}"
         )
     return PartialPrefixTTFT(_display_path(path), doc_tokens, question_tokens, tuple(prefixes), tuple(wall), tuple(work))
+
+
+#: Python's limit on the digits of an integer read from text (``sys.get_int_max_str_digits``).
+INT_MAX_STR_DIGITS = 4300
+
+
+def _parse_json(raw: bytes, path: str | Path) -> Any:
+    """The fixture's JSON value; FixtureError naming ``path`` and the line for bytes that are not
+    UTF-8, text that is not JSON, or an integer too long to read (more than 4300 digits)."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        raise FixtureError(f"{path}:{line}: not UTF-8 text (byte {raw[error.start]:#04x} at offset {error.start}); "
+                           "the fixture must be a UTF-8 JSON file") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise FixtureError(f"{path}:{error.lineno}: not valid JSON: {error.msg}") from None
+    except ValueError:  # an integer beyond Python's digit limit: find it to name its line
+        long_number = re.search(rf"\d{{{INT_MAX_STR_DIGITS + 1},}}", text)
+        where = f"{path}:{text.count(chr(10), 0, long_number.start()) + 1}" if long_number else str(path)
+        digits = f"{len(long_number.group()):,}" if long_number else f"over {INT_MAX_STR_DIGITS:,}"
+        raise FixtureError(f"{where}: a number of {digits} digits; numbers in the fixture can have at most "
+                           f"{INT_MAX_STR_DIGITS:,} digits (token counts and milliseconds)") from None
 
 
 def _display_path(path: str | Path) -> str:

@@ -10,8 +10,18 @@ object on stdout, has one entry per pass::
 
 ``hit_docs`` lists the documents that hit (in either tier) in the order they were read.
 
+**Integers.** ``gpu`` and ``cpu`` are any integers >= 0 and ``tokens`` any integer >= 1, as
+:mod:`kvsim`'s spec has them (capacities non-negative ints, sizes positive ints, no upper
+bound): on the command line too, of any length (``--gpu 99999999999999999999`` works; more
+than Python's 4300-digit ``int(str)`` guard as well, :func:`parse_integer`). ``--docs`` is
+1 to :data:`MAX_DOCS` on the command line only: every read is simulated and listed.
+
+Exit status of the command: 0, 1 when the answer cannot be written (stdout closed: one line
+on stderr), 2 for a bad argument (the message names the flag and the allowed values).
+
 Standard library only; runs as ``python -m kvlab.scenario``, as ``python3 kvlab/scenario.py``,
-and as ``python3 scenario.py`` when copied next to ``kvsim.py`` into an empty folder.
+and as ``python3 scenario.py`` when copied next to ``kvsim.py`` into an empty folder. Copied
+without ``kvsim.py`` it says so in one line and exits 1 (a missing file, not a bad argument).
 
 >>> run_scenario(gpu=2, cpu=0, docs=3, tokens=1, passes=("fwd", "rev"))["passes"][1]
 {'order': 'rev', 'gpu_hits': 2, 'cpu_hits': 0, 'misses': 1, 'hit_docs': [2, 1]}
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TypedDict
@@ -28,10 +39,21 @@ from typing import TypedDict
 try:  # imported as part of the kvlab package (python -m kvlab.scenario, import kvlab.scenario)
     from .kvsim import TwoTierCache
 except ImportError:  # run as a script, in the repository or copied next to kvsim.py
-    from kvsim import TwoTierCache  # type: ignore[no-redef, import-not-found]
+    try:
+        from kvsim import TwoTierCache  # type: ignore[no-redef, import-not-found]
+    except ModuleNotFoundError as _missing:
+        if _missing.name != "kvsim":
+            raise
+        _WHY = (f"kvsim.py is missing: scenario.py needs kvsim.py (the lab's reference caches) in its own folder "
+                f"{os.path.dirname(os.path.abspath(__file__))}; copy kvsim.py next to it")
+        if __name__ == "__main__":  # the command: one line and exit 1 (a missing file, not a bad argument)
+            print(f"{os.path.basename(sys.argv[0] or 'scenario.py')}: error: {_WHY}", file=sys.stderr)
+            sys.exit(1)
+        raise ModuleNotFoundError(_WHY, name="kvsim") from None
 
 __all__ = [
-    "PASS_ORDERS", "PassResult", "int_argument", "main", "parse_passes", "pass_keys", "passes_argument",
+    "MAX_DOCS", "PASS_ORDERS", "PassResult", "int_argument", "main", "parse_integer", "parse_passes", "pass_keys",
+    "passes_argument",
     "require_int", "run_scenario", "scenario_trace",
 ]
 
@@ -148,23 +170,61 @@ def run_scenario(
 
 
 INT64_MAX = 2**63 - 1
+#: Bound of ``--docs`` on the command line: every read is simulated one by one in Python (about a
+#: microsecond each) and the result lists the documents that hit, so the work and the output grow
+#: with ``docs x passes``. Not a limit of the spec (:func:`run_scenario` takes any positive int).
+MAX_DOCS = 10_000_000
+#: Digits converted at a time by :func:`parse_integer` (below Python's 4300-digit guard).
+_CHUNK_DIGITS = 4000
 
 
-def int_argument(minimum: int, maximum: int = INT64_MAX) -> Callable[[str], int]:
+def parse_integer(text: str) -> int | None:
+    """Return the integer written in ``text`` (ASCII digits, an optional sign, spaces around),
+    of any length, or None when it is not one.
+
+    Python's ``int(str)`` refuses more than 4300 digits; the digits are converted in chunks, so
+    every integer the lab's spec allows can be given. Complexity: O(digits^2 / 4000).
+
+    >>> parse_integer(" 42 "), parse_integer("-7"), parse_integer("1e3"), parse_integer("")
+    (42, -7, None, None)
+    >>> parse_integer("9" * 5000) == 10**5000 - 1
+    True
+    """
+    stripped = text.strip()
+    sign = -1 if stripped.startswith("-") else 1
+    digits = stripped[1:] if stripped[:1] in ("-", "+") else stripped
+    if not digits or not digits.isascii() or not digits.isdigit():
+        return None
+    value = 0
+    for start in range(0, len(digits), _CHUNK_DIGITS):
+        chunk = digits[start:start + _CHUNK_DIGITS]
+        value = value * 10 ** len(chunk) + int(chunk)
+    return sign * value
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message, shortened when long."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text):,} characters)"
+
+
+def int_argument(minimum: int, maximum: int | None = INT64_MAX) -> Callable[[str], int]:
     """Return an argparse ``type`` callable accepting integers in [``minimum``, ``maximum``]
-    (at most 2^63-1: every count and capacity is a 64-bit integer)."""
+    (default at most 2^63-1, for counts and capacities that become 64-bit integers; ``None``:
+    no upper bound, any length, as the lab's spec allows for the scenario's sizes). Each call is
+    O(digits^2 / 4000) (:func:`parse_integer`).
+
+    >>> int_argument(0, None)("99999999999999999999")
+    99999999999999999999
+    """
     kind = "a non-negative integer" if minimum == 0 else "a positive integer"
-    top = "2^63-1" if maximum == INT64_MAX else f"{maximum:,}"
+    top = "2^63-1" if maximum == INT64_MAX else f"{maximum:,}" if maximum is not None else ""
 
     def parse(text: str) -> int:
-        try:
-            value = int(text) if len(text) <= 40 else None
-        except ValueError:
-            value = None
+        value = parse_integer(text)
         if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {kind}, got {text[:40]!r}")
-        if value > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {top}, got {text[:40]!r}")
+            raise argparse.ArgumentTypeError(f"must be {kind}, got {_shown(text)}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {top}, got {_shown(text)}")
         return value
 
     parse.__name__ = kind.replace(" ", "_")
@@ -179,6 +239,17 @@ def passes_argument(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(str(error).rstrip(".")) from None
 
 
+def _version() -> str:
+    """``--version``: the installed stackdist's version (read with the standard library only), or
+    a note that this is a standalone copy."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"%(prog)s (stackdist) {version('stackdist')}"
+    except PackageNotFoundError:
+        return "%(prog)s (a standalone copy of the kvlab lab file; stackdist is not installed)"
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """Return the command-line parser (with examples in the epilog)."""
     parser = argparse.ArgumentParser(
@@ -188,14 +259,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--gpu", type=int_argument(0), default=DEFAULT_GPU,
-                        help=f"GPU tier capacity in tokens, >= 0 (default {DEFAULT_GPU})")
-    parser.add_argument("--cpu", type=int_argument(0), default=DEFAULT_CPU,
-                        help=f"CPU tier capacity in tokens, >= 0; 0 means no CPU tier (default {DEFAULT_CPU})")
-    parser.add_argument("--docs", type=int_argument(1), default=DEFAULT_DOCS,
-                        help=f"number of documents, >= 1 (default {DEFAULT_DOCS})")
-    parser.add_argument("--tokens", type=int_argument(1), default=DEFAULT_TOKENS,
-                        help=f"tokens per document, >= 1 (default {DEFAULT_TOKENS})")
+    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--gpu", type=int_argument(0, None), default=DEFAULT_GPU,
+                        help=f"GPU tier capacity in tokens, any integer >= 0 (default {DEFAULT_GPU})")
+    parser.add_argument("--cpu", type=int_argument(0, None), default=DEFAULT_CPU,
+                        help=f"CPU tier capacity in tokens, any integer >= 0; 0 means no CPU tier (default {DEFAULT_CPU})")
+    parser.add_argument("--docs", type=int_argument(1, MAX_DOCS), default=DEFAULT_DOCS,
+                        help=f"number of documents, 1 to {MAX_DOCS:,} (each read is simulated; default {DEFAULT_DOCS})")
+    parser.add_argument("--tokens", type=int_argument(1, None), default=DEFAULT_TOKENS,
+                        help=f"tokens per document, any integer >= 1 (default {DEFAULT_TOKENS})")
     parser.add_argument("--passes", type=passes_argument, default=DEFAULT_PASSES,
                         help="comma-separated pass orders, each fwd or rev (default fwd,fwd,rev)")
     return parser
@@ -220,4 +292,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: one line and 130, never a traceback
+        print(f"{os.path.basename(sys.argv[0] or 'scenario.py')}: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -27,6 +27,7 @@ Choices (documented here because the format leaves them open):
   a missing or unreadable input file also exits 1. The output file is written atomically (a
   temporary file in the same folder, then ``os.replace``), so on any error no output file is
   created or changed. Input with no data lines gives empty sections (and a warning on stderr).
+  ``OUTPUT.json`` ``-`` writes to stdout; with stdout closed that is one line on stderr and exit 1.
 
 Standard library only; also runs when copied alone into an empty folder. That is why this file
 keeps its own atomic writer (:func:`write_bytes_atomic`, :func:`write_json_atomic`): the one
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import math
 import os
@@ -209,6 +211,8 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """
     shown = os.fspath(path)
     if shown in ("-", "/dev/stdout"):
+        if getattr(sys.stdout, "buffer", None) is None:  # started with stdout closed (sys.stdout is None)
+            raise OSError(errno.EBADF, "stdout is closed")
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
@@ -242,6 +246,17 @@ def write_json_atomic(path: str | os.PathLike[str], value: object) -> None:
     write_bytes_atomic(path, (json.dumps(value, indent=2, allow_nan=False) + "\n").encode("utf-8"))
 
 
+def _version() -> str:
+    """``--version``: the installed stackdist's version (standard library only), or a note that
+    this is a standalone copy."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"%(prog)s (stackdist) {version('stackdist')}"
+    except PackageNotFoundError:
+        return "%(prog)s (a standalone copy of the kvlab lab file; stackdist is not installed)"
+
+
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """Return the command-line parser."""
     parser = argparse.ArgumentParser(
@@ -251,6 +266,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         epilog="example:\n  python3 summarize.py data/ttft.jsonl results/measured.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=_version())
     parser.add_argument("input", metavar="INPUT.jsonl", help="measured lines, one JSON object per line")
     parser.add_argument("output", metavar="OUTPUT.json", help="summary file to write (atomically)")
     return parser
@@ -275,6 +291,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return 1
     try:
         write_json_atomic(args.output, summary)
+    except BrokenPipeError:
+        return 141
     except OSError as error:
         print(f"{parser.prog}: error: cannot write {args.output}: {error.strerror or error}", file=sys.stderr)
         return 1
@@ -286,4 +304,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: one line and 130, never a traceback
+        print(f"{os.path.basename(sys.argv[0] or 'summarize.py')}: interrupted", file=sys.stderr)
+        sys.exit(130)

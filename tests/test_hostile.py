@@ -631,9 +631,9 @@ def test_kvlab_ctrl_c_is_one_line_and_exit_130(tmp_path):
     assert not (tmp_path / "o.json").exists()
 
 
-@pytest.mark.parametrize("argv,flag", [(["--gpu", str(2**63)], "--gpu"), (["--docs", "1e30"], "--docs"),
-                                       (["--cpu", "9" * 50], "--cpu")])
-def test_kvlab_scenario_integers_are_bounded(capsys, argv, flag):
+@pytest.mark.parametrize("argv,flag", [(["--gpu", "-1"], "--gpu"), (["--docs", "1e30"], "--docs"),
+                                       (["--docs", str(10**7 + 1)], "--docs"), (["--cpu", "-" + "9" * 50], "--cpu")])
+def test_kvlab_scenario_integers_are_bounded(capsys, argv, flag):  # any size is allowed: tests/test_kvlab_hostile.py
     code, out, err = kv(capsys, "scenario", *argv)
     assert code == 2 and flag in err and "Traceback" not in err and out == "", err
 

@@ -9,6 +9,7 @@ Modules, in the order data flows:
 - :mod:`~kvlab.placement.kernel`: the same tiers compiled (numba), one pass over the requests.
 - :mod:`~kvlab.placement.calibration`: the latency model, calibrated from ``data/fixtures``.
 - :mod:`~kvlab.placement.links`: the PCIe and NVMe links as contended FIFO servers.
+- :mod:`~kvlab.placement.served`: the served model and GPU (KV bytes, HBM bound, the latency model scaled to them).
 - :mod:`~kvlab.placement.simulator`: requests, transfers, prefetch, TTFT/TPOT.
 - :mod:`~kvlab.placement.cost`: prices, sessions per GPU, composition sweep, SLO capacity.
 - :mod:`~kvlab.placement.experiments`: the paper's grid (``python -m kvlab.placement``).
@@ -19,30 +20,51 @@ Modules, in the order data flows:
 ['dram', 'hbm', 'ssd']
 """
 
-from .calibration import LatencyModel, derive_from_fixtures, kv_bytes_per_token
-from .cost import (
-    capacity_ratios,
-    composition_sweep,
-    cost_per_session_usd,
-    max_sessions_meeting_slo,
-    pareto_frontier,
-    sessions_per_gpu,
-    slo_capacity,
-    tier_cost_usd,
-)
-from .hierarchy import TieredCache
-from .links import Link, LinkModel
-from .policies import (
-    POLICIES,
-    EWMANextTouch,
-    Policy,
-    PredictedReuse,
-    Recency,
-    ReuseFrequency,
-    make_policy,
-)
-from .simulator import SimConfig, SimResult, simulate
-from .workloads import Workload, agent, chat, docqa, from_mooncake, write_mooncake
+from typing import TYPE_CHECKING
+
+from stackdist.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the eager form, for type checkers
+    from .calibration import LatencyModel, derive_from_fixtures, kv_bytes_per_token
+    from .cost import (
+        capacity_ratios,
+        composition_sweep,
+        cost_per_session_usd,
+        max_sessions_meeting_slo,
+        pareto_frontier,
+        sessions_per_gpu,
+        slo_capacity,
+        tier_cost_usd,
+    )
+    from .hierarchy import TieredCache
+    from .links import Link, LinkModel
+    from .policies import (
+        POLICIES,
+        EWMANextTouch,
+        Policy,
+        PredictedReuse,
+        Recency,
+        ReuseFrequency,
+        make_policy,
+    )
+    from .served import Served
+    from .simulator import SimConfig, SimResult, simulate
+    from .workloads import Workload, agent, chat, docqa, from_mooncake, write_mooncake
+
+# PEP 562: ``python -m kvlab.placement`` imports this package before its ``__main__`` can install
+# the Ctrl-C handler, so nothing heavy (numpy, numba) is imported here; each name loads its
+# module on first use.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "calibration": ("LatencyModel", "derive_from_fixtures", "kv_bytes_per_token"),
+    "cost": ("capacity_ratios", "composition_sweep", "cost_per_session_usd", "max_sessions_meeting_slo",
+             "pareto_frontier", "sessions_per_gpu", "slo_capacity", "tier_cost_usd"),
+    "hierarchy": ("TieredCache",),
+    "links": ("Link", "LinkModel"),
+    "policies": ("POLICIES", "EWMANextTouch", "Policy", "PredictedReuse", "Recency", "ReuseFrequency", "make_policy"),
+    "served": ("Served",),
+    "simulator": ("SimConfig", "SimResult", "simulate"),
+    "workloads": ("Workload", "agent", "chat", "docqa", "from_mooncake", "write_mooncake"),
+})
 
 __all__ = [
     "POLICIES",
@@ -54,6 +76,7 @@ __all__ = [
     "PredictedReuse",
     "Recency",
     "ReuseFrequency",
+    "Served",
     "SimConfig",
     "SimResult",
     "TieredCache",

@@ -6,6 +6,12 @@ Exit status (:mod:`stackdist.errors`, as every command of the project): 0 on suc
 :data:`~stackdist.errors.EXIT_DATA` (1) for a data error (missing or malformed trace / fixture
 file, an unwritable output). Results go to stdout (or files), progress to stderr.
 
+``simulate`` and ``experiments`` with ``--model NAME|--model-config FILE --gpu NAME`` serve that model on that GPU: KV bytes per
+block from the model (migration bytes, transfer times), the HBM tier bounded by the GPU's KV pool,
+and the latency model measured for Qwen2.5-1.5B on an H200 scaled to them
+(:mod:`~kvlab.placement.served`; an extrapolation, said on stderr and in ``served``). Without
+``--model`` one line on stderr says the measured 1.5B is used.
+
 ``generate KIND --out trace.jsonl`` writes a seeded generated workload as a Mooncake JSONL
 trace, which ``stackdist plan trace.jsonl --block-size 16`` plans (see
 :meth:`~kvlab.placement.workloads.Workload.to_request_trace`).
@@ -22,13 +28,22 @@ if started_as("__main__.py"):  # python -m kvlab.placement: Ctrl-C during the im
 
 import argparse
 import json
+import math
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..scenario import int_argument
 
 if TYPE_CHECKING:
+    from .served import Served
     from .workloads import Workload
+
+#: Tokens per hash_id of a Mooncake trace (``--block-size``'s default).
+MOONCAKE_BLOCK = 512
+#: The largest count a generator parameter may take on the command line (n_sessions, accesses_per_session, ...).
+MAX_COUNT = 10**8
+COUNT_PARAMS = ("n_sessions", "accesses_per_session", "n_agents", "steps_per_agent", "n_docs", "n_questions")
 
 EPILOG = """examples:
   python -m kvlab.placement experiments --out results/placement
@@ -36,6 +51,7 @@ EPILOG = """examples:
   python -m kvlab.placement experiments --out results/placement \\
       --mooncake data/traces/mooncake_conversation_trace.jsonl
   python -m kvlab.placement simulate --workload chat --policy lfu --capacities 424,3392,27136
+  python -m kvlab.placement simulate --workload chat --model Qwen/Qwen3-8B --gpu h100   # extrapolated TTFT
   python -m kvlab.placement simulate --workload docqa --param n_docs=8 --prefetch oracle --lookahead 1
   python -m kvlab.placement simulate --workload mooncake:data/traces/mooncake_synthetic_trace.jsonl
   python -m kvlab.placement generate chat --out /tmp/chat.jsonl --seed 1
@@ -79,10 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"kvlab.placement (stackdist) {__version__}")
+    version = f"kvlab.placement (stackdist) {__version__}"
+    parser.add_argument("--version", action="version", version=version)
     sub = parser.add_subparsers(dest="command", required=True)
     exp = sub.add_parser("experiments", help="rerun the paper's grid; write results.json and PNG figures",
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    exp.add_argument("--version", action="version", version=version)
     exp.add_argument("--out", required=True, type=_out_folder, help="output directory (created if missing)")
     exp.add_argument("--quick", action="store_true", help="tiny workloads (seconds; used by the tests)")
     exp.add_argument("--mooncake", action="append", default=[], metavar="PATH", help="also replay this Mooncake trace")
@@ -94,25 +112,29 @@ def build_parser() -> argparse.ArgumentParser:
                      help="composition sweep budget as a fraction of the chat workload's distinct blocks (default 0.5)")
     exp.add_argument("--seed", type=int_argument(0), default=0)
     exp.add_argument("--no-plots", action="store_true", help="skip the PNG figures")
-    _add_simulate_parser(sub)
+    _add_served_arguments(exp)
+    _add_simulate_parser(sub, version)
     gen = sub.add_parser("generate", help="write a generated workload as a Mooncake JSONL trace (for stackdist plan)",
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    gen.add_argument("--version", action="version", version=version)
     gen.add_argument("kind", choices=["chat", "agent", "docqa"], help="the generator")
     gen.add_argument("--out", required=True, metavar="TRACE.jsonl", help="trace file to write (atomically)")
     gen.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
                      help="generator parameter, e.g. n_sessions=12 (repeatable)")
     gen.add_argument("--seed", type=int_argument(0), default=0, help="the generator's seed (default 0)")
     cal = sub.add_parser("calibration", help="print the latency defaults next to the values derived from the fixtures")
+    cal.add_argument("--version", action="version", version=version)
     cal.add_argument("--fixtures", default=None, metavar="DIR", help="fixture folder (default: the fixtures shipped with kvlab)")
     return parser
 
 
-def _add_simulate_parser(sub: Any) -> None:
+def _add_simulate_parser(sub: Any, version: str) -> None:
     from .policies import POLICIES
     from .simulator import MODES, PREFETCHERS
 
     sim = sub.add_parser("simulate", help="one simulation; prints a JSON summary to stdout",
                          epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sim.add_argument("--version", action="version", version=version)
     sim.add_argument("--workload", default="chat", help="chat, agent, docqa or mooncake:PATH (default chat)")
     sim.add_argument("--param", action="append", type=_param, default=[], metavar="NAME=VALUE",
                      help="generator parameter, e.g. n_sessions=12 (repeatable)")
@@ -123,15 +145,38 @@ def _add_simulate_parser(sub: Any) -> None:
     sim.add_argument("--mode", choices=MODES, default="prefix")
     sim.add_argument("--prefetch", choices=PREFETCHERS, default="none")
     sim.add_argument("--lookahead", type=int_argument(0, 1_000_000), default=2)
-    sim.add_argument("--block-size", type=int_argument(1, 2**31), default=512, help="Mooncake block size (default 512)")
-    sim.add_argument("--reblock", type=int_argument(1, 2**31), default=None, help="re-block a Mooncake trace to this many tokens")
+    sim.add_argument("--block-size", type=int_argument(1, 2**31), default=None,
+                     help=f"tokens per hash_id of a mooncake:PATH trace (default {MOONCAKE_BLOCK})")
+    sim.add_argument("--reblock", type=int_argument(1, 2**31), default=None,
+                     help="re-block a mooncake:PATH trace to this many tokens per block (a divisor of --block-size)")
     sim.add_argument("--hf-eager", action="store_true", help="add HF-eager host overhead to the latency model")
+    _add_served_arguments(sim)
+
+
+def _add_served_arguments(parser: argparse.ArgumentParser) -> None:
+    """--model / --model-config and --gpu (simulate and experiments)."""
+    from stackdist.planning.hardware import gpu_table
+
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument("--model", metavar="NAME",
+                       help="the served model: a bundled model or its Hugging Face repo id, any case (as stackdist plan "
+                       "--model); sets the KV bytes per block (migration bytes, transfer times) and scales prefill and "
+                       "decode times (default qwen2.5-1.5b, the measured model)")
+    model.add_argument("--model-config", metavar="FILE",
+                       help="the served model's Hugging Face config.json instead of --model")
+    parser.add_argument("--gpu", type=str.lower, choices=list(gpu_table()), metavar="NAME",
+                        help=f"the GPU: {', '.join(gpu_table())}; its FLOP/s and HBM and host-link bandwidths scale the "
+                        "latency model, its HBM bounds the HBM tier (default h200, the measured GPU)")
 
 
 def _generated(kind: str, params: dict[str, Any]) -> Workload:
     """``GENERATORS[kind](**params)``; UsageError naming ``--param`` for a bad parameter."""
     from .workloads import GENERATORS
 
+    for name, value in params.items():  # counts of what the generator makes one by one
+        if name in COUNT_PARAMS and isinstance(value, (int, float)) and value > MAX_COUNT:
+            raise UsageError(f"--param {name} must be at most {MAX_COUNT:,} (the generator makes every request); "
+                             f"got {value!r}.")
     try:
         return GENERATORS[kind](**params)
     except TypeError as exc:
@@ -147,10 +192,52 @@ def _load_workload(args: argparse.Namespace) -> Workload:
     if args.workload.startswith("mooncake:"):
         if params:
             raise UsageError("--param applies to the generators (chat, agent, docqa), not to mooncake:PATH.")
-        return from_mooncake(args.workload.split(":", 1)[1], block_size=args.block_size, reblock=args.reblock)
+        block = args.block_size or MOONCAKE_BLOCK
+        if args.reblock is not None and block % args.reblock:
+            small = [d for d in range(1, math.isqrt(block) + 1) if block % d == 0]  # O(sqrt(block))
+            divisors = sorted({*small, *(block // d for d in small)})
+            shown = ", ".join(map(str, divisors)) if len(divisors) <= 24 else f"{', '.join(map(str, divisors[:23]))}, ..."
+            raise UsageError(f"--reblock must divide the trace's block size ({block} tokens, --block-size), so that "
+                             f"each block splits into whole blocks: one of {shown}; got {args.reblock}.")
+        return from_mooncake(args.workload.split(":", 1)[1], block_size=block, reblock=args.reblock)
     if args.workload not in GENERATORS:
         raise UsageError(f"--workload must be one of chat, agent, docqa or mooncake:PATH; got {args.workload!r}.")
+    for flag, value in (("--block-size", args.block_size), ("--reblock", args.reblock)):
+        if value is not None:
+            raise UsageError(f"{flag} applies to a mooncake:PATH trace; the generators make 16-token blocks "
+                             "(set block_tokens with --param block_tokens=N).")
     return _generated(args.workload, params)
+
+
+def _served(args: argparse.Namespace) -> Served:
+    """The served model and GPU; a --model-config file that cannot be used is a data error (exit 1)."""
+    from .served import Served
+
+    if args.model_config is None:
+        return Served.of(args.model, args.gpu)
+    path = args.model_config
+    if not os.path.isfile(path) and not os.path.isfile(os.path.join(path, "config.json")):
+        raise ValueError(f"--model-config {path}: no such file (a model's Hugging Face config.json)")
+    try:
+        return Served.of(path, args.gpu)
+    except UsageError as exc:
+        hint = str(exc).replace("pass dtype= to choose one", 'add "torch_dtype" (e.g. "bfloat16") to the config')
+        raise ValueError(f"--model-config {path}: {hint}") from None
+
+
+def _check_hbm(served: Served, caps: tuple[int, ...], workload: Workload, given: bool) -> None:
+    """UsageError naming --capacities when the HBM tier holds more than the GPU's KV pool."""
+    most = served.max_hbm_blocks(workload.block_tokens)
+    if caps[0] > most:
+        pool = served.pool
+        what = "--capacities" if given else "the default HBM tier (one session footprint)"
+        raise UsageError(
+            f"{what}: an HBM tier of {caps[0]:,} blocks of {workload.block_tokens} tokens does not fit one "
+            f"{served.gpu.name} serving {served.spec.name}: its KV pool holds {pool['kv_tokens']:,} tokens = {most:,} "
+            f"blocks ({pool['available_kv_gib_per_gpu']:.1f} GiB after {pool['weights_gib_per_gpu']:.1f} GiB of weights, "
+            f"vLLM's pool at gpu_memory_utilization {pool['gpu_memory_utilization']:g}); give "
+            f"{'at most' if given else '--capacities with an HBM tier of at most'} {most:,} blocks, or another --gpu "
+            "or --model.")
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -158,19 +245,27 @@ def _simulate(args: argparse.Namespace) -> int:
     from .experiments import capacities_for
     from .simulator import SimConfig, simulate
 
+    served = _served(args)
     workload = _load_workload(args)
     caps = args.capacities or capacities_for(workload, 1.0)
-    latency = LatencyModel.hf_eager() if args.hf_eager else LatencyModel()
+    _check_hbm(served, caps, workload, args.capacities is not None)
+    latency = served.latency(LatencyModel.hf_eager() if args.hf_eager else LatencyModel())
     try:
         config = SimConfig(capacities=caps, policy=args.policy, organisation=args.organisation, mode=args.mode,
-                           prefetch=args.prefetch, lookahead=args.lookahead, latency=latency)
+                           prefetch=args.prefetch, lookahead=args.lookahead, latency=latency,
+                           bytes_per_token=served.kv_bytes_per_token)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    note = served.note()
+    if note:
+        print(f"kvlab.placement simulate: note: {note}", file=sys.stderr)
     print(f"simulating {workload.name}: {workload.n_requests} requests, {workload.n_accesses} block accesses",
           file=sys.stderr)
     from stackdist.output import tool_header
 
     summary = {**tool_header("placement-simulate"), **simulate(workload, config).to_dict()}
+    summary["served"] = {**served.describe(), "hbm_tier_max_blocks": served.max_hbm_blocks(workload.block_tokens)}
+    summary["latency_model"] = latency.to_dict()
     summary["workload_summary"] = workload.summary()
     json.dump(summary, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
@@ -197,9 +292,11 @@ def _calibration(args: argparse.Namespace) -> int:
     from .calibration import DEFAULT_FIXTURES, LatencyModel, derive_from_fixtures
 
     folder = Path(args.fixtures or DEFAULT_FIXTURES)
-    if not folder.is_dir():
-        raise UsageError(f"--fixtures must be the folder holding gpu_busy_h200.json and tier_latency_h200.json; "
-                         f"{folder} is {'a file' if folder.exists() else 'missing'}.")
+    holding = "the folder holding gpu_busy_h200.json, tier_latency_h200.json and partial_prefix_h200.json"
+    if folder.exists() and not folder.is_dir():  # the wrong kind of argument (exit 2)
+        raise UsageError(f"--fixtures must be {holding}; {folder} is a file.")
+    if not folder.exists():  # a missing input: a data error (exit 1), as everywhere
+        raise ValueError(f"--fixtures {folder}: no such folder; it must be {holding}.")
     derived = derive_from_fixtures(folder)
     hardware, hf = LatencyModel(), LatencyModel.hf_eager()
     rows = []
@@ -222,9 +319,13 @@ def _experiments(args: argparse.Namespace) -> int:
         raise UsageError(f"--sweep-fraction must be positive, got {args.sweep_fraction}.")
     if args.sweep_steps is not None and args.sweep_steps < 1:
         raise UsageError(f"--sweep-steps must be a positive int, got {args.sweep_steps}.")
+    served = _served(args)
+    note = served.note()
+    if note:
+        print(f"kvlab.placement experiments: note: {note}", file=sys.stderr)
     run_experiments(args.out, quick=args.quick, mooncake=args.mooncake, gpu_sessions=args.gpu_sessions,
                     slo_ms=args.slo_ms, sweep_steps=args.sweep_steps, seed=args.seed,
-                    sweep_fraction=args.sweep_fraction, plots=not args.no_plots)
+                    sweep_fraction=args.sweep_fraction, plots=not args.no_plots, served=served)
     return EXIT_OK
 
 
@@ -238,16 +339,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     restore = None
     try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
-        restore = install_interrupt_handler("kvlab.placement")
-        args = build_parser().parse_args(argv)
-        outputs = [("--out", args.out)] if args.command == "generate" else []  # a file: checked before any work
-        return run_guarded(f"kvlab.placement {args.command}", lambda: _COMMANDS[args.command](args), outputs)
+        try:
+            restore = install_interrupt_handler("kvlab.placement")
+            args = build_parser().parse_args(argv)
+            outputs = [("--out", args.out)] if args.command == "generate" else []  # a file: checked before any work
+            return run_guarded(f"kvlab.placement {args.command}", lambda: _COMMANDS[args.command](args), outputs)
+        finally:  # a Ctrl-C deferred out of numba's compiler may be taken here, while the handler is put back
+            if restore is not None:
+                restore()
     except KeyboardInterrupt:
         print("kvlab.placement: interrupted", file=sys.stderr)
         return 130
-    finally:
-        if restore is not None:
-            restore()
 
 
 def _out_folder(text: str) -> str:

@@ -155,23 +155,54 @@ def kv_bytes_per_token() -> int:
 
 
 def _load(directory: Path, name: str) -> Any:
+    """The JSON of one fixture; FileNotFoundError when it is missing, ValueError naming the file
+    (and line) when it is unreadable, not UTF-8, not JSON, or holds an integer too long to read."""
     path = Path(directory) / name
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: calibration fixture not found.") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the calibration fixture: {exc.strerror or exc}.") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte {raw[exc.start]:#04x}).") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}).") from None
+        raise ValueError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}).") from None
+    except ValueError:  # an integer beyond Python's 4300-digit limit
+        raise ValueError(f"{path}: a number has more than 4300 digits.") from None
+
+
+def _rows(data: Any, path: Path, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """``data["rows"]``, each row checked to hold ``fields`` (``a.b`` for nested) as finite
+    numbers; ValueError naming the file, row and field."""
+    rows = data.get("rows") if isinstance(data, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise ValueError(f"{path}: rows must be a non-empty list of measurements.")
+    for index, row in enumerate(rows):
+        for field in fields:
+            value: Any = row
+            for part in field.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(float(value)):
+                raise ValueError(f"{path}: rows[{index}].{field} must be a finite number, got {value!r}.")
+    return rows
 
 
 def derive_from_fixtures(directory: str | Path = DEFAULT_FIXTURES) -> dict[str, float]:
     """Recompute every measured default of :class:`LatencyModel` from the fixture files.
 
     Returns a dict of field name -> value (hardware fields, plus the three HF-eager fields).
+    A missing fixture is a FileNotFoundError, an unreadable or malformed one a ValueError, each
+    naming the file (and the line, or the row and field). O(rows).
     """
     directory = Path(directory)
-    busy = _load(directory, "gpu_busy_h200.json")["rows"]
+    busy = _rows(_load(directory, "gpu_busy_h200.json"), directory / "gpu_busy_h200.json",
+                 ("doc_tokens", "question_tokens", "miss.profiler_gpu_ms", "decode_step.profiler_gpu_ms"))
     n = np.array([r["doc_tokens"] + r["question_tokens"] for r in busy], dtype=float)
     miss = np.array([r["miss"]["profiler_gpu_ms"] for r in busy], dtype=float)
     design = np.stack([np.ones_like(n), n, n * n], axis=1)
@@ -179,11 +210,13 @@ def derive_from_fixtures(directory: str | Path = DEFAULT_FIXTURES) -> dict[str, 
     a, b, c = np.linalg.lstsq(design * weight[:, None], miss * weight, rcond=None)[0]
     decode = np.array([r["decode_step"]["profiler_gpu_ms"] for r in busy], dtype=float)
     d_slope, d_fixed = np.polyfit(n, decode, 1)
-    tiers = _load(directory, "tier_latency_h200.json")["rows"]
+    tiers = _rows(_load(directory, "tier_latency_h200.json"), directory / "tier_latency_h200.json",
+                  ("kv_bytes", "h2d_ms", "gpu_hit_ttft_ms", "cpu_hit_ttft_ms"))
     kv_bytes = np.array([r["kv_bytes"] for r in tiers], dtype=float)
     h2d_ms = np.array([r["h2d_ms"] for r in tiers], dtype=float)
     slope, intercept = np.polyfit(kv_bytes, h2d_ms, 1)
-    partial = _load(directory, "partial_prefix_h200.json")["rows"]
+    partial = _rows(_load(directory, "partial_prefix_h200.json"), directory / "partial_prefix_h200.json",
+                    ("P", "prefill_tokens", "gpu_prefix.gpu_work_ms", "gpu_prefix.wall_ms_median"))
     hardware = LatencyModel(prefill_fixed_ms=float(a), prefill_ms_per_token=float(b), prefill_ms_per_token_pair=float(c))
     penalty = [
         r["gpu_prefix"]["gpu_work_ms"] - hardware.gpu_prefill_ms(r["prefill_tokens"], r["P"]) for r in partial if r["P"] > 0

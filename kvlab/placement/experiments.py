@@ -4,6 +4,8 @@
 (each atomically, with :mod:`stackdist.output`) and returns the results. Tier capacities follow the paper's 1:8:64 ratio with the HBM tier set
 to ``gpu_sessions`` times the workload's mean per-session footprint (its largest request).
 Claims are evaluated from the simulated numbers in ``results["claims"]``; nothing is typed in.
+Bytes and times are the served model's on the served GPU (``served``, :mod:`.served`; by default
+the measured Qwen2.5-1.5B on an H200).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from stackdist.errors import UsageError
 from stackdist.output import write_atomic, write_json
 from stackdist.planning.prices import PRICES_USD_PER_GB
 
@@ -32,6 +35,7 @@ from .cost import (
 )
 from .kernel import dense_blocks
 from .policies import POLICIES
+from .served import Served
 from .simulator import PREFETCHERS, SimConfig, prefetch_candidates, simulate
 from .workloads import Workload, agent, chat, docqa, from_mooncake
 
@@ -100,7 +104,7 @@ def capacities_for(workload: Workload, gpu_sessions: float) -> tuple[int, int, i
 
 
 def _grid(
-    workload: Workload, caps: tuple[int, int, int], latency: LatencyModel, progress: _Progress | None = None,
+    workload: Workload, caps: tuple[int, int, int], base: SimConfig, progress: _Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Every policy x organisation x prefetcher on ``workload``, in that order.
 
@@ -108,7 +112,7 @@ def _grid(
     up to :data:`WORKERS` threads (results in order, identical to one thread); the per-trace
     artefacts they share (dense block ids, causal predictions) are built once, first.
     """
-    configs = [SimConfig(capacities=caps, policy=policy, organisation=org, prefetch=prefetch, latency=latency)
+    configs = [replace(base, capacities=caps, policy=policy, organisation=org, prefetch=prefetch)
                for policy in POLICIES for org in ORGS for prefetch in PREFETCHERS]
     dense_blocks(workload.blocks, workload)
     prefetch_candidates(workload, replace(configs[0], prefetch="causal"))
@@ -182,7 +186,7 @@ def _claims(grid: dict[str, list[dict[str, Any]]], capacity: dict[str, Any], con
 
 
 def _contended(
-    workload: Workload, caps: tuple[int, int, int], latency: LatencyModel, scales: list[float],
+    workload: Workload, caps: tuple[int, int, int], base: SimConfig, scales: list[float],
     grid_rows: list[dict[str, Any]], progress: _Progress,
 ) -> list[dict[str, Any]]:
     """LRU exclusive with each prefetcher while arrivals are compressed by ``scale``.
@@ -196,7 +200,7 @@ def _contended(
             if scale == 1.0:
                 row = _pick(grid_rows, "lru", "exclusive", prefetch)
             else:
-                row = simulate(squeezed, SimConfig(capacities=caps, prefetch=prefetch, latency=latency)).to_dict()
+                row = simulate(squeezed, replace(base, capacities=caps, prefetch=prefetch)).to_dict()
                 progress.tick()
             out.append({"arrival_scale": scale, "prefetch": prefetch, "ttft_ms": row["ttft_ms"],
                         "link_wait_ms_mean": row["link_wait_ms_mean"], "gpu_wait_ms_mean": row["gpu_wait_ms_mean"]})
@@ -209,7 +213,7 @@ def _finite(value: float) -> float | None:
 
 
 def _capacity_claim(
-    workloads: list[Workload], grid: list[list[dict[str, Any]]], latency: LatencyModel, gpu_sessions: float,
+    workloads: list[Workload], grid: list[list[dict[str, Any]]], base: SimConfig, gpu_sessions: float,
     progress: _Progress,
 ) -> dict[str, Any]:
     """Sessions and cost per session, GPU only against tiered, per workload.
@@ -217,7 +221,7 @@ def _capacity_claim(
     The tiered rows are the grid's (exclusive, no prefetch: the same simulations), reused;
     only the GPU-only tiers are simulated here.
     """
-    bpt = kv_bytes_per_token()
+    bpt = base.bytes_per_token or kv_bytes_per_token()
     per_workload = {}
     for w, rows in zip(workloads, grid):
         caps = capacities_for(w, gpu_sessions)
@@ -227,7 +231,7 @@ def _capacity_claim(
         tiered_rows = [_pick(rows, p) for p in POLICIES]
         gpu_rows = []
         for p in POLICIES:
-            gpu_rows.append(simulate(w, SimConfig(capacities=gpu_only, policy=p, latency=latency)).to_dict())
+            gpu_rows.append(simulate(w, replace(base, capacities=gpu_only, policy=p)).to_dict())
             progress.tick()
         per_workload[w.name] = {
             "capacities": list(caps),
@@ -246,15 +250,15 @@ def _capacity_claim(
 
 
 def _slo_sessions(
-    latency: LatencyModel, gpu_sessions: float, slo_ms: float, quick: bool, seed: int, progress: _Progress,
+    base: SimConfig, gpu_sessions: float, slo_ms: float, quick: bool, seed: int, progress: _Progress,
 ) -> dict[str, Any]:
     """Chat sessions (1,000 accesses each; 300 when quick) meeting the TTFT p99 SLO, GPU only and tiered.
 
     Both searches try mostly the same session counts: each generated workload is kept and reused.
     """
     chat_per_session = 300 if quick else 1000
-    base = chat(n_sessions=6, accesses_per_session=chat_per_session, seed=seed)
-    c0 = capacities_for(base, gpu_sessions)[0]
+    six = chat(n_sessions=6, accesses_per_session=chat_per_session, seed=seed)
+    c0 = capacities_for(six, gpu_sessions)[0]
     n_max = 8 if quick else 256
     made: dict[int, Workload] = {}
 
@@ -268,21 +272,21 @@ def _slo_sessions(
         "hbm_blocks": c0,
         "n_max": n_max,
         "sessions_gpu_only": max_sessions_meeting_slo(
-            make, SimConfig(capacities=(c0, 0, 0), latency=latency), slo_ms, n_max, progress.tick),
+            make, replace(base, capacities=(c0, 0, 0)), slo_ms, n_max, progress.tick),
         "sessions_tiered": max_sessions_meeting_slo(
-            make, SimConfig(capacities=(c0, RATIO[1] * c0, RATIO[2] * c0), latency=latency), slo_ms, n_max,
+            make, replace(base, capacities=(c0, RATIO[1] * c0, RATIO[2] * c0)), slo_ms, n_max,
             progress.tick),
     }
 
 
 def _chat_sweeps(
-    chat_w: Workload, caps: tuple[int, int, int], latency: LatencyModel, slo_ms: float, steps: int,
+    chat_w: Workload, caps: tuple[int, int, int], base: SimConfig, slo_ms: float, steps: int,
     sweep_fraction: float, progress: _Progress,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The composition sweep (budget ``sweep_fraction`` x distinct blocks) and the SLO capacity as the SSD deepens."""
     budget = max(steps, round(sweep_fraction * chat_w.n_distinct_blocks))
     progress.start("composition sweep", steps * (steps + 1) // 2, f" (budget {budget} blocks, {steps} steps)")
-    points = composition_sweep(chat_w, budget, steps, SimConfig(latency=latency), progress=progress.tick)
+    points = composition_sweep(chat_w, budget, steps, base, progress=progress.tick)
     progress.end()
     sweep = {"workload": chat_w.name, "budget_blocks": budget, "steps": steps, "points": points,
              "budget_fraction_of_distinct_blocks": sweep_fraction,
@@ -290,7 +294,7 @@ def _chat_sweeps(
     hbm_grid = sorted({max(1, round(caps[0] * f)) for f in (0.125, 0.25, 0.5, 1, 2, 4)})
     ssd_multiples = [0, 8, 16, 32, 64]
     progress.start("SLO capacity as the SSD deepens", len(hbm_grid) * len(ssd_multiples), " at most")
-    rows = slo_capacity(chat_w, slo_ms, hbm_grid, ssd_multiples, SimConfig(latency=latency), progress=progress.tick)
+    rows = slo_capacity(chat_w, slo_ms, hbm_grid, ssd_multiples, base, progress=progress.tick)
     progress.end()
     return sweep, {"workload": chat_w.name, "slo_ttft_p99_ms": slo_ms, "hbm_grid": hbm_grid, "rows": rows}
 
@@ -298,42 +302,54 @@ def _chat_sweeps(
 def run_experiments(
     out: str | Path, quick: bool = False, mooncake: list[str] | None = None, gpu_sessions: float = 1.0,
     slo_ms: float = 40.0, sweep_steps: int | None = None, seed: int = 0, plots: bool = True,
-    sweep_fraction: float = 0.5,
+    sweep_fraction: float = 0.5, served: Served | None = None,
 ) -> dict[str, Any]:
     """Run the grid, the capacity/cost claims, the composition sweep and the SLO sweep.
 
     The composition sweep splits a budget of ``sweep_fraction`` x the chat workload's distinct
-    blocks (so capacity is scarce and the split matters).
+    blocks (so capacity is scarce and the split matters). ``served``: the model and GPU
+    (:class:`~kvlab.placement.served.Served`: KV bytes per block, the latency model scaled to
+    them; default the measured Qwen2.5-1.5B on an H200). UsageError when a workload's HBM tier
+    exceeds the GPU's KV pool.
     """
     out = Path(out)
+    served = served if served is not None else Served.of(None, None)
+    latency = served.latency(LatencyModel())
+    bpt = served.kv_bytes_per_token
+    base = SimConfig(latency=latency, bytes_per_token=bpt)
+    workloads = default_workloads(quick, seed, mooncake)
+    for w in workloads:  # before any work: every HBM tier must fit the GPU's KV pool
+        hbm, most = capacities_for(w, gpu_sessions)[0], served.max_hbm_blocks(w.block_tokens)
+        if hbm > most:
+            raise UsageError(f"{w.name}: an HBM tier of {hbm:,} blocks of {w.block_tokens} tokens ({gpu_sessions:g} "
+                             f"session footprints) does not fit one {served.gpu.name} serving {served.spec.name} "
+                             f"(at most {most:,} blocks); lower --gpu-sessions, or another --gpu or --model.")
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    latency = LatencyModel()
-    workloads = default_workloads(quick, seed, mooncake)
     progress = _Progress(len(workloads) + 6)
     grid: dict[str, list[dict[str, Any]]] = {}
     grid_rows = []
     per_grid = len(POLICIES) * len(ORGS) * len(PREFETCHERS)
     for w in workloads:
         progress.start(f"grid {w.name}", per_grid, f" ({w.n_requests} requests, {w.n_accesses} block accesses)")
-        grid_rows.append(_grid(w, capacities_for(w, gpu_sessions), latency, progress))
+        grid_rows.append(_grid(w, capacities_for(w, gpu_sessions), base, progress))
         grid[w.name] = grid_rows[-1]
         progress.end()
     progress.start("capacity: GPU-only tiers", len(POLICIES) * len(workloads), " (tiered rows reused from the grid)")
-    capacity = _capacity_claim(workloads, grid_rows, latency, gpu_sessions, progress)
+    capacity = _capacity_claim(workloads, grid_rows, base, gpu_sessions, progress)
     progress.end()
     n_max = 8 if quick else 256
     progress.start("SLO sessions (chat, doubling then bisection)", 2 * (2 * n_max.bit_length()), " at most")
-    capacity["slo_sessions_chat"] = _slo_sessions(latency, gpu_sessions, slo_ms, quick, seed, progress)
+    capacity["slo_sessions_chat"] = _slo_sessions(base, gpu_sessions, slo_ms, quick, seed, progress)
     progress.end()
     chat_w = workloads[0]
     caps = capacities_for(chat_w, gpu_sessions)
     scales = [1.0, 1e-3, 1e-4]
     progress.start("contended link", len(PREFETCHERS) * (len(scales) - 1), " (arrival scale 1 reused from the grid)")
-    contended = _contended(chat_w, caps, latency, scales, grid_rows[0], progress)
+    contended = _contended(chat_w, caps, base, scales, grid_rows[0], progress)
     progress.end()
     steps = sweep_steps or (3 if quick else 8)
-    sweep, slo = _chat_sweeps(chat_w, caps, latency, slo_ms, steps, sweep_fraction, progress)
+    sweep, slo = _chat_sweeps(chat_w, caps, base, slo_ms, steps, sweep_fraction, progress)
     from stackdist.output import tool_header
 
     results = {
@@ -344,7 +360,8 @@ def run_experiments(
         "gpu_sessions": gpu_sessions,
         "prices_usd_per_gb_assumed": dict(PRICES_USD_PER_GB),
         "latency_model": latency.to_dict(),
-        "kv_bytes_per_token": kv_bytes_per_token(),
+        "kv_bytes_per_token": bpt,
+        "served": served.describe(),
         "workloads": [w.summary() for w in workloads],
         "grid": grid,
         "claims": _claims(grid, capacity, {"chat_lru_exclusive": contended}),

@@ -10,7 +10,7 @@ from typing import Any
 
 from stackdist.render.plot import pyplot, save_png
 
-__all__ = ["FIGURES", "write_figures"]
+__all__ = ["FIGURES", "figure", "write_figures"]
 
 POLICIES = ["lru", "lfu", "predicted", "ewma"]
 #: The figures, in the order they are written.
@@ -59,7 +59,10 @@ def _hit_split(plt: Any, results: dict[str, Any]) -> Any:
         ax.set_ylim(0, 1)
         ax.tick_params(axis="x", labelsize=8)
     axes[0][0].set_ylabel("share of block accesses")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
+    # one legend for all panels, outside them on the right (constrained layout makes room), top to
+    # bottom in the order the bars stack (miss on top): inside a panel it covered the bars
+    handles, labels = axes[0][-1].get_legend_handles_labels()
+    fig.legend(handles[::-1], labels[::-1], fontsize=8, loc="outside right upper", title="served from", title_fontsize=8)
     fig.suptitle("Where block accesses were served (exclusive, no prefetch)", fontsize=10)
     return fig
 
@@ -116,12 +119,17 @@ def _slo_capacity(plt: Any, results: dict[str, Any]) -> Any:
 _DRAW = dict(zip(FIGURES, (_migration_bytes, _hit_split, _frontier, _slo_capacity)))
 
 
+def figure(name: str, results: dict[str, Any]) -> Any:
+    """The matplotlib figure ``name`` (one of :data:`FIGURES`) of ``results``, drawn, not saved. O(grid rows)."""
+    return _DRAW[name](pyplot(), results)
+
+
 def write_figures(results: dict[str, Any], out: Path) -> list[Path]:
     """Write the :data:`FIGURES` of ``results`` (from ``run_experiments``) into ``out``; return their paths."""
     plt = pyplot()
     written = []
     for name in FIGURES:
-        fig = _DRAW[name](plt, results)
+        fig = figure(name, results)
         save_png(fig, Path(out) / name)
         plt.close(fig)
         written.append(Path(out) / name)

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from stackdist.errors import require_data
 from stackdist.output import write_atomic
 from stackdist.traces import RequestTrace, read_mooncake
 from stackdist.traces import reblock as reblock_trace
@@ -259,9 +260,12 @@ def _lengths(rng: np.random.Generator, mean: float) -> int:
 
 
 def _check_positive(**values: float) -> None:
+    """ValueError unless every value is a positive finite number (infinity would never end)."""
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise ValueError(f"{name} must be a positive number, got {value!r}.")
+        if value == math.inf:
+            raise ValueError(f"{name} must be a positive finite number, got {value!r}.")
 
 
 def chat(
@@ -401,9 +405,11 @@ def from_mooncake(path: str | Path, block_size: int = 512, reblock: int | None =
     The session key of a request is the trace's session id when it has one, else the id of its
     second coarse block (the first is the shared system prompt in the conversation trace), or
     of its first block (:meth:`Workload.from_request_trace`). Every block counts as a full block
-    (a partial tail still takes a page).
+    (a partial tail still takes a page). A trace without requests is an
+    :class:`~stackdist.errors.EmptyInputError` naming the file (exit 1 on the command line).
     """
     trace = read_mooncake(path, block_size=block_size)
+    require_data(trace.n_requests, path, "no requests (the trace is empty or holds only blank lines)")
     if reblock is not None:
         trace = reblock_trace(trace, reblock)
     skip = max(1, block_size // int(trace.block_size))  # pages of the first coarse block
@@ -411,6 +417,7 @@ def from_mooncake(path: str | Path, block_size: int = 512, reblock: int | None =
         trace, name=f"mooncake:{Path(path).stem}", params={"path": str(path), "block_size": block_size, "reblock": reblock},
         session_block=skip,
     )
+    require_data(workload.n_accesses, path, "no block accesses (every request's prompt is empty)")
     return workload
 
 
