@@ -112,6 +112,10 @@ def _main(argv: list[str]) -> int:
         top_level_parser().parse_args(argv)  # prints (or errors) and exits, as the full parser would
     try:
         args = build_parser(argv[0] if argv[0] in SUBCOMMANDS else None).parse_args(argv)
+        if getattr(args, "deployment", None) is not None:  # plan --deployment FILE.toml: the file under the flags
+            from .deployment_file import with_deployment
+
+            args = with_deployment(argv, args)
         if isinstance(getattr(args, "trace", None), list):  # one or more files: one trace
             args.trace = one_trace(args.trace)
         outputs, inputs = declared_paths(args)  # from the parsers' InputPath / OutputPath arguments

@@ -61,6 +61,7 @@ from .budget_args import (
     with_budget_pools,
 )
 from .common import add_version
+from .deployment_file import add_deployment_arguments, echo_deployment
 from .scale import is_sampled, method_from
 
 MAX_WINDOWS = 10_000
@@ -180,6 +181,7 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--json", "--output", "-o", dest="json", type=OutputPath, metavar="OUT", help="write the full report as JSON to OUT ('-' for stdout instead of the table)")
     p.add_argument("--plot", type=OutputPath, metavar="PNG", help="draw the hit curves against GiB with the target lines (needs matplotlib)")
     add_budget_arguments(p)
+    add_deployment_arguments(p)
 
 
 def _add_counting_arguments(p: argparse.ArgumentParser) -> None:
@@ -389,8 +391,8 @@ def run_plan(args: argparse.Namespace) -> int:
     """Read, plan once, render: the table (or JSON) to stdout, then the optional files."""
     from stackdist.render.table import render_plan_table
 
-    check_outputs([("--json", args.json), ("--plot", args.plot), ("--per-request", args.per_request)],
-                  [args.trace, args.model_config, args.schedule])
+    check_outputs([("--json", args.json), ("--plot", args.plot), ("--per-request", args.per_request),
+                   ("--write-deployment", args.write_deployment)], [args.trace, args.model_config, args.schedule])
     specs = _offload_specs(args)
     options = _options(args)
     for spec in specs:  # sizes resolve with the model's bytes and the page: a bad one is a usage error, before any work
@@ -410,6 +412,7 @@ def run_plan(args: argparse.Namespace) -> int:
     options = dataclasses.replace(options, deployment=_deployment(args, options, trace))
     result = plan(trace, options, _method(args, options), Progress, _stage)
     report = result.plan
+    echo_deployment(args, report)  # the deployment file and flags as resolved (and --write-deployment)
     if args.per_request:
         _write_per_request(args.per_request, trace, options, result.engine_results, result.offload_runs)
     if args.plot:  # files first: a closed stdout never loses them

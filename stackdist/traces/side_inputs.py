@@ -1,5 +1,6 @@
 """The small files a plan reads beside its trace: a model's ``config.json``, a schedule CSV
-(``request,arrival_s,prefill_end_s,finish_s``) and JSON-lines calibration records. Every file
+(``request,arrival_s,prefill_end_s,finish_s``), JSON-lines calibration records and a deployment
+TOML file. Every file
 the package parses is read in ``traces/``; a malformed one names its file (and line).
 """
 
@@ -8,13 +9,20 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import sys
 from typing import Any
 
 import numpy as np
 
 from stackdist.errors import TraceFormatError, UsageError
 
-__all__ = ["SCHEDULE_HEADER", "read_config_json", "read_json_lines", "read_schedule_rows"]
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (pyproject: tomli; python_version < "3.11")
+    import tomli as tomllib
+
+__all__ = ["SCHEDULE_HEADER", "read_config_json", "read_json_lines", "read_schedule_rows", "read_toml"]
 
 SCHEDULE_HEADER = ["request", "arrival_s", "prefill_end_s", "finish_s"]
 """The header of a schedule CSV, in order."""
@@ -100,3 +108,30 @@ def _parse_row(path: str | os.PathLike[str], line_no: int, row: list[str], expec
     if not a <= p <= f:
         raise TraceFormatError(path, line_no, f"times must satisfy arrival_s <= prefill_end_s <= finish_s; got {row[1:]}")
     return a, p, f
+
+
+def read_toml(path: str | os.PathLike[str], what: str = "TOML file") -> dict[str, Any]:
+    """A TOML file as a dict (``tomllib``); a :class:`TraceFormatError` (exit 1) naming the file
+    when it is missing or unreadable, and its line on a syntax error. O(file).
+
+    >>> read_toml("/no/such/deployment.toml", "deployment file")
+    Traceback (most recent call last):
+    ...
+    stackdist.errors.TraceFormatError: /no/such/deployment.toml: no such deployment file
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise TraceFormatError(path, None, f"no such {what}") from None
+    except IsADirectoryError:
+        raise TraceFormatError(path, None, f"is a folder, not a {what}") from None
+    except OSError as exc:
+        raise TraceFormatError(path, None, f"cannot read the {what}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(path, None, f"not a {what}: not UTF-8 ({exc.reason})") from None
+    except tomllib.TOMLDecodeError as exc:
+        found = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        line = int(found.group(1)) if found else None
+        raise TraceFormatError(path, line, f"not valid TOML: {exc}") from None
