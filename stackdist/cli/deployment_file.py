@@ -45,7 +45,8 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "path": ("a string (a path; relative to the file's folder)", {"type": "string"}),
     "schedule": (f"a string ({', '.join(SCHEDULES)} or a CSV path)", {"type": "string"}),
     "int": ("an integer", {"type": "integer"}),
-    "float": ("a number (or \"inf\")", _NUMBER),
+    "float": ("a number", {"type": "number"}),
+    "float_or_inf": ("a number or \"inf\"", _NUMBER),
     "bool": ("true or false", {"type": "boolean"}),
     "toggle": ("true or false", {"type": "boolean"}),
     "strings": ("an array of strings", {"type": "array", "items": {"type": "string"}}),
@@ -121,7 +122,7 @@ KEYS: tuple[Key, ...] = (
     Key("router", "policy", "--router", "str", "", "how requests are spread over the workers"),
     Key("router", "cache_threshold", "--router-cache-threshold", "float", "fraction",
         "sglang-cache-aware: cache_threshold"),
-    Key("router", "overlap_weight", "--router-overlap-weight", "float", "", "kv-aware: overlap_score_weight"),
+    Key("router", "overlap_weight", "--router-overlap-weight", "float_or_inf", "", "kv-aware: overlap_score_weight"),
     Key("router", "max_replicas", "--max-replicas", "int", "replicas", "the deployment search's most replicas"),
     Key("tiers", "offload", "--offload", "repeat", "model unit, tokens or bytes",
         "offload tiers, MODEL:tier=SIZE,... (one per item)"),
@@ -158,13 +159,12 @@ def _fail(code: int, message: str) -> NoReturn:
     raise SystemExit(code)
 
 
-def with_deployment(argv: Sequence[str], args: argparse.Namespace) -> argparse.Namespace:
-    """``args`` re-parsed with ``--deployment``'s file under the command line's flags; a bad file
-    exits (1: unreadable or malformed, 2: an unknown key or a bad value) with one line."""
-    from .main import build_parser
-
+def with_deployment(build: Any, argv: Sequence[str], args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` re-parsed with ``--deployment``'s file under the command line's flags
+    (``build(command)`` makes the parser); a bad file exits (1: unreadable or malformed, 2: an
+    unknown key or a bad value) with one line."""
     try:
-        return apply_deployment(build_parser, list(argv), args.deployment)
+        return apply_deployment(build, list(argv), args.deployment)
     except UsageError as exc:
         _fail(EXIT_USAGE, str(exc))
     except TraceFormatError as exc:
@@ -189,8 +189,8 @@ def apply_deployment(build: Any, argv: list[str], path: str) -> argparse.Namespa
 
 def _plan_parser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
     """The subcommand's own parser inside the top-level one."""
-    for action in parser._actions:  # argparse keeps the subparsers among the actions
-        if isinstance(action, argparse._SubParsersAction):
+    for action in parser._actions:  # argparse keeps the subparsers among the actions, by name
+        if isinstance(action.choices, dict) and command in action.choices:
             return action.choices[command]  # type: ignore[no-any-return]
     raise LookupError(command)
 
@@ -285,7 +285,7 @@ def _is_number(value: Any) -> bool:
 def _is_kind(value: Any, kind: str) -> bool:
     """Whether a parsed TOML ``value`` fits ``kind``.
 
-    >>> _is_kind(8, "int"), _is_kind(True, "int"), _is_kind("inf", "float"), _is_kind([1, "inf"], "sizes")
+    >>> _is_kind(8, "int"), _is_kind(True, "int"), _is_kind("inf", "float_or_inf"), _is_kind([1, "inf"], "sizes")
     (True, False, True, True)
     """
     if kind in ("str", "path", "schedule"):
@@ -293,6 +293,8 @@ def _is_kind(value: Any, kind: str) -> bool:
     if kind == "int":
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "float":
+        return _is_number(value)
+    if kind == "float_or_inf":
         return _is_number(value) or value == "inf"
     if kind in ("bool", "toggle"):
         return isinstance(value, bool)
@@ -327,7 +329,7 @@ def _tokens(key: Key, value: Any, folder: str) -> list[str]:
         value = os.path.join(folder, os.path.expanduser(value))
     if kind in ("str", "path", "schedule", "workers"):
         return [f"{flag}={value}"]
-    if kind == "float":
+    if kind in ("float", "float_or_inf"):
         return [f"{flag}={_number(value)}"]
     if kind == "int":
         return [f"{flag}={value}"]
@@ -372,7 +374,7 @@ def _echo(key: Key, value: Any) -> Any:
         return str(value)
     if kind == "int":
         return int(value)
-    if kind == "float":
+    if kind in ("float", "float_or_inf"):
         return _float(value)
     if kind in ("bool", "toggle"):
         return bool(value)

@@ -115,7 +115,7 @@ def _main(argv: list[str]) -> int:
         if getattr(args, "deployment", None) is not None:  # plan --deployment FILE.toml: the file under the flags
             from .deployment_file import with_deployment
 
-            args = with_deployment(argv, args)
+            args = with_deployment(build_parser, argv, args)
         if isinstance(getattr(args, "trace", None), list):  # one or more files: one trace
             args.trace = one_trace(args.trace)
         outputs, inputs = declared_paths(args)  # from the parsers' InputPath / OutputPath arguments
