@@ -437,14 +437,21 @@ def deployment_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def deployment_json_schema() -> dict[str, Any]:
-    """The JSON Schema of the ``resolved_deployment`` block (from :data:`KEYS`)."""
-    sections: dict[str, Any] = {}
+def deployment_json_schema(defs: dict[str, Any]) -> dict[str, Any]:
+    """The JSON Schema of the ``resolved_deployment`` block (from :data:`KEYS`): a reference to
+    ``ResolvedDeployment`` in ``defs``, whose sections are ``Deployment<Section>`` there. O(keys)."""
+    names = {section: f"Deployment{section.capitalize()}" for section in SECTIONS}
     for key in KEYS:
-        section = sections.setdefault(key.section, {"type": "object", "additionalProperties": False, "properties": {}})
-        unit = f" ({key.unit})" if key.unit else ""
-        section["properties"][key.name] = {**KINDS[key.kind][1], "description": f"{key.flag}: {key.meaning}{unit}"}
-    return {"type": "object", "additionalProperties": False, "properties": sections}
+        section = defs.setdefault(names[key.section], {
+            "type": "object", "description": f"[{key.section}] of a deployment file", "properties": {},
+            "required": [], "additionalProperties": False})
+        prop = {**KINDS[key.kind][1], "description": f"{key.flag}: {key.meaning}"}
+        section["properties"][key.name] = {**prop, "x-unit": key.unit} if key.unit else prop
+    defs["ResolvedDeployment"] = {
+        "type": "object", "description": "the deployment as resolved (file, then flags), as a --deployment file holds "
+        "it; absent keys were not set", "properties": {s: {"$ref": f"#/$defs/{n}"} for s, n in names.items()},
+        "required": [], "additionalProperties": False}
+    return {"$ref": "#/$defs/ResolvedDeployment"}
 
 
 def echo_deployment(args: argparse.Namespace, report: Any) -> None:

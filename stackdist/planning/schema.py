@@ -27,7 +27,9 @@ __all__ = [
     "CurveTable",
     "DeploymentCost",
     "EngineModelPlan",
+    "LoadSummary",
     "ModelInfo",
+    "Percentiles",
     "Plan",
     "PoolRow",
     "ReplicaPool",
@@ -161,6 +163,38 @@ class ModelInfo(TypedDict, total=False):
     all_layers_bytes_per_token: int
 
 
+class Percentiles(TypedDict):
+    p50: float
+    p90: float
+    p99: float
+    mean: float
+
+
+class LoadSummary(TypedDict):
+    """A pool under the engine's scheduler, over the counted requests (planning/engine_plan.py
+    ``load_summary``); a rate that cannot be given (an empty span) is null."""
+
+    preemptions: int  # times a running request was preempted
+    requests_preempted: int  # requests preempted at least once
+    queue_s: Percentiles  # time from arrival to first scheduled (seconds)
+    ttft_s: Percentiles  # time from arrival to the first output token (seconds)
+    span_s: float  # first arrival to last finish
+    arrivals_span_s: float  # first to last arrival
+    busy_s: float  # time a GPU was stepping, per GPU
+    workers: int
+    gpu_busy_fraction: float | None  # busy_s / span_s
+    served_fraction: float | None  # arrivals_span_s / span_s (1: keeps pace with the arrivals)
+    prompt_tokens_per_s: float | None  # prompt tokens served per second over the span
+    output_tokens_per_s: float | None
+    demand_prompt_tokens_per_s: float | None  # prompt tokens per second the arrivals ask for
+    scheduled_tokens: int  # tokens the scheduler ran (recomputation included)
+    recomputed_tokens: int  # scheduled beyond the first computation (preemptions)
+    queue_first_tenth_mean_s: float  # mean queueing of the first tenth of the arrivals
+    queue_last_tenth_mean_s: float  # mean queueing of the last tenth
+    queue_by_tenth_mean_s: list[float]  # mean queueing per tenth of the arrivals
+    keeps_up: bool  # false when the queue grows through the trace
+
+
 class PoolRow(TypedDict, total=False):
     gpu_blocks: int | str
     gib: float | None
@@ -170,6 +204,7 @@ class PoolRow(TypedDict, total=False):
     requests_with_hits: int | None
     failed_request: int | None
     vs_engine: dict[str, Any]
+    load: LoadSummary  # --schedule scheduler: the pool under load
 
 
 class EngineModelPlan(TypedDict):
@@ -184,6 +219,8 @@ class EngineModelPlan(TypedDict):
     input_tokens: int
     pools: list[PoolRow]
     min_feasible_pool: dict[str, Any] | None
+    decode_reuse: dict[str, Any] | None  # --decode-reuse: what reusing decoded KV adds, else None
+    decode_reuse_bounds: dict[str, Any] | None  # bounds on what decode reuse could add, else None
     cluster: ClusterPlan | None  # K workers / a shared tier (planning/engine_plan.py), else None
     engine: dict[str, str]  # {"name": "vLLM", "version": "0.33.0"}: the engine the model follows
     working_set: dict[str, Any]  # the smallest pool per target fraction of the ceiling (planning/engine_working_set.py)
@@ -289,8 +326,20 @@ class ReplicaPool(TypedDict, total=False):
     replicas: int
     hbm_gib_per_gpu: float
     gpu_memory_utilization: float
+    requested_gib_per_gpu: float  # HBM x gpu_memory_utilization
     weights_gib_per_gpu: float
+    weights_source: str
+    activation_gib_per_gpu: float
+    non_torch_gib_per_gpu: float
+    cudagraph_gib_per_gpu: float
     available_kv_gib_per_gpu: float
+    layers_per_group: int  # layers sharing one KV block table (vLLM's KV cache groups)
+    full_attention_groups: int
+    sliding_window_groups: int
+    sliding_reserve_blocks: int
+    block_size_tokens: int
+    assumptions: list[str]
+    sources: dict[str, str]  # where each GPU figure comes from
     fits: bool
     bytes_per_block_per_gpu: int
     num_gpu_blocks: int
@@ -420,3 +469,5 @@ class Plan(TypedDict, total=False):
     sampled: bool
     sampling: SamplingInfo
     dask: dict[str, Any]
+    deployment_file: str | None  # the --deployment file read, or null
+    resolved_deployment: dict[str, dict[str, Any]]  # the deployment as resolved (file, then flags), as the file holds it

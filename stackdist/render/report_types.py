@@ -1,0 +1,134 @@
+"""The typed shape of ``curve``'s and ``tiers``' JSON reports (:mod:`.reports` builds them; the
+JSON Schemas in ``schemas/`` are generated from these, and ``tests/test_schemas.py`` validates
+real reports against them, exact and sampled).
+
+A key present only in the exact report or only in the sampled one is optional (``total=False``
+classes); ``sampled`` says which the report is.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+__all__ = ["CurveReport", "CurveSample", "CurveSummary", "Spread", "TierGrid", "TiersReport", "Tool"]
+
+
+class Tool(TypedDict):
+    name: str  # "stackdist"
+    version: str  # the package version that wrote the JSON
+
+
+class Spread(TypedDict):
+    """One estimate over the sampling seeds (null when no seed reaches it)."""
+
+    min: float | None
+    max: float | None
+    std: float | None
+    seeds: int  # how many seeds gave a value
+
+
+class _CurveSummaryBase(TypedDict):
+    accesses: int  # counted accesses (the window, after the warm-up)
+    total_size: int  # the counted accesses' sizes summed (size units)
+    cold_misses: int | float  # first accesses of a key in the window (sampled: an estimate)
+    ceiling_hits: int | float  # hits of an infinite cache (sampled: an estimate)
+    ceiling_hit_rate: float  # ceiling_hits / accesses
+
+
+class CurveSummary(_CurveSummaryBase, total=False):
+    """Totals of the counted accesses."""
+
+    window: list[int]  # [start, stop) of the counted accesses (exact)
+    ceiling_hit_size: int  # sizes of the ceiling's hits (exact)
+    max_object_size: int  # the largest size of any key (exact)
+    distinct_sizes: int  # how many different sizes (exact)
+    sampled: bool  # sampled summaries say so
+    sample_rate: float  # the first seed's rate
+    sample_size: int | None  # the fixed sample size asked for, or null
+    seed: int  # the hash seed of this answer
+    sampled_accesses: int  # accesses kept by the sample
+    sampled_keys: int  # keys kept by the sample
+
+
+class _CurveSampleBase(TypedDict):
+    capacity: list[int]  # the cache sizes (size units; blocks for a request trace)
+    hits: list[int | float]  # hits at each capacity
+    hit_rate: list[float]  # hits / accesses at each capacity
+    hit_size: list[int | float]  # sizes of the hits at each capacity
+    size_hit_rate: list[float]  # hit_size / total_size
+
+
+class CurveSample(_CurveSampleBase, total=False):
+    """The curve at the report's capacities (sampled: with each hit rate's range over the seeds)."""
+
+    hit_rate_min: list[float]  # sampled: the lowest seed's hit rate
+    hit_rate_max: list[float]  # sampled: the highest seed's hit rate
+    hit_rate_std: list[float]  # sampled: the standard deviation over the seeds
+
+
+class _CurveReportBase(TypedDict):
+    schema_version: int
+    kind: str
+    tool: Tool
+    trace: str  # the trace file(s) read
+    sampled: bool  # true: a SHARDS estimate with error bars
+    summary: CurveSummary
+    min_capacity_for_hit_rate: dict[str, int | None]  # per target hit rate: the smallest capacity, or null
+    min_capacity_for_fraction_of_ceiling: dict[str, int | None]  # per target fraction of the ceiling's hits
+    curve: CurveSample
+
+
+class CurveReport(_CurveReportBase, total=False):
+    """``stackdist curve``'s JSON: the exact (or sampled) LRU hit curve of the counted accesses."""
+
+    window: str | None  # --window as given
+    warmup: str | None  # --warmup as given
+    unreachable: dict[str, dict[str, str]]  # per unreachable target: {reason}
+    no_reuse: str  # present when no key is accessed twice (every access a cold miss)
+    sample_rate: float  # sampled: the first seed's rate
+    sample_size: int | None  # sampled: the fixed sample size, or null
+    seeds: list[int]  # sampled: the hash seeds
+    min_capacity_for_hit_rate_spread: dict[str, Spread]  # sampled: each answer over the seeds
+    min_capacity_for_fraction_of_ceiling_spread: dict[str, Spread]  # sampled: each answer over the seeds
+    ceiling_hit_rate_spread: Spread  # sampled: the ceiling over the seeds
+    dask: dict[str, Any]  # distributed: where the replay ran
+
+
+class _TierGridBase(TypedDict):
+    gpu_capacity: list[int]  # the GPU tier sizes (rows)
+    cpu_capacity: list[int]  # the CPU tier sizes (columns)
+    gpu_hits: list[list[int | float]]  # hits in the GPU tier, per GPU x CPU size
+    cpu_hits: list[list[int | float]]  # hits in the CPU tier (misses of the GPU tier)
+    misses: list[list[int | float]]  # misses of both tiers
+
+
+class TierGrid(_TierGridBase, total=False):
+    """GPU + CPU hits for every (GPU, CPU) capacity pair."""
+
+    accesses: int  # counted accesses (exact)
+    exact: bool  # exclusive grid: true when computed exactly
+    hit_rate_min: list[list[float]]  # sampled: the lowest seed's total hit rate per cell
+    hit_rate_max: list[list[float]]  # sampled: the highest seed's total hit rate per cell
+
+
+class _TiersReportBase(TypedDict):
+    schema_version: int
+    kind: str
+    tool: Tool
+    trace: str  # the trace file(s) read
+    sampled: bool  # true: a SHARDS estimate with error bars
+    inclusive: TierGrid  # the CPU tier holds a copy of the GPU tier's blocks
+
+
+class TiersReport(_TiersReportBase, total=False):
+    """``stackdist tiers``' JSON: two-tier hits for every CPU capacity at each GPU capacity."""
+
+    window: str | None  # --window as given
+    warmup: str | None  # --warmup as given
+    summary: CurveSummary  # exact: the counted accesses' totals
+    exclusive: TierGrid  # --exclusive: the CPU tier holds what the GPU tier evicts
+    sample_rate: float  # sampled: the first seed's rate
+    sample_size: int | None  # sampled: the fixed sample size, or null
+    seeds: list[int]  # sampled: the hash seeds
+    accesses: int  # sampled: counted accesses
+    dask: dict[str, Any]  # distributed: where the replay ran

@@ -1,0 +1,123 @@
+"""The published JSON Schemas (``schemas/``) and the field reference (``docs/json.md``) equal
+what ``python -m stackdist.cli.schemas`` generates, and real outputs of every command validate
+against them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from naive import real_trace_paths, run_stackdist
+
+from stackdist.cli.schemas import (
+    OUTPUTS,
+    all_schemas,
+    field_reference,
+    main,
+    schema_for,
+)
+from stackdist.version import SCHEMA_VERSION
+
+jsonschema = pytest.importorskip("jsonschema")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_committed_schemas_and_reference_are_the_generated_ones(tmp_path):
+    committed = {p.name: json.loads(p.read_text()) for p in (ROOT / "schemas").glob("*.schema.json")}
+    assert committed == all_schemas(), "regenerate: python -m stackdist.cli.schemas --write schemas/"
+    assert (ROOT / "docs" / "json.md").read_text() == field_reference()
+    assert main(["--write", str(tmp_path / "s"), "--docs", str(tmp_path / "json.md")]) == 0
+    assert {p.name: json.loads(p.read_text()) for p in (tmp_path / "s").iterdir()} == committed
+
+
+@pytest.mark.parametrize("name", list(OUTPUTS))
+def test_each_schema_is_valid_and_carries_its_version(name):
+    schema = schema_for(name)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$id"].endswith(f":{name}:v{SCHEMA_VERSION}")
+    root = schema["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
+    assert root["properties"]["schema_version"] == {"const": SCHEMA_VERSION, "description": root["properties"][
+        "schema_version"]["description"]}
+    assert "schema_version" in root["required"]
+
+
+def _errors(name: str, report: dict) -> list[str]:
+    validator = jsonschema.Draft202012Validator(schema_for(name))
+    return [f"{list(e.absolute_path)}: {e.message[:300]}" for e in validator.iter_errors(report)]
+
+
+def test_the_schemas_refuse_what_they_should():
+    """A schema that accepts anything would pass every test below: a wrong type, an unknown key
+    and a missing key are refused."""
+    good = {"schema_version": SCHEMA_VERSION, "kind": "curve", "tool": {"name": "stackdist", "version": "0"},
+            "trace": "t", "sampled": False, "summary": {"accesses": 1, "total_size": 1, "cold_misses": 1,
+                                                        "ceiling_hits": 0, "ceiling_hit_rate": 0.0},
+            "min_capacity_for_hit_rate": {"0.5": None}, "min_capacity_for_fraction_of_ceiling": {"0.5": None},
+            "curve": {"capacity": [1], "hits": [0], "hit_rate": [0.0], "hit_size": [0], "size_hit_rate": [0.0]}}
+    assert _errors("curve", good) == []
+    assert _errors("curve", {**good, "summary": {**good["summary"], "accesses": "1"}})
+    assert _errors("curve", {**good, "surprise": 1})
+    assert _errors("curve", {k: v for k, v in good.items() if k != "curve"})
+    assert _errors("curve", {**good, "schema_version": SCHEMA_VERSION + 1})
+    assert _errors("curve", {**good, "kind": "tiers"})
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    """The first 200 requests of the conversation trace."""
+    path = tmp_path_factory.mktemp("schemas") / "head.jsonl"
+    with open(real_trace_paths()[0]) as src, open(path, "w") as dst:
+        dst.writelines(line for _, line in zip(range(200), src))
+    return path
+
+
+PLANS = {
+    "default": ["--every", "10m", "--optimal", "--prices", "dram=3"],
+    "engines": ["--semantics", "all", "--gpu-blocks", "50000,inf"],
+    "decode_reuse": ["--semantics", "vllm", "--decode-reuse", "--gpu-blocks", "50000,inf"],
+    "deployment": ["--deployment", ROOT / "examples" / "qwen3-32b-8xh200.toml", "--ttft-target", "p99=30"],
+    "scheduler": ["--semantics", "vllm", "--schedule", "scheduler", "--model", "qwen3-8b", "--gpu", "h200",
+                  "--workers", "2", "--router", "session", "--capacity", "10GiB"],
+    "cluster": ["--semantics", "engine,vllm", "--workers", "3", "--router", "kv-aware", "--shared-blocks", "0,500",
+                "--gpu-blocks", "20000"],
+    "sampled": ["--sample-rate", "0.5", "--sample-seeds", "2", "--every", "10m"],
+}
+
+
+@pytest.mark.parametrize("case", list(PLANS))
+def test_plan_outputs_validate(capsys, head, case):
+    code, out, err = run_stackdist(capsys, "plan", head, "--json", "-", *PLANS[case])
+    assert code == 0, err
+    assert _errors("plan", json.loads(out)) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["--capacities", "100,1000"],
+    ["--sample-rate", "0.5", "--sample-seeds", "2"],
+    ["--window", "10:", "--warmup", "5"],
+])
+def test_curve_outputs_validate(capsys, head, args):
+    code, out, err = run_stackdist(capsys, "curve", head, "--format", "mooncake", *args)
+    assert code == 0, err
+    assert _errors("curve", json.loads(out)) == []
+
+
+def test_a_curve_without_reuse_validates(capsys, tmp_path):
+    trace = tmp_path / "once.csv"
+    trace.write_text("1\n2\n3\n")
+    code, out, err = run_stackdist(capsys, "curve", trace)
+    assert code == 0, err
+    report = json.loads(out)
+    assert "no_reuse" in report and _errors("curve", report) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["--gpu", "100", "--cpu", "100,1000", "--exclusive"],
+    ["--gpu", "100", "--cpu", "100,1000", "--exclusive", "--sample-rate", "0.5", "--sample-seeds", "2"],
+])
+def test_tiers_outputs_validate(capsys, head, args):
+    code, out, err = run_stackdist(capsys, "tiers", head, "--format", "mooncake", *args)
+    assert code == 0, err
+    assert _errors("tiers", json.loads(out)) == []
