@@ -38,7 +38,10 @@ from .schema import (
     Comparison,
     Coverage,
     CurveTable,
+    DeploymentNotAnswered,
+    DeploymentPlan,
     EngineModelPlan,
+    OffloadPlan,
     Plan,
     SemanticsPlan,
     TierPlan,
@@ -308,8 +311,8 @@ def plan_of_replays(trace: RequestTrace, options: PlanOptions, replays: Mapping[
     if options.engine.offload:  # offload tiers behind the models: planning/offload_plan.py
         offload = run_offload(trace, options.engine, results, options.engine.offload, options.geometry.kv_bytes_per_token,
                               counted, options.targets, stage=stage)
-        report["offload"] = [offload_section(run, trace, counted, options.geometry.kv_bytes_per_token,
-                                             options.engine.engine_block_size) for run in offload]
+        report["offload"] = [cast(OffloadPlan, offload_section(run, trace, counted, options.geometry.kv_bytes_per_token,
+                                                               options.engine.engine_block_size)) for run in offload]
     if options.routing is not None:  # the engine semantics on K workers, shared tier: planning/routing.py
         report["cluster"] = routing_section(run_routing(trace, options.routing), trace, options.routing, counted,
                                             units.bytes_per_block)
@@ -319,9 +322,9 @@ def plan_of_replays(trace: RequestTrace, options: PlanOptions, replays: Mapping[
         cost = report["budgets"].get("cost")
         if options.deployment is not None and options.budgets.prices is not None and cost is not None:
             why = replayable(trace, options.engine.engine_block_size)
-            report["deployment"] = {"not_answered": why} if why else deployment_report(
+            report["deployment"] = DeploymentNotAnswered(not_answered=why) if why else cast(DeploymentPlan, deployment_report(
                 trace, options.engine, options.deployment, counted, options.geometry.kv_bytes_per_token,
-                pricing(trace, counted, options.budgets.prices)[0], options.targets, stage)
+                pricing(trace, counted, options.budgets.prices)[0], options.targets, stage))
     return PlanResult(report, curves, results, offload)
 
 

@@ -26,16 +26,29 @@ __all__ = [
     "Coverage",
     "CurveTable",
     "DeploymentCost",
+    "DeploymentDelivers",
+    "DeploymentLoad",
+    "DeploymentNotAnswered",
+    "DeploymentPlan",
+    "DeploymentRun",
+    "DeploymentTTFTTarget",
+    "DeploymentTarget",
     "EngineModelPlan",
     "LoadSummary",
     "ModelInfo",
+    "OffloadPlan",
+    "OffloadRow",
+    "OffloadSizing",
+    "OffloadSizingTier",
     "Percentiles",
     "Plan",
     "PoolRow",
+    "PricedDeployment",
     "ReplicaPool",
     "RoutingWorthRow",
     "SamplingInfo",
     "SemanticsPlan",
+    "TTFTCheapest",
     "TTFTSummary",
     "TTFTUnderLoad",
     "TierPlan",
@@ -431,6 +444,151 @@ class ClusterPlan(TypedDict):
     notes: list[str]
 
 
+class DeploymentRun(TypedDict, total=False):
+    """Replicas of the deployment's pool under the engine's scheduler (planning/deployment.py)."""
+
+    replicas: int  # (the load floor's runs)
+    keeps_up: bool  # the queue does not grow through the trace
+    infeasible: bool  # a request cannot be allocated at this pool (no other key then)
+    ttft_s: Percentiles  # time to first token, seconds
+    served_fraction: float | None  # arrivals span / finish span
+    preemptions: int
+
+
+class PricedDeployment(TypedDict):
+    replicas: int
+    gpus: int
+    tiers_per_replica: dict[str, dict[str, int | float]]  # per tier: its size in the offload model's unit and gib_per_replica
+    prefix_token_hit_rate: float
+    cost: DeploymentCost
+
+
+class DeploymentDelivers(PricedDeployment, total=False):
+    """What the named deployment delivers: hits by tier, priced, and (with a step time) under load."""
+
+    gpu_token_hit_rate: float
+    tier_token_hit_rate: dict[str, float]  # per offload tier
+    under_load: DeploymentRun
+
+
+class DeploymentTarget(TypedDict, total=False):
+    """The cheapest deployment reaching one target (every candidate priced)."""
+
+    target: float
+    kind: str  # fraction_of_ceiling or token_hit_rate
+    needs_prefix_token_hit_rate: float
+    cheapest: PricedDeployment | None
+    candidates: list[PricedDeployment]
+    unreachable: str  # why no candidate reaches it (absent: reached)
+
+
+class TTFTCheapest(TypedDict):
+    replicas: int
+    gpus: int
+    ttft_s: Percentiles
+    cost: DeploymentCost
+
+
+class DeploymentTTFTTarget(TypedDict, total=False):
+    percentile: str  # p50, p90 or p99
+    seconds: float  # the target
+    cheapest: TTFTCheapest | None
+    unreachable: str
+
+
+class DeploymentLoad(TypedDict, total=False):
+    fewest_replicas_keeping_up: int | None  # the load floor (null: none up to max_replicas)
+    runs: list[DeploymentRun]
+    step_time: str | None  # where the scheduler's step time comes from
+    not_given: str  # no step time or no scheduler model: replicas from hit rates only
+
+
+class DeploymentPlan(TypedDict):
+    """``--gpu``: the deployment the flags name, what it delivers, and the cheapest per target (docs/deployment.md)."""
+
+    engine: str  # the engine model
+    follows: str
+    router: str | None  # null with one replica
+    replicas: int
+    gpus_per_replica: int
+    pool_per_replica: int  # in the engine model's pool unit
+    offload: str | None  # the --offload specification behind each replica
+    notes: list[str]
+    offload_model: str | None
+    ceiling_prefix_token_hit_rate: float  # one pool that never evicts
+    delivers: DeploymentDelivers
+    targets: list[DeploymentTarget]
+    ttft_targets: list[DeploymentTTFTTarget]
+    load: DeploymentLoad
+    search: str  # how the candidates were searched
+    bound: str
+
+
+class DeploymentNotAnswered(TypedDict):
+    """The deployment section of a trace the engine models cannot replay."""
+
+    not_answered: str  # why
+
+
+class OffloadRow(TypedDict, total=False):
+    """One GPU pool x tier configuration of an offload model (planning/offload_plan.py)."""
+
+    gpu_blocks: int | str  # the GPU pool ("inf": no eviction)
+    config: str  # the tier sizes, as a label
+    feasible: bool
+    infeasible: str  # why the engine cannot serve the trace at this configuration
+    sizes: dict[str, dict[str, int | float]]  # per tier: its size in the model's unit, tokens and gib
+    hit_tokens: int  # GPU + tier prefix hits
+    prefix_token_hit_rate: float
+    gpu_token_hit_rate: float
+    tier_token_hit_rate: dict[str, float]
+    tier_hit_tokens: dict[str, int]
+    connector_offload_hit_tokens: int  # what the connector reports loadable beyond the GPU hit
+    written: dict[str, dict[str, int | float | None]]  # per tier: units written (model's unit), bytes, bytes_per_s
+    evicted: dict[str, int]  # per tier: units evicted
+    refused_stores: int
+
+
+class OffloadSizingTier(TypedDict, total=False):
+    tier: str
+    behind: dict[str, int | str]  # the tiers in front of it and their sizes
+    infeasible: str
+    ceiling_prefix_token_hit_rate: float  # this tier never evicting
+    without_tier_prefix_token_hit_rate: float
+    never_evicting: dict[str, int | float]  # the size that never evicts, in the model's unit and gib
+    answers: list[dict[str, int | float]]  # per target: fraction_of_ceiling, the size in the model's unit, tokens, gib, prefix_token_hit_rate, search_rounds
+
+
+class OffloadSizing(TypedDict):
+    gpu_blocks: int | str
+    tiers: list[OffloadSizingTier]
+
+
+class OffloadPlan(TypedDict):
+    """One ``--offload`` specification: the tiers behind an engine model's GPU cache, as that engine implements them."""
+
+    spec: str  # the --offload text
+    model: str
+    follows: str  # the engine and version whose code the model follows
+    behind: str  # the engine model it sits behind
+    validation: str
+    organisation: str
+    options: dict[str, str]
+    schedule: str
+    workers: int
+    unit: str  # the model's unit (chunks, blocks ...)
+    unit_tokens: int
+    unit_bytes: int
+    conversion: str
+    requests: int
+    input_tokens: int
+    span_s: float
+    rows: list[OffloadRow]
+    sizing: list[OffloadSizing]
+    sizing_method: str
+    sizing_points: list[dict[str, Any]]  # each evaluated tier size: gpu_blocks, tier, behind, size, gib, hit rates
+
+
 class SamplingInfo(TypedDict):
     """How a sampled plan was estimated: its rates and seeds, what is exact, the error bar of
     every estimated number (``spread``: the plan's ``semantics`` and ``comparison`` trees with
@@ -461,9 +619,9 @@ class Plan(TypedDict, total=False):
     semantics: dict[str, SemanticsPlan]
     comparison: Comparison
     engine_models: dict[str, EngineModelPlan]
-    offload: list[dict[str, Any]]
+    offload: list[OffloadPlan]
     budgets: Budgets
-    deployment: dict[str, Any]
+    deployment: DeploymentPlan | DeploymentNotAnswered
     optimal_bound: dict[str, Any]
     cluster: ClusterPlan
     sampled: bool

@@ -55,7 +55,7 @@ def render_plan_table(report: Plan) -> str:
         f"counted {report['counted']['requests']:,} requests (warm-up excluded)",
     ]
     if report.get("deployment"):  # the answer a user reads first: the deployment they run
-        lines += ["", *deployment_lines(report["deployment"])]
+        lines += ["", *deployment_lines(dict(report["deployment"]))]
     sampling = report.get("sampling")
     spread = sampling["spread"] if sampling else {}
     lines += _sampling_lines(sampling)
@@ -114,7 +114,7 @@ def render_plan_table(report: Plan) -> str:
         if cluster:  # K workers / shared tier of the model (render/cluster.py)
             lines += ["", *cluster_lines(cluster)]
     for offload in report.get("offload", []):
-        lines += ["", *offload_lines(offload)]
+        lines += ["", *offload_lines(dict(offload))]
     if "cluster" in report:
         lines += ["", *cluster_lines(report["cluster"])]
     if "budgets" in report:
