@@ -4,19 +4,13 @@ against them."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 from naive import real_trace_paths, run_stackdist
 
-from stackdist.cli.schemas import (
-    OUTPUTS,
-    all_schemas,
-    field_reference,
-    main,
-    schema_for,
-)
 from stackdist.version import SCHEMA_VERSION
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -24,27 +18,38 @@ jsonschema = pytest.importorskip("jsonschema")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _tool():
+    spec = importlib.util.spec_from_file_location("write_schemas", ROOT / "tools" / "write_schemas.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SCHEMAS = _tool().all_schemas()
+
+
 def test_the_committed_schemas_and_reference_are_the_generated_ones(tmp_path):
-    committed = {p.name: json.loads(p.read_text()) for p in (ROOT / "schemas").glob("*.schema.json")}
-    assert committed == all_schemas(), "regenerate: python -m stackdist.cli.schemas --write schemas/"
-    assert (ROOT / "docs" / "json.md").read_text() == field_reference()
-    assert main(["--write", str(tmp_path / "s"), "--docs", str(tmp_path / "json.md")]) == 0
-    assert {p.name: json.loads(p.read_text()) for p in (tmp_path / "s").iterdir()} == committed
+    tool = _tool()
+    committed = {p.name.removesuffix(".schema.json"): json.loads(p.read_text()) for p in (ROOT / "schemas").glob("*.json")}
+    assert committed == SCHEMAS, "regenerate: python tools/write_schemas.py"
+    assert (ROOT / "docs" / "json.md").read_text() == tool.reference()
+    assert tool.main(["--schemas", str(tmp_path / "s"), "--docs", str(tmp_path / "json.md")]) == 0
+    assert {p.name: p.read_text() for p in (tmp_path / "s").iterdir()} == \
+        {p.name: p.read_text() for p in (ROOT / "schemas").glob("*.json")}
 
 
-@pytest.mark.parametrize("name", list(OUTPUTS))
+@pytest.mark.parametrize("name", list(SCHEMAS))
 def test_each_schema_is_valid_and_carries_its_version(name):
-    schema = schema_for(name)
+    schema = SCHEMAS[name]
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert schema["$id"].endswith(f":{name}:v{SCHEMA_VERSION}")
+    assert schema["$id"] == f"urn:stackdist:schema:{name}:v{SCHEMA_VERSION}"
     root = schema["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
-    assert root["properties"]["schema_version"] == {"const": SCHEMA_VERSION, "description": root["properties"][
-        "schema_version"]["description"]}
+    assert root["properties"]["schema_version"]["const"] == SCHEMA_VERSION
     assert "schema_version" in root["required"]
 
 
 def _errors(name: str, report: dict) -> list[str]:
-    validator = jsonschema.Draft202012Validator(schema_for(name))
+    validator = jsonschema.Draft202012Validator(SCHEMAS[name])
     return [f"{list(e.absolute_path)}: {e.message[:300]}" for e in validator.iter_errors(report)]
 
 
@@ -124,3 +129,17 @@ def test_tiers_outputs_validate(capsys, head, args):
     code, out, err = run_stackdist(capsys, "tiers", head, "--format", "mooncake", *args)
     assert code == 0, err
     assert _errors("tiers", json.loads(out)) == []
+
+
+def _lab(capsys, *argv: str) -> dict:
+    from kvlab.placement.__main__ import main as placement
+
+    assert placement(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_placement_outputs_validate(capsys):
+    simulate = _lab(capsys, "simulate", "--workload", "chat", "--param", "n_sessions=2", "--param",
+                    "accesses_per_session=300", "--prefetch", "causal")
+    assert _errors("placement-simulate", simulate) == []
+    assert _errors("placement-calibration", _lab(capsys, "calibration")) == []

@@ -23,7 +23,7 @@ import types
 import typing
 from typing import Any
 
-__all__ = ["field_rows", "json_schema", "unit_of"]
+__all__ = ["DRAFT", "field_rows", "json_schema", "output_schema", "reference_markdown", "unit_of"]
 
 _SCALARS: dict[Any, dict[str, Any]] = {int: {"type": "integer"}, float: {"type": "number"}, str: {"type": "string"},
                                        bool: {"type": "boolean"}, type(None): {"type": "null"}}
@@ -190,3 +190,53 @@ def field_rows(defs: dict[str, Any], root: str) -> list[tuple[str, str, str, str
                 if ref not in seen:
                     seen.append(ref)
     return rows
+
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def output_schema(name: str, title: str, root: Any, version: int, kind: str | None = None,
+                  patch: Any = None) -> dict[str, Any]:
+    """The published schema of one JSON output: ``$id`` ``urn:stackdist:schema:<name>:v<version>``,
+    its ``schema_version`` (and ``kind``) fixed and required, the root type's fields;
+    ``patch(properties, defs)`` may replace fields the types leave loose. O(size of the types).
+
+    >>> class R(typing.TypedDict, total=False):
+    ...     schema_version: int
+    >>> s = output_schema("r", "an output", R, 3)
+    >>> s["$id"], s["$defs"]["R"]["properties"]["schema_version"]["const"], s["$defs"]["R"]["required"]
+    ('urn:stackdist:schema:r:v3', 3, ['schema_version'])
+    """
+    defs: dict[str, Any] = {}
+    ref = json_schema(root, defs)
+    top = defs[ref["$ref"].rsplit("/", 1)[-1]]
+    props = top["properties"]
+    props["schema_version"] = {"const": version, "description": "the shape of this JSON (stackdist/version.py)"}
+    if "schema_version" not in top["required"]:  # every output carries it
+        top["required"].insert(0, "schema_version")
+    if kind is not None:
+        props["kind"] = {"const": kind, "description": "what this JSON is"}
+        if "kind" not in top["required"]:
+            top["required"].insert(1, "kind")
+    if patch is not None:
+        patch(props, defs)
+    return {"$schema": DRAFT, "$id": f"urn:stackdist:schema:{name}:v{version}", "title": title, **ref, "$defs": defs}
+
+
+def reference_markdown(schemas: dict[str, dict[str, Any]], preamble: list[str]) -> str:
+    """A field reference: per output (``schemas`` by output name), every object it reaches with
+    each field's type, unit and meaning, as Markdown. O(fields)."""
+    lines = [*preamble, ""]
+    for name, schema in schemas.items():
+        root = schema["$ref"].rsplit("/", 1)[-1]
+        lines += [f"## {name}", "", f"{schema['title']}. Schema: `schemas/{name}.schema.json` (`{schema['$id']}`).", ""]
+        current = None
+        for obj, field, kind, unit, meaning in field_rows(schema["$defs"], root):
+            if obj != current:
+                doc = schema["$defs"][obj].get("description", "")
+                lines += ([""] if current else []) + [f"### {name}: `{obj}`", *([doc, ""] if doc else [""]),
+                                                    "| field | type | unit | meaning |", "|---|---|---|---|"]
+                current = obj
+            lines.append(f"| `{field}` | {kind} | {unit} | {meaning.replace('|', chr(92) + '|')} |")
+        lines.append("")
+    return "\n".join(lines)
