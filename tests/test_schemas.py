@@ -101,6 +101,15 @@ def test_plan_outputs_validate(capsys, head, case):
     assert _errors("plan", json.loads(out)) == []
 
 
+def test_a_plan_with_an_infeasible_pool_validates(capsys, head, tmp_path):
+    code, _, err = run_stackdist(capsys, "plan", head, "--json", tmp_path / "p.json", "--semantics", "vllm",
+                                 "--gpu-blocks", "2000,inf")
+    assert code == 1 and "cannot hold" in err  # exit 1, the report written first
+    report = json.loads((tmp_path / "p.json").read_text())
+    assert report["engine_models"]["vllm"]["min_feasible_pool"]["gpu_blocks"] > 2000
+    assert _errors("plan", report) == []
+
+
 @pytest.mark.parametrize("args", [
     ["--capacities", "100,1000"],
     ["--sample-rate", "0.5", "--sample-seeds", "2"],

@@ -43,6 +43,7 @@ from .schema import (
     EngineModelPlan,
     OffloadPlan,
     Plan,
+    PlanCurveSummary,
     SemanticsPlan,
     TierPlan,
     TraceInfo,
@@ -214,7 +215,7 @@ def _semantics_report(curve: Curve, options: PlanOptions, units: _Units) -> Sema
     working = _working_sets(curve, units, options.targets)
     marks = [cap["blocks"] for w in working for k in ("token_hit_rate", "fraction_of_ceiling") if (cap := w[k])]
     return {
-        "summary": curve.summary(),
+        "summary": cast(PlanCurveSummary, curve.summary()),
         "working_set": working,
         "coverage": _coverage(curve, units, options.coverage_target),
         "tier_plan": cast(TierPlan, tier_plan(curve, options.geometry, options.tier_targets, options.prices_per_gb)),

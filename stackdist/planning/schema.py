@@ -23,6 +23,7 @@ __all__ = [
     "ClusterWorkerRow",
     "Comparison",
     "CostInputs",
+    "Counted",
     "Coverage",
     "CurveTable",
     "DeploymentCost",
@@ -34,7 +35,9 @@ __all__ = [
     "DeploymentTTFTTarget",
     "DeploymentTarget",
     "EngineModelPlan",
+    "EngineSchedule",
     "LoadSummary",
+    "MinFeasiblePool",
     "ModelInfo",
     "OffloadPlan",
     "OffloadRow",
@@ -42,6 +45,7 @@ __all__ = [
     "OffloadSizingTier",
     "Percentiles",
     "Plan",
+    "PlanCurveSummary",
     "PoolRow",
     "PricedDeployment",
     "ReplicaPool",
@@ -96,6 +100,49 @@ def unreachable_reason(curve: Any, kind: str, target: float) -> str:
     return f"no capacity reaches {target:.2%} ({kind.replace('_', ' ')}) on this trace"
 
 
+class Counted(TypedDict):
+    """What the plan counts (the warm-up and the window fill the cache, uncounted)."""
+
+    requests: int  # counted requests
+    warmup_requests: int  # the first requests of the window excluded from the counts
+    warmup_seconds: float  # the first seconds of the window excluded from the counts
+    window_requests: list[int] | None  # [first, stop) of the counted requests (--window), or null: all
+
+
+class PlanCurveSummary(TypedDict):
+    """A semantics' totals and ceilings over the counted requests (planning/prefix_curve.py)."""
+
+    requests: int
+    blocks: int  # prompt blocks of the counted requests
+    cold_blocks: int  # first uses (misses at every capacity)
+    input_tokens: int
+    ceiling_block_hit_rate: float  # an infinite cache's block hits / blocks
+    ceiling_reuse_hit_rate: float  # an infinite cache's block hits / reused blocks
+    ceiling_token_hit_rate: float  # an infinite cache's prefix token hits / input tokens
+    saturation_blocks: int  # the smallest capacity that reaches the ceiling
+
+
+class EngineSchedule(TypedDict, total=False):
+    """When the engine model's requests run (``kind``) and, under the scheduler, its settings."""
+
+    kind: str  # serial, model, scheduler, recorded, or the schedule CSV's path
+    prefill_tokens_per_s: float  # kind model: prefill speed
+    decode_tokens_per_s: float  # kind model: decode speed per request
+    max_num_seqs: int  # kind scheduler: vLLM's max_num_seqs
+    max_num_batched_tokens: int  # kind scheduler: the token budget per step
+    step_fixed_s: float  # kind scheduler: a step lasts step_fixed_s + tokens x step_per_token_s
+    step_per_token_s: float
+    step_time_source: str  # given, calibration, h200-fixture, roofline or assumed
+    step_time_detail: str
+    async_scheduling: bool
+
+
+class MinFeasiblePool(TypedDict):
+    gpu_blocks: int  # the smallest pool (engine units) that holds the requests running at once
+    proved_minimal: bool  # one unit less was simulated and fails
+    gib: float
+
+
 class Coverage(TypedDict):
     target: float
     n_requests: int
@@ -139,7 +186,7 @@ class WindowRow(TypedDict):
 
 
 class SemanticsPlan(TypedDict, total=False):
-    summary: dict[str, Any]
+    summary: PlanCurveSummary
     working_set: list[WorkingSetRow]
     coverage: Coverage
     tier_plan: TierPlan
@@ -226,12 +273,12 @@ class EngineModelPlan(TypedDict):
     pool_unit: str
     engine_block_size_tokens: int
     decode: bool
-    schedule: dict[str, Any]
+    schedule: EngineSchedule
     method: str
     requests: int
     input_tokens: int
     pools: list[PoolRow]
-    min_feasible_pool: dict[str, Any] | None
+    min_feasible_pool: MinFeasiblePool | None  # when some pool is infeasible: the smallest feasible one, else None
     decode_reuse: dict[str, Any] | None  # --decode-reuse: what reusing decoded KV adds, else None
     decode_reuse_bounds: dict[str, Any] | None  # bounds on what decode reuse could add, else None
     cluster: ClusterPlan | None  # K workers / a shared tier (planning/engine_plan.py), else None
@@ -614,7 +661,7 @@ class Plan(TypedDict, total=False):
     tool: dict[str, str]
     trace: TraceInfo
     model: ModelInfo
-    counted: dict[str, Any]
+    counted: Counted
     prices_per_gb_usd: dict[str, float]
     semantics: dict[str, SemanticsPlan]
     comparison: Comparison
