@@ -152,3 +152,17 @@ def test_placement_outputs_validate(capsys):
                     "accesses_per_session=300", "--prefetch", "causal")
     assert _errors("placement-simulate", simulate) == []
     assert _errors("placement-calibration", _lab(capsys, "calibration")) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["--format", "mooncake", "--capacities", "100,1000"],
+    ["--format", "mooncake", "--semantics", "engine", "--sample-size", "500", "--targets", "0.01,0.5",
+     "--bytes-per-unit", "1048576"],
+])
+def test_watch_lines_validate(capsys, head, args):
+    code, out, err = run_stackdist(capsys, "watch", head, "--no-follow", *args)
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines and lines[-1]["final"]
+    for line in lines:
+        assert _errors("watch", line) == []

@@ -1,4 +1,4 @@
-"""The JSON Schemas of ``stackdist``'s JSON outputs (``plan``, ``curve``, ``tiers``), generated
+"""The JSON Schemas of ``stackdist``'s JSON outputs (``plan``, ``curve``, ``tiers``, ``watch``), generated
 from their typed results (:mod:`stackdist.output.typed_schema`).
 
 ``tools/write_schemas.py`` writes them (with kvlab's, :mod:`kvlab.placement.schemas`) to
@@ -37,10 +37,17 @@ def _tiers() -> Any:
     return TiersReport
 
 
+def _watch() -> Any:
+    from stackdist.render.report_types import WatchRecord
+
+    return WatchRecord
+
+
 OUTPUTS: dict[str, tuple[str, Any, str | None]] = {
     "plan": ("stackdist plan --json: the capacity plan of a request trace", _plan, None),
     "curve": ("stackdist curve (JSON): the exact (or sampled) LRU hit curve of a trace", _curve, "curve"),
     "tiers": ("stackdist tiers (JSON): GPU + CPU tier hits for every CPU capacity", _tiers, "tiers"),
+    "watch": ("stackdist watch: one JSON line per interval (each line is one document)", _watch, "watch"),
 }
 """Each output: its title, the function giving its root type, and the ``kind`` it carries."""
 

@@ -1,6 +1,7 @@
-"""The typed shape of ``curve``'s and ``tiers``' JSON reports (:mod:`.reports` builds them; the
-JSON Schemas in ``schemas/`` are generated from these, and ``tests/test_schemas.py`` validates
-real reports against them, exact and sampled).
+"""The typed shape of ``curve``'s and ``tiers``' JSON reports (:mod:`.reports` builds them) and of
+``watch``'s JSON lines (:mod:`stackdist.methods.watch`); the JSON Schemas in ``schemas/`` are
+generated from these, and ``tests/test_schemas.py`` validates real outputs against them, exact
+and sampled.
 
 A key present only in the exact report or only in the sampled one is optional (``total=False``
 classes); ``sampled`` says which the report is.
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-__all__ = ["CurveReport", "CurveSample", "CurveSummary", "Spread", "TierGrid", "TiersReport", "Tool"]
+__all__ = ["CurveReport", "CurveSample", "CurveSummary", "Spread", "TierGrid", "TiersReport", "Tool", "WatchAnswers",
+           "WatchCoverage", "WatchRecord"]
 
 
 class Tool(TypedDict):
@@ -132,3 +134,44 @@ class TiersReport(_TiersReportBase, total=False):
     seeds: list[int]  # sampled: the hash seeds
     accesses: int  # sampled: counted accesses
     dask: dict[str, Any]  # distributed: where the replay ran
+
+
+class WatchCoverage(TypedDict):
+    """Request traces: the capacity (blocks) that covers each share of the requests with reuse."""
+
+    requests: int
+    requests_with_reuse: int
+    p50: int | None  # blocks covering half the requests with reuse (null: none yet)
+    p90: int | None
+    p99: int | None
+
+
+class _WatchAnswersBase(TypedDict):
+    accesses: int  # block accesses in the period
+    ceiling_hit_rate: float  # an infinite cache's hit rate
+    working_set: dict[str, int | None]  # per target hit rate: the smallest capacity (units), or null
+
+
+class WatchAnswers(_WatchAnswersBase, total=False):
+    """The answers over one period (the last interval, or everything so far)."""
+
+    working_set_bytes: dict[str, int | None]  # the working sets in bytes (with a bytes-per-unit)
+    hit_rate: dict[str, float]  # per --capacities value: the hit rate
+    coverage: WatchCoverage  # request traces
+
+
+class WatchRecord(TypedDict):
+    """``stackdist watch``: one JSON line per interval (methods/watch.py ``snapshot``)."""
+
+    schema_version: int
+    kind: str
+    tool: Tool
+    time_s: float  # Unix time of the line
+    interval: int  # the interval's index from 0
+    final: bool  # the last line (end of input or Ctrl-C)
+    sampled: bool
+    sample_rate: float  # 1.0 when exact
+    sample_size: int | None  # --sample-size, or null
+    state_bytes: int  # the replay's memory
+    window: WatchAnswers  # the last interval
+    cumulative: WatchAnswers  # everything so far
