@@ -36,6 +36,8 @@ _UNITS = (  # (pattern on the field name, unit); the first that matches
     (r"usd_per_gb|per_gb_usd", "US$ per GB (1e9 bytes)"),
     (r"usd_per_hour$", "US$ per hour"),
     (r"(^|_)usd($|_)|cost_usd", "US$"),
+    (r"tokens_per_s$", "tokens per second"),
+    (r"bytes_per_s$", "bytes per second"),
     (r"(hit_rate|_rate|^rate|fraction|_share$|^share|utilization|efficiency|^target$|^coverage$)", "fraction (0 to 1)"),
     (r"(^|_)gib($|_)", "GiB (2**30 bytes)"),
     (r"(^|_)mib($|_)", "MiB (2**20 bytes)"),

@@ -66,9 +66,9 @@ __all__ = [
 
 
 class Capacity(TypedDict):
-    blocks: int
-    tokens: int
-    gib: float
+    blocks: int  # in the trace's blocks
+    tokens: int  # blocks x tokens per block
+    gib: float  # KV bytes of the model, in GiB
 
 
 class Unreachable(TypedDict):
@@ -76,9 +76,9 @@ class Unreachable(TypedDict):
 
 
 class WorkingSetRow(TypedDict):
-    target: float
-    token_hit_rate: Capacity | None
-    fraction_of_ceiling: Capacity | None
+    target: float  # the target (a prefix token hit rate, or a fraction of the ceiling)
+    token_hit_rate: Capacity | None  # smallest cache for the target as a hit rate
+    fraction_of_ceiling: Capacity | None  # ... as a fraction of the ceiling
     unreachable: dict[str, Unreachable]  # why, for each of the two that is None (absent: reached)
 
 
@@ -144,90 +144,90 @@ class MinFeasiblePool(TypedDict):
 
 
 class Coverage(TypedDict):
-    target: float
-    n_requests: int
-    n_requests_with_reuse: int
-    all_requests: dict[str, Capacity]
-    requests_with_reuse: dict[str, Capacity]
+    target: float  # the request coverage target Y
+    n_requests: int  # counted requests
+    n_requests_with_reuse: int  # counted requests that reuse a block
+    all_requests: dict[str, Capacity]  # covering Y of all requests
+    requests_with_reuse: dict[str, Capacity]  # the capacity covering Y of the requests with reuse
 
 
 class TierRow(TypedDict):
-    tier: str
-    target: float
-    cumulative_blocks: int
-    blocks: int
-    gib: float
-    cost_usd: float
-    token_hit_rate_at_cumulative: float
+    tier: str  # hbm, dram or ssd
+    target: float  # the tier's target (fraction of the ceiling, or of requests)
+    cumulative_blocks: int  # this tier and the ones above it
+    blocks: int  # this tier alone
+    gib: float  # this tier alone
+    cost_usd: float  # this tier's purchase price
+    token_hit_rate_at_cumulative: float  # the prefix token hit rate at cumulative_blocks
 
 
 class TierPlan(TypedDict):
-    basis: str
-    tiers: list[TierRow]
-    total_cost_usd: float
-    prices_per_gb_usd: dict[str, float]
-    prices_are_assumptions: bool
+    basis: str  # what the targets are fractions of
+    tiers: list[TierRow]  # HBM, then DRAM, then SSD
+    total_cost_usd: float  # the tiers' purchase prices summed
+    prices_per_gb_usd: dict[str, float]  # the prices used
+    prices_are_assumptions: bool  # true unless --prices gave them
 
 
 class CurveTable(TypedDict):
-    capacity_blocks: list[int]
-    capacity_gib: list[float]
-    block_hit_rate: list[float]
-    reuse_hit_rate: list[float]
-    prefix_token_hit_rate: list[float]
+    capacity_blocks: list[int]  # the sampled capacities
+    capacity_gib: list[float]  # the same in GiB
+    block_hit_rate: list[float]  # block hits / blocks at each capacity
+    reuse_hit_rate: list[float]  # block hits / reused blocks at each capacity
+    prefix_token_hit_rate: list[float]  # prefix token hits / input tokens at each capacity
 
 
 class WindowRow(TypedDict):
-    start_s: float
-    end_s: float
-    requests: int
-    window: dict[str, Any]
-    cumulative: dict[str, Any]
+    start_s: float  # from the first request
+    end_s: float  # from the first request
+    requests: int  # counted requests in the window
+    window: dict[str, Any]  # the window's own ceiling and working sets
+    cumulative: dict[str, Any]  # from the start to the window's end
 
 
 class SemanticsPlan(TypedDict, total=False):
-    summary: PlanCurveSummary
-    working_set: list[WorkingSetRow]
-    coverage: Coverage
-    tier_plan: TierPlan
-    tier_plan_by_coverage: TierPlan
-    curve: CurveTable
-    time_windows: list[WindowRow]
+    summary: PlanCurveSummary  # totals and ceilings
+    working_set: list[WorkingSetRow]  # per target: the smallest cache
+    coverage: Coverage  # the capacity covering the coverage target of the requests
+    tier_plan: TierPlan  # HBM / DRAM / SSD sizes and prices for --tier-targets (of the ceiling's tokens)
+    tier_plan_by_coverage: TierPlan  # the same with the targets as request coverage
+    curve: CurveTable  # the hit curve at sampled capacities
+    time_windows: list[WindowRow]  # --every: per time window
 
 
 class Comparison(TypedDict):
-    working_sets: list[dict[str, Any]]
-    max_prefix_token_hit_rate_gap: dict[str, Any]
-    per_access_block_hit_rate_at_engine_ws: list[dict[str, Any]]
+    working_sets: list[dict[str, Any]]  # per target: engine and per-access working sets side by side
+    max_prefix_token_hit_rate_gap: dict[str, Any]  # the largest gap between the two semantics' curves
+    per_access_block_hit_rate_at_engine_ws: list[dict[str, Any]]  # per-access rate at engine's
 
 
 class TraceInfo(TypedDict, total=False):
-    source: str
-    requests: int
-    blocks: int
-    distinct_blocks: int
-    block_size_tokens: int
-    input_tokens: int
-    span_s: float
-    skipped_lines: int
-    format: str
-    reblocked_to: int | None
+    source: str  # the trace file(s)
+    requests: int  # requests in the trace
+    blocks: int  # prompt blocks in all
+    distinct_blocks: int  # distinct block hashes
+    block_size_tokens: int  # tokens per block (after --reblock)
+    input_tokens: int  # prompt tokens in all
+    span_s: float  # first to last request
+    skipped_lines: int  # malformed lines skipped (--skip-bad)
+    format: str  # the trace format
+    reblocked_to: int | None  # --reblock, or None
 
 
 class ModelInfo(TypedDict, total=False):
-    name: str
-    kv_bytes_per_token: int
-    bytes_per_block: int
-    sliding_window_tokens: int | None
-    sliding_bytes_per_token: int
-    all_layers_bytes_per_token: int
+    name: str  # the model the bytes are for
+    kv_bytes_per_token: int  # full-attention layers, at the KV dtype
+    bytes_per_block: int  # kv_bytes_per_token x tokens per block
+    sliding_window_tokens: int | None  # the sliding-window layers' window, or None
+    sliding_bytes_per_token: int  # the sliding-window layers' KV bytes per token
+    all_layers_bytes_per_token: int  # every layer counted as full attention (the conservative rows)
 
 
 class Percentiles(TypedDict):
-    p50: float
-    p90: float
-    p99: float
-    mean: float
+    p50: float  # median
+    p90: float  # 90th percentile
+    p99: float  # 99th percentile
+    mean: float  # mean
 
 
 class LoadSummary(TypedDict):
@@ -256,28 +256,28 @@ class LoadSummary(TypedDict):
 
 
 class PoolRow(TypedDict, total=False):
-    gpu_blocks: int | str
-    gib: float | None
-    feasible: bool
-    hit_tokens: int | None
-    prefix_token_hit_rate: float | None
-    requests_with_hits: int | None
-    failed_request: int | None
-    vs_engine: dict[str, Any]
+    gpu_blocks: int | str  # the pool in the engine model's unit ("inf": no eviction)
+    gib: float | None  # the pool's KV bytes
+    feasible: bool  # false: a request cannot be allocated (the engine would queue or preempt)
+    hit_tokens: int | None  # prefix hit tokens as the engine reports them (counted requests)
+    prefix_token_hit_rate: float | None  # hit_tokens / input tokens
+    requests_with_hits: int | None  # counted requests with a hit
+    failed_request: int | None  # the first request that cannot allocate, or None
+    vs_engine: dict[str, Any]  # recorded traces: against the engine's own reported hits
     load: LoadSummary  # --schedule scheduler: the pool under load
 
 
 class EngineModelPlan(TypedDict):
-    model: str
+    model: str  # the engine model's name
     follows: str  # the engine and version whose code the model follows (serving/engine_model.py)
-    pool_unit: str
-    engine_block_size_tokens: int
-    decode: bool
-    schedule: EngineSchedule
-    method: str
-    requests: int
-    input_tokens: int
-    pools: list[PoolRow]
+    pool_unit: str  # what a pool size counts
+    engine_block_size_tokens: int  # the engine's KV page size
+    decode: bool  # generated tokens are cached
+    schedule: EngineSchedule  # when requests run
+    method: str  # how the model was run
+    requests: int  # counted requests
+    input_tokens: int  # counted prompt tokens
+    pools: list[PoolRow]  # one row per pool size
     min_feasible_pool: MinFeasiblePool | None  # when some pool is infeasible: the smallest feasible one, else None
     decode_reuse: dict[str, Any] | None  # --decode-reuse: what reusing decoded KV adds, else None
     decode_reuse_bounds: dict[str, Any] | None  # bounds on what decode reuse could add, else None
@@ -287,17 +287,17 @@ class EngineModelPlan(TypedDict):
 
 
 class TTFTSummary(TypedDict):
-    p50_ms: float
-    p99_ms: float
-    mean_ms: float
+    p50_ms: float  # median time to first token
+    p99_ms: float  # 99th percentile
+    mean_ms: float  # mean
 
 
 class TTFTUnderLoad(TTFTSummary, total=False):
     """An engine model's first-token times under its own scheduler (queueing included)."""
 
-    p90_ms: float
-    under_load: bool
-    keeps_up: bool
+    p90_ms: float  # 90th percentile
+    under_load: bool  # true: the engine's scheduler with queueing
+    keeps_up: bool  # the queue does not grow through the trace
 
 
 class DeploymentCost(TypedDict, total=False):
@@ -305,78 +305,78 @@ class DeploymentCost(TypedDict, total=False):
     DRAM / SSD GiB behind them, and per million input tokens; a figure that cannot be given is
     absent and its reason is under the same key + ``_not_given``."""
 
-    gpus: int
-    cpu_gib: float
-    disk_gib: float
-    usd_per_hour: float
-    gpu_usd_per_hour: float
-    cpu_usd_per_hour: float
-    disk_usd_per_hour: float
-    usd_per_million_input_tokens: float
-    usd_per_million_input_tokens_not_given: str
-    usd_per_million_uncached_input_tokens: float
-    usd_per_million_uncached_input_tokens_not_given: str
+    gpus: int  # GPUs priced
+    cpu_gib: float  # DRAM behind them, all replicas
+    disk_gib: float  # SSD behind them, all replicas
+    usd_per_hour: float  # GPUs + DRAM + SSD
+    gpu_usd_per_hour: float  # GPUs x their hourly price
+    cpu_usd_per_hour: float  # DRAM amortised
+    disk_usd_per_hour: float  # SSD amortised
+    usd_per_million_input_tokens: float  # usd_per_hour / million input tokens per hour
+    usd_per_million_input_tokens_not_given: str  # why it is not given
+    usd_per_million_uncached_input_tokens: float  # per million tokens that miss the cache
+    usd_per_million_uncached_input_tokens_not_given: str  # why it is not given
 
 
 class CostInputs(TypedDict, total=False):
     """The budgets section's price inputs and their sources (``DeploymentPrices.describe``) and
     the trace's input tokens per hour (counted requests over their time span)."""
 
-    gpu: str
-    usd_per_gpu_hour: float
-    gpu_price_source: str
+    gpu: str  # the GPU priced
+    usd_per_gpu_hour: float  # its price
+    gpu_price_source: str  # where the price comes from
     usd_per_gb: dict[str, float]  # dram, ssd: purchase US$ per GB (1e9 bytes)
-    usd_per_gb_source: dict[str, str]
+    usd_per_gb_source: dict[str, str]  # per tier: where the price comes from
     usd_per_gb_hour: dict[str, float]  # amortised
-    amortisation: str
-    input_tokens: int
-    span_s: float
-    input_tokens_per_hour_basis: str
-    input_tokens_per_hour: float
-    input_tokens_per_hour_not_given: str
+    amortisation: str  # how purchase prices become hourly
+    input_tokens: int  # counted prompt tokens
+    span_s: float  # their time span
+    input_tokens_per_hour_basis: str  # how the rate is counted
+    input_tokens_per_hour: float  # the trace's arrival rate
+    input_tokens_per_hour_not_given: str  # why it is not given
 
 
 class BudgetSemanticsRow(TypedDict, total=False):
-    capacity_blocks: int
+    capacity_blocks: int  # the budget in blocks
     not_given: str  # instead of the numbers, when the budget cannot hold the trace's longest prompt
-    prefix_token_hit_rate: float
-    hit_tokens: int
-    block_hit_rate: float
-    hit_tokens_from_lower_tier: int
-    ttft: TTFTSummary | None
-    conservative: dict[str, Any]
+    prefix_token_hit_rate: float  # at this budget
+    hit_tokens: int  # prefix hit tokens
+    block_hit_rate: float  # block hits / blocks
+    hit_tokens_from_lower_tier: int  # hits a lower tier would serve
+    ttft: TTFTSummary | None  # TTFT at this budget
+    conservative: dict[str, Any]  # the conservative row's answer
     usd_per_million_uncached_input_tokens: float  # rows of a priced deployment (the HBM of 1 / N replicas)
     usd_per_million_uncached_input_tokens_not_given: str
 
 
 class BudgetEngineRow(TypedDict, total=False):
-    pool: int
-    feasible: bool
-    hit_tokens: int
-    prefix_token_hit_rate: float
-    ttft: TTFTSummary | TTFTUnderLoad | None
-    ttft_not_given: str
+    pool: int  # the engine model's pool at this budget
+    feasible: bool  # false: a request cannot be allocated
+    hit_tokens: int  # prefix hit tokens
+    prefix_token_hit_rate: float  # at this pool
+    ttft: TTFTSummary | TTFTUnderLoad | None  # TTFT at this pool
+    ttft_not_given: str  # why not
     usd_per_million_uncached_input_tokens: float
     usd_per_million_uncached_input_tokens_not_given: str
     not_run: str  # the pool cannot hold the trace's longest prompt: not simulated
 
 
 class BudgetRow(TypedDict, total=False):
-    budget: str
-    unit: str
-    amount: int
-    blocks: int
-    tokens: int
+    budget: str  # the budget as given
+    unit: str  # its unit
+    amount: int  # its number
+    blocks: int  # in the trace's blocks
+    tokens: int  # KV tokens it holds
     pool_tokens: int  # the budget's tokens before rounding down to the trace's blocks
-    gib: float
-    sliding_reserve_bytes: int
-    conservative_blocks: int
+    gib: float  # its KV bytes
+    sliding_reserve_bytes: int  # reserved for sliding layers
+    conservative_blocks: int  # every layer counted as full attention
     # then the budget's pool for every registered engine model, under its ``budget_key``
     # (serving/engine_model.py): the two bundled models' keys are
-    vllm_gpu_blocks: int
-    sglang_pages: int
-    semantics: dict[str, BudgetSemanticsRow]
-    engine_models: dict[str, BudgetEngineRow]
+    vllm_gpu_blocks: int  # vLLM's num_gpu_blocks at this budget
+    sglang_pages: int  # SGLang's pages at this budget
+    semantics: dict[str, BudgetSemanticsRow]  # per semantics: the answer at this budget
+    engine_models: dict[str, BudgetEngineRow]  # per engine model: the answer
     cost: DeploymentCost  # the HBM of 1 / N replicas with --gpu (a --capacity size names no hardware: absent)
 
 
@@ -411,84 +411,84 @@ class ReplicaPool(TypedDict, total=False):
 
 
 class Budgets(TypedDict, total=False):
-    model: dict[str, Any] | None
-    hardware: ReplicaPool | None
-    ttft_model: dict[str, Any] | None
-    engine_ttft_under_load: bool
-    sliding_window_accounting: str
-    notes: list[str]
+    model: dict[str, Any] | None  # the model's shapes and weights (geometry.py)
+    hardware: ReplicaPool | None  # the replica's KV pool (--gpu)
+    ttft_model: dict[str, Any] | None  # how TTFT is estimated (roofline or calibration)
+    engine_ttft_under_load: bool  # TTFT from the engine's scheduler
+    sliding_window_accounting: str  # how sliding layers are counted
+    notes: list[str]  # what is assumed or not given
     requirements: dict[str, Any]  # per target with a deployment: cost {replicas, one_replica_plus_dram, _ssd}
-    rows: list[BudgetRow]
-    cost: CostInputs
+    rows: list[BudgetRow]  # one row per budget
+    cost: CostInputs  # the price inputs
 
 
 class ClusterWorkerRow(TypedDict):
-    worker: int
-    requests: int
-    input_tokens: int
-    hit_tokens: int
-    gpu_hit_tokens: int
-    shared_hit_tokens: int
-    prefix_token_hit_rate: float
+    worker: int  # the worker's index
+    requests: int  # requests routed to it
+    input_tokens: int  # their prompt tokens
+    hit_tokens: int  # GPU + shared tier prefix hits
+    gpu_hit_tokens: int  # hits in its own GPU cache
+    shared_hit_tokens: int  # hits in the shared tier
+    prefix_token_hit_rate: float  # hit_tokens / input_tokens
 
 
 class ClusterPoolRegret(TypedDict, total=False):
     """Engine models on K workers: what the fleet held at each arrival (the best worker's prefix)
     against what the router's worker gave."""
 
-    available_hit_tokens: int
-    available_token_hit_rate: float
-    routing_regret_percentage_points: float
-    requests_routed_below_available: int
+    available_hit_tokens: int  # the best worker's prefix at each arrival, summed
+    available_token_hit_rate: float  # available_hit_tokens / input tokens
+    routing_regret_percentage_points: float  # available minus achieved hit rate
+    requests_routed_below_available: int  # requests whose worker held less than the best
 
 
 class ClusterPoolRow(ClusterPoolRegret):
-    gpu_blocks: int | str
-    shared_blocks: int | str
-    gpu_gib_per_worker: float | None
-    shared_gib: float | None
-    hit_tokens: int
-    gpu_hit_tokens: int
-    shared_hit_tokens: int
-    prefix_token_hit_rate: float
-    gpu_token_hit_rate: float
-    shared_token_hit_rate: float
-    requests_with_hits: int
-    per_worker: list[ClusterWorkerRow]
-    busiest_worker_share: float
-    warnings: list[str]
+    gpu_blocks: int | str  # each worker's GPU pool ("inf": no eviction)
+    shared_blocks: int | str  # the shared tier (0: none)
+    gpu_gib_per_worker: float | None  # each worker's GPU pool in GiB
+    shared_gib: float | None  # the shared tier in GiB
+    hit_tokens: int  # all workers' prefix hits
+    gpu_hit_tokens: int  # hits in the workers' GPU caches
+    shared_hit_tokens: int  # hits in the shared tier
+    prefix_token_hit_rate: float  # hit_tokens / input tokens
+    gpu_token_hit_rate: float  # gpu_hit_tokens / input tokens
+    shared_token_hit_rate: float  # shared_hit_tokens / input tokens
+    requests_with_hits: int  # counted requests with a hit
+    per_worker: list[ClusterWorkerRow]  # one row per worker
+    busiest_worker_share: float  # the busiest worker's share of the prompt tokens
+    warnings: list[str]  # e.g. a worker that got no request
 
 
 class RoutingWorthRow(TypedDict):
-    gpu_blocks: int | str
-    shared_blocks: int | str
-    one_cache_blocks: int | str
+    gpu_blocks: int | str  # each worker's pool
+    shared_blocks: int | str  # the shared tier
+    one_cache_blocks: int | str  # one cache of K x gpu_blocks
     one_cache_prefix_token_hit_rate: float | None  # None: an infeasible pool (engine models)
-    routers: dict[str, float | None]
-    best_router: str | None
-    best_minus_one_cache_percentage_points: float | None
-    busiest_worker_share: dict[str, float]
+    routers: dict[str, float | None]  # per router: its prefix token hit rate (None: infeasible)
+    best_router: str | None  # the router with the highest hit rate
+    best_minus_one_cache_percentage_points: float | None  # best router minus one cache
+    busiest_worker_share: dict[str, float]  # per router: the busiest worker's share of prompt tokens
     routing_regret_percentage_points: dict[str, float | None]  # routers whose run probed every worker
-    warnings: list[str]
+    warnings: list[str]  # what to read with care
 
 
 class ClusterPlan(TypedDict):
-    semantics: str
-    workers: int
-    router: str
-    worker_labels: list[Any]
-    order: str
-    pool_unit: str
-    shared_tier: str
-    kv_aware: str
+    semantics: str  # the semantics or engine model on the workers
+    workers: int  # K
+    router: str  # how requests are spread
+    worker_labels: list[Any]  # each worker's label (recorded: the trace's)
+    order: str  # the order requests are replayed in
+    pool_unit: str  # what a pool size counts
+    shared_tier: str  # the shared tier's rules, in words
+    kv_aware: str  # the kv-aware router, in words (else "")
     sglang_cache_aware: str  # SGLang's cache-aware router in words when it is the router, else ""
     router_rule: str  # a product's router (sglang-cache-aware, production-stack-prefixaware) in words when it routes, else ""
     llm_d: str  # llm-d's scheduler in words when it is the router (engine models), else ""
-    requests: int
-    input_tokens: int
-    pools: list[ClusterPoolRow]
-    routing_worth: list[RoutingWorthRow] | None
-    notes: list[str]
+    requests: int  # counted requests
+    input_tokens: int  # counted prompt tokens
+    pools: list[ClusterPoolRow]  # one row per GPU pool x shared tier size
+    routing_worth: list[RoutingWorthRow] | None  # every router at K workers against one cache of K x the pool
+    notes: list[str]  # what is and is not modelled
 
 
 class DeploymentRun(TypedDict, total=False):
@@ -505,7 +505,7 @@ class DeploymentRun(TypedDict, total=False):
 class PricedDeployment(TypedDict):
     replicas: int
     gpus: int
-    tiers_per_replica: dict[str, dict[str, int | float]]  # per tier: its size in the offload model's unit and gib_per_replica
+    tiers_per_replica: dict[str, dict[str, int | float]]  # per tier: size (model's unit), gib_per_replica
     prefix_token_hit_rate: float
     cost: DeploymentCost
 
@@ -603,7 +603,7 @@ class OffloadSizingTier(TypedDict, total=False):
     ceiling_prefix_token_hit_rate: float  # this tier never evicting
     without_tier_prefix_token_hit_rate: float
     never_evicting: dict[str, int | float]  # the size that never evicts, in the model's unit and gib
-    answers: list[dict[str, int | float]]  # per target: fraction_of_ceiling, the size in the model's unit, tokens, gib, prefix_token_hit_rate, search_rounds
+    answers: list[dict[str, int | float]]  # per target: size (model's unit), tokens, gib, rate
 
 
 class OffloadSizing(TypedDict):
@@ -658,21 +658,21 @@ class SamplingInfo(TypedDict):
 
 class Plan(TypedDict, total=False):
     schema_version: int
-    tool: dict[str, str]
-    trace: TraceInfo
-    model: ModelInfo
-    counted: Counted
-    prices_per_gb_usd: dict[str, float]
-    semantics: dict[str, SemanticsPlan]
-    comparison: Comparison
-    engine_models: dict[str, EngineModelPlan]
-    offload: list[OffloadPlan]
-    budgets: Budgets
-    deployment: DeploymentPlan | DeploymentNotAnswered
-    optimal_bound: dict[str, Any]
-    cluster: ClusterPlan
-    sampled: bool
-    sampling: SamplingInfo
-    dask: dict[str, Any]
+    tool: dict[str, str]  # the writer: name and version
+    trace: TraceInfo  # the trace read
+    model: ModelInfo  # the model whose KV bytes are counted
+    counted: Counted  # what is counted (window, warm-up)
+    prices_per_gb_usd: dict[str, float]  # the tier plan's prices
+    semantics: dict[str, SemanticsPlan]  # per curve semantics (engine, per-access)
+    comparison: Comparison  # engine against per-access
+    engine_models: dict[str, EngineModelPlan]  # per engine model (vllm, sglang)
+    offload: list[OffloadPlan]  # per --offload specification
+    budgets: Budgets  # the answers at the sizes named (--capacity, --gpu)
+    deployment: DeploymentPlan | DeploymentNotAnswered  # --gpu: the deployment, priced, and the cheapest per target
+    optimal_bound: dict[str, Any]  # --optimal: Belady's bound at the working sets
+    cluster: ClusterPlan  # the engine semantics on K workers / a shared tier
+    sampled: bool  # true: a SHARDS estimate
+    sampling: SamplingInfo  # how the sampled plan was estimated
+    dask: dict[str, Any]  # --dask: what ran where
     deployment_file: str | None  # the --deployment file read, or null
-    resolved_deployment: dict[str, dict[str, Any]]  # the deployment as resolved (file, then flags), as the file holds it
+    resolved_deployment: dict[str, dict[str, Any]]  # file, then flags
