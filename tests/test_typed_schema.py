@@ -8,7 +8,12 @@ from typing import Any, Literal, TypedDict
 
 import pytest
 
-from stackdist.output.typed_schema import field_rows, json_schema, output_schema, unit_of
+from stackdist.output.typed_schema import (
+    field_rows,
+    json_schema,
+    output_schema,
+    unit_of,
+)
 
 jsonschema = pytest.importorskip("jsonschema")
 

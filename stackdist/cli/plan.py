@@ -80,6 +80,7 @@ EXAMPLES = """examples:
   stackdist plan trace.jsonl --gpu-blocks 60000 --offload lmcache:cpu=512GiB,disk=4TiB --per-request hits.csv
   stackdist plan trace.jsonl --semantics vllm --gpu-blocks 30000,60000 --schedule scheduler --gpu h200 --per-request load.csv
   stackdist plan trace.jsonl --semantics vllm --schedule scheduler --model qwen3-8b --gpu h200 --workers 4 --router session
+  stackdist plan trace.jsonl --deployment examples/qwen3-32b-8xh200.toml --gpus-per-replica 1  # a saved deployment, one flag changed
 
 Capacities are exact for every size (one replay per semantics). --targets are prefix token
 hit rates; each is answered both as an absolute rate and as a fraction of the infinite-cache
