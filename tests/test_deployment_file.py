@@ -113,6 +113,8 @@ def test_without_the_file_the_defaults_stay(tmp_path):
     ("[hardware]\ngpus = '8'\n", 2, ["[hardware] gpus must be an integer", "a string"]),
     ("[targets]\nhit_rates = 0.9\n", 2, ["[targets] hit_rates must be an array of numbers", "a float"]),
     ("hardware = 3\n", 2, ["hardware must be a table"]),
+    ("[targets]\nttft = { p95 = 2 }\n", 2, ["[targets] ttft must be a table of seconds by percentile (p50, p90, p99)"]),
+    ("[prices]\nusd_per_gb = { nvme = 0.1 }\n", 2, ["[prices] usd_per_gb must be a table of numbers by tier"]),
     ("[hardware]\ngpu = 'h2000'\n", 2, ["[hardware] gpu (for --gpu)", "invalid choice"]),
     ("[engine]\nsemantics = ['vlm']\n", 2, ["[engine] semantics (for --semantics)"]),
     ("[hardware]\ngpu = 'h200'\ngpus = \n", 1, ["d.toml:3: not valid TOML"]),

@@ -56,9 +56,12 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
                                                                                          {"const": "inf"}]}}),
     "workers": ("an integer or a string (\"one\", \"recorded\")", {"oneOf": [{"type": "integer"}, {"type": "string"}]}),
     "repeat": ("an array of strings (the flag once per item)", {"type": "array", "items": {"type": "string"}}),
-    "table": ("a table of numbers", {"type": "object", "additionalProperties": {"type": "number"}}),
+    "table": ("a table of numbers by tier (hbm, dram, ssd)",
+              {"type": "object", "propertyNames": {"enum": ["hbm", "dram", "ssd"]},
+               "additionalProperties": {"type": "number"}}),
     "ttft": ("a table of seconds by percentile (p50, p90, p99)",
-             {"type": "object", "additionalProperties": {"type": "number"}}),
+             {"type": "object", "propertyNames": {"enum": ["p50", "p90", "p99"]},
+              "additionalProperties": {"type": "number"}}),
 }
 
 
@@ -310,7 +313,8 @@ def _is_kind(value: Any, kind: str) -> bool:
     if kind == "workers":
         return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
     if kind in ("table", "ttft"):
-        return isinstance(value, dict) and all(_is_number(v) for v in value.values())
+        names = ("hbm", "dram", "ssd") if kind == "table" else ("p50", "p90", "p99")
+        return isinstance(value, dict) and all(_is_number(v) and k in names for k, v in value.items())
     raise AssertionError(kind)
 
 
