@@ -166,3 +166,11 @@ def test_watch_lines_validate(capsys, head, args):
     assert lines and lines[-1]["final"]
     for line in lines:
         assert _errors("watch", line) == []
+
+
+def test_placement_experiments_results_validate(capsys, tmp_path):
+    from kvlab.placement.__main__ import main as placement
+
+    assert placement(["experiments", "--quick", "--out", str(tmp_path), "--no-plots"]) == 0
+    capsys.readouterr()
+    assert _errors("placement-experiments", json.loads((tmp_path / "results.json").read_text())) == []

@@ -26,8 +26,8 @@ PREAMBLE = [
     "`_rate` a fraction, `_usd` US$ ...); a meaning is the field's comment in its type, blank where it has none.",
     "An `object` without a named type is a loosely typed section (its keys are not listed).",
     "",
-    "Outputs without a schema: `kvlab.placement experiments`' results.json,",
-    "the lab's manifests (`kvlab run-lab`, `block-lab`); `--per-request` is CSV.",
+    "Outputs without a schema: the lab's manifests and reports (`kvlab run-lab`'s manifest.json, `block-lab`),",
+    "`kvlab summarize`; `--per-request` is CSV.",
 ]
 
 

@@ -1,16 +1,17 @@
-"""The typed shape of ``python -m kvlab.placement``'s JSON outputs (``simulate``, ``calibration``);
-the schemas in ``schemas/`` are generated from these (:mod:`.schemas`), and
-``tests/test_schemas.py`` validates real outputs against them.
+"""The typed shape of ``python -m kvlab.placement``'s JSON outputs (``simulate``, ``calibration``,
+``experiments``' ``results.json``); the schemas in ``schemas/`` are generated from these
+(:mod:`.schemas`), and ``tests/test_schemas.py`` validates real outputs against them.
 
-``experiments``' ``results.json`` is not typed here (its grid, claims and sweeps are loose dicts):
-it has no schema yet.
+``results.json``'s ``claims`` section stays loosely typed (a dict per claim, as ``claims.md``
+renders it).
 """
 
 from __future__ import annotations
 
 from typing import Any, TypedDict
 
-__all__ = ["CalibrationField", "CalibrationReport", "PlacementConfig", "SimulateReport", "TTFTms", "WorkloadSummary"]
+__all__ = ["CalibrationField", "CalibrationReport", "CompositionSweep", "ExperimentsReport", "PlacementConfig",
+           "SimResultSummary", "SimulateReport", "SloCapacity", "SloRow", "SweepPoint", "TTFTms", "WorkloadSummary"]
 
 
 class Tool(TypedDict):
@@ -48,12 +49,9 @@ class WorkloadSummary(TypedDict):
     params: dict[str, Any]  # the generator's parameters (a Mooncake trace: its path and block sizes)
 
 
-class SimulateReport(TypedDict):
-    """``python -m kvlab.placement simulate``: one simulation's counts and latencies."""
+class SimResultSummary(TypedDict):
+    """One simulation's counts and latencies (kvlab/placement/simulator.py ``SimResult.to_dict``)."""
 
-    schema_version: int
-    kind: str
-    tool: Tool
     workload: str
     config: PlacementConfig
     requests: int
@@ -70,7 +68,71 @@ class SimulateReport(TypedDict):
     stall_share: float  # share of decode time stalled on loads
     link_wait_ms_mean: float  # mean wait for a busy link per request
     gpu_wait_ms_mean: float  # mean wait for the GPU per request
+
+
+class SimulateReport(SimResultSummary):
+    """``python -m kvlab.placement simulate``: one simulation's counts and latencies."""
+
+    schema_version: int
+    kind: str
+    tool: Tool
     workload_summary: WorkloadSummary
+
+
+class SweepPoint(TypedDict):
+    capacities: list[int]  # HBM, DRAM, SSD blocks
+    cost_usd: float  # the tiers' purchase price
+    ttft_p50_ms: float
+    ttft_mean_ms: float
+    ttft_p99_ms: float
+    hit_rates: dict[str, float]  # per tier
+    migration_bytes_total: int
+
+
+class CompositionSweep(TypedDict):
+    """The chat workload's fixed block budget split over the three tiers."""
+
+    workload: str
+    budget_blocks: int
+    steps: int  # grid steps per tier
+    points: list[SweepPoint]
+    budget_fraction_of_distinct_blocks: float
+    frontier: list[SweepPoint]  # the points no other beats on both cost and TTFT p99
+    frontier_mean: list[SweepPoint]  # the same on mean TTFT
+
+
+class SloRow(TypedDict):
+    ssd_multiple: int  # SSD blocks as a multiple of HBM's
+    dram_multiple: float  # DRAM blocks as a multiple of HBM's
+    min_hbm_blocks: int | None  # the smallest HBM meeting the SLO (null: none on the grid)
+
+
+class SloCapacity(TypedDict):
+    workload: str
+    slo_ttft_p99_ms: float
+    hbm_grid: list[int]  # the HBM sizes tried (blocks)
+    rows: list[SloRow]
+
+
+class ExperimentsReport(TypedDict):
+    """``python -m kvlab.placement experiments``' results.json: the grid, the claims and the sweeps."""
+
+    schema_version: int
+    kind: str
+    tool: Tool
+    description: str
+    quick: bool  # --quick: tiny workloads
+    seed: int
+    gpu_sessions: float  # HBM capacity in mean session footprints
+    prices_usd_per_gb_assumed: dict[str, float]  # per tier
+    latency_model: dict[str, float]  # the LatencyModel's fields
+    kv_bytes_per_token: int
+    workloads: list[WorkloadSummary]
+    grid: dict[str, list[SimResultSummary]]  # per workload: one run per policy x organisation x prefetcher
+    claims: dict[str, Any]  # the paper's claims against ours (loosely typed: see claims.md beside it)
+    composition_sweep: CompositionSweep
+    slo_capacity: SloCapacity
+    elapsed_s: float | None  # wall time of the run
 
 
 class CalibrationField(TypedDict):

@@ -1,7 +1,6 @@
 """The JSON Schemas of ``python -m kvlab.placement``'s JSON outputs, generated from
-:mod:`.report_types` (``tools/write_schemas.py`` writes them with ``stackdist``'s to ``schemas/``).
-
-``experiments``' ``results.json`` has no schema yet (its sections are not typed).
+:mod:`.report_types` (``tools/write_schemas.py`` writes them with ``stackdist``'s to ``schemas/``); ``experiments``' ``results.json`` has its
+``claims`` section loosely typed.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from typing import Any
 from stackdist.output.typed_schema import output_schema
 from stackdist.version import SCHEMA_VERSION
 
-from .report_types import CalibrationReport, SimulateReport
+from .report_types import CalibrationReport, ExperimentsReport, SimulateReport
 
 __all__ = ["OUTPUTS", "schema_for", "schemas"]
 
@@ -20,6 +19,8 @@ OUTPUTS: dict[str, tuple[str, Any, str]] = {
                            "placement-simulate"),
     "placement-calibration": ("python -m kvlab.placement calibration: the latency defaults and the fixtures' values",
                               CalibrationReport, "placement-calibration"),
+    "placement-experiments": ("python -m kvlab.placement experiments: results.json", ExperimentsReport,
+                              "placement-experiments"),
 }
 """Each output: its title, root type and the ``kind`` it carries."""
 
