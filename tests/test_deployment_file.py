@@ -113,6 +113,7 @@ def test_without_the_file_the_defaults_stay(tmp_path):
     ("[hardware]\ngpus = '8'\n", 2, ["[hardware] gpus must be an integer", "a string"]),
     ("[targets]\nhit_rates = 0.9\n", 2, ["[targets] hit_rates must be an array of numbers", "a float"]),
     ("hardware = 3\n", 2, ["hardware must be a table"]),
+    ("[model]\nname = 'qwen3-8b'\nconfig = 'c.json'\n", 2, ["[model] has both name and config"]),
     ("[targets]\nttft = { p95 = 2 }\n", 2, ["[targets] ttft must be a table of seconds by percentile (p50, p90, p99)"]),
     ("[prices]\nusd_per_gb = { nvme = 0.1 }\n", 2, ["[prices] usd_per_gb must be a table of numbers by tier"]),
     ("[hardware]\ngpu = 'h2000'\n", 2, ["[hardware] gpu (for --gpu)", "invalid choice"]),
@@ -175,3 +176,15 @@ def test_the_example_file_is_its_flags_and_its_echo_reproduces_it(capsys, tmp_pa
     assert again.pop("deployment_file") == str(tmp_path / "echo.toml")
     assert again == from_flags
     assert tomllib.loads((tmp_path / "echo.toml").read_text()) == from_flags["resolved_deployment"]
+
+
+def test_relative_paths_resolve_against_the_file_not_the_working_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "deploy"
+    folder.mkdir()
+    _write(folder / "d.toml", {"model": {"config": "../cfg.json"}, "engine": {"schedule": "s.csv"},
+                               "hardware": {"ttft_calibration": str(tmp_path / "abs.jsonl")}})
+    monkeypatch.chdir(tmp_path)
+    args = _apply(Path("deploy") / "d.toml")
+    assert os.path.normpath(args.model_config) == str(tmp_path / "cfg.json")
+    assert args.schedule == str(folder / "s.csv") and args.ttft_calibration == str(tmp_path / "abs.jsonl")
+    assert _apply(_write(folder / "e.toml", {"engine": {"schedule": "serial"}})).schedule == "serial"

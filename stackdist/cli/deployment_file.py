@@ -252,6 +252,8 @@ def file_tokens(data: dict[str, Any], path: str) -> list[tuple[Key, list[str]]]:
                 elsewhere = [f"[{k.section}] {k.name}" for k in KEYS if k.name == name]
                 hint = f"; it is in {elsewhere[0]}" if elsewhere else _closest(name, names)
                 raise UsageError(f"{path}: unknown key [{section}] {name}{hint}")
+    if {"name", "config"} <= set(data.get("model", {})):
+        raise UsageError(f"{path}: [model] has both name and config; give one (as --model or --model-config)")
     out = []
     for key in KEYS:
         if key.name in data.get(key.section, {}):
