@@ -174,3 +174,17 @@ def test_placement_experiments_results_validate(capsys, tmp_path):
     assert placement(["experiments", "--quick", "--out", str(tmp_path), "--no-plots"]) == 0
     capsys.readouterr()
     assert _errors("placement-experiments", json.loads((tmp_path / "results.json").read_text())) == []
+
+
+def test_a_plan_whose_deployment_is_not_answered_validates(capsys, tmp_path):
+    """An LMCache lookup log (full chunks only) gets a deployment section that says why it has no answer."""
+    log = tmp_path / "lookup.jsonl"
+    log.write_text("".join(json.dumps({"timestamp": float(i), "request_id": f"r{i}", "chunk_size": 256,
+                                       "seq_len": 256 * 2 + 100, "chunk_hashes": ["0x1", f"0x2{i}"]}) + "\n"
+                           for i in range(5)))
+    code, out, err = run_stackdist(capsys, "plan", log, "--format", "lmcache", "--gpu", "h200", "--model", "qwen3-8b",
+                                   "--json", "-")
+    assert code == 0, err
+    report = json.loads(out)
+    assert "not_answered" in report["deployment"] and _errors("plan", report) == []
+    assert _errors("plan", {**report, "deployment": {"not_answered": 1}})

@@ -59,10 +59,17 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "table": ("a table of numbers by tier (hbm, dram, ssd)",
               {"type": "object", "propertyNames": {"enum": ["hbm", "dram", "ssd"]},
                "additionalProperties": {"type": "number"}}),
+    "weights": ("a table of numbers by scorer (prefix, kv-cache, queue)",
+                {"type": "object", "propertyNames": {"enum": ["prefix", "kv-cache", "queue"]},
+                 "additionalProperties": {"type": "number"}}),
     "ttft": ("a table of seconds by percentile (p50, p90, p99)",
              {"type": "object", "propertyNames": {"enum": ["p50", "p90", "p99"]},
               "additionalProperties": {"type": "number"}}),
 }
+
+
+TABLE_KEYS = {"table": ("hbm", "dram", "ssd"), "weights": ("prefix", "kv-cache", "queue"), "ttft": ("p50", "p90", "p99")}
+"""The keys each table kind allows."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,11 @@ KEYS: tuple[Key, ...] = (
     Key("router", "cache_threshold", "--router-cache-threshold", "float", "fraction",
         "sglang-cache-aware: cache_threshold"),
     Key("router", "overlap_weight", "--router-overlap-weight", "float_or_inf", "", "kv-aware: overlap_score_weight"),
+    Key("router", "temperature", "--router-temperature", "float", "", "kv-aware: Dynamo's router_temperature"),
+    Key("router", "weights", "--router-weights", "weights", "", "llm-d: the scorer weights"),
+    Key("router", "table_blocks", "--router-table-blocks", "int", "4-byte blocks",
+        "aibrix-prefix-cache: the router's prefix table"),
+    Key("router", "seed", "--seed", "int", "", "the routers' random draws (and the sampling hash seed)"),
     Key("router", "max_replicas", "--max-replicas", "int", "replicas", "the deployment search's most replicas"),
     Key("tiers", "offload", "--offload", "repeat", "model unit, tokens or bytes",
         "offload tiers, MODEL:tier=SIZE,... (one per item)"),
@@ -314,9 +326,8 @@ def _is_kind(value: Any, kind: str) -> bool:
                                                for v in value)
     if kind == "workers":
         return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-    if kind in ("table", "ttft"):
-        names = ("hbm", "dram", "ssd") if kind == "table" else ("p50", "p90", "p99")
-        return isinstance(value, dict) and all(_is_number(v) and k in names for k, v in value.items())
+    if kind in TABLE_KEYS:
+        return isinstance(value, dict) and all(_is_number(v) and k in TABLE_KEYS[kind] for k, v in value.items())
     raise AssertionError(kind)
 
 
@@ -343,7 +354,7 @@ def _tokens(key: Key, value: Any, folder: str) -> list[str]:
         return [f"{flag}={v}" for v in value]
     if kind == "ttft":
         return [f"{flag}={k}={_number(v)}" for k, v in value.items()]
-    if kind == "table":
+    if kind in ("table", "weights"):
         return [f"{flag}=" + ",".join(f"{k}={_number(v)}" for k, v in value.items())]
     return [f"{flag}=" + ",".join(_number(v) if kind != "strings" else v for v in value)]
 

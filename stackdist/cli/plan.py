@@ -428,7 +428,8 @@ def run_plan(args: argparse.Namespace) -> int:
                 print(f"stackdist plan: the engine models' plot is {engines}", file=sys.stderr)
         if report.get("offload"):
             plot_offload(_suffixed(args.plot, "offload") if options.semantics else args.plot, report)
-    load = (report.get("deployment") or {}).get("load") or {}
+    deployment: Any = report.get("deployment") or {}  # or not answered: no load
+    load = deployment.get("load") or {}
     if load.get("runs") and load.get("fewest_replicas_keeping_up") is None:
         print(f"stackdist plan: no deployment of up to {load['runs'][-1]['replicas']} replicas keeps up with the "
               "arrivals (the engine's scheduler): raise --max-replicas to search further", file=sys.stderr)

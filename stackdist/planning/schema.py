@@ -502,12 +502,16 @@ class DeploymentRun(TypedDict, total=False):
     preemptions: int
 
 
-class PricedDeployment(TypedDict):
+class _PricedDeploymentBase(TypedDict):
     replicas: int
     gpus: int
     tiers_per_replica: dict[str, dict[str, int | float]]  # per tier: size (model's unit), gib_per_replica
     prefix_token_hit_rate: float
     cost: DeploymentCost
+
+
+class PricedDeployment(_PricedDeploymentBase, total=False):
+    routing_warning: str  # the router piles the requests onto one replica at this count
 
 
 class DeploymentDelivers(PricedDeployment, total=False):

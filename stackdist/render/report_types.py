@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 __all__ = ["CurveReport", "CurveSample", "CurveSummary", "Spread", "TierGrid", "TiersReport", "Tool", "WatchAnswers",
-           "WatchCoverage", "WatchRecord"]
+           "WatchCoverage", "WatchRecord", "WatchWindowInfo"]
 
 
 class Tool(TypedDict):
@@ -148,16 +148,24 @@ class WatchCoverage(TypedDict):
 
 class _WatchAnswersBase(TypedDict):
     accesses: int  # block accesses in the period
-    ceiling_hit_rate: float  # an infinite cache's hit rate
-    working_set: dict[str, int | None]  # per target hit rate: the smallest capacity (units), or null
+    ceiling_hit_rate: float | None  # an infinite cache's hit rate (null: no access in the period)
+    targets_of: str  # what the targets are fractions of ("ceiling")
+    working_set: dict[str, int | None]  # per target: the smallest capacity (units), or null
 
 
 class WatchAnswers(_WatchAnswersBase, total=False):
-    """The answers over one period (the last interval, or everything so far)."""
+    """The answers over one period (the trailing window, or everything so far)."""
 
-    working_set_bytes: dict[str, int | None]  # the working sets in bytes (with a bytes-per-unit)
-    hit_rate: dict[str, float]  # per --capacities value: the hit rate
+    working_set_tokens: dict[str, int | None]  # request traces: the working sets in tokens
+    working_set_bytes: dict[str, int | None]  # the working sets in bytes (with a bytes-per-unit or a model)
+    hit_rate: dict[str, float | None]  # per --capacities value: the hit rate (null: no access)
     coverage: WatchCoverage  # request traces
+    tokens: int  # cumulative, request traces: prompt tokens read
+
+
+class WatchWindowInfo(TypedDict):
+    label: str  # the trailing window, as named (e.g. "10m", "interval")
+    intervals: int  # intervals in the trailing window so far
 
 
 class WatchRecord(TypedDict):
@@ -173,5 +181,6 @@ class WatchRecord(TypedDict):
     sample_rate: float  # 1.0 when exact
     sample_size: int | None  # --sample-size, or null
     state_bytes: int  # the replay's memory
-    window: WatchAnswers  # the last interval
+    window_info: WatchWindowInfo
+    window: WatchAnswers  # the trailing window
     cumulative: WatchAnswers  # everything so far
