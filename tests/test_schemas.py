@@ -151,6 +151,9 @@ def test_placement_outputs_validate(capsys):
     simulate = _lab(capsys, "simulate", "--workload", "chat", "--param", "n_sessions=2", "--param",
                     "accesses_per_session=300", "--prefetch", "causal")
     assert _errors("placement-simulate", simulate) == []
+    other = _lab(capsys, "simulate", "--workload", "chat", "--param", "n_sessions=2", "--param",
+                 "accesses_per_session=300", "--model", "qwen3-8b", "--gpu", "h100")
+    assert other["served"]["latency_factors"] and _errors("placement-simulate", other) == []
     assert _errors("placement-calibration", _lab(capsys, "calibration")) == []
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 __all__ = ["CalibrationField", "CalibrationReport", "CompositionSweep", "ExperimentsReport", "PlacementConfig",
-           "SimResultSummary", "SimulateReport", "SloCapacity", "SloRow", "SweepPoint", "TTFTms", "WorkloadSummary"]
+           "ServedModel", "SimResultSummary", "SimulateReport", "SimulateServedModel", "SloCapacity", "SloRow",
+           "SweepPoint", "TTFTms", "WorkloadSummary"]
 
 
 class Tool(TypedDict):
@@ -49,6 +50,27 @@ class WorkloadSummary(TypedDict):
     params: dict[str, Any]  # the generator's parameters (a Mooncake trace: its path and block sizes)
 
 
+class ServedModel(TypedDict):
+    """The model and GPU the simulation serves (kvlab/placement/served.py ``Served.describe``)."""
+
+    model: str
+    hf_repo: str | None
+    model_given: bool  # false: the measured default model
+    gpu: str
+    gpu_given: bool
+    kv_bytes_per_token: int
+    hbm_gib: float  # the GPU's HBM
+    hbm_gbps: float
+    host_link_gbps: float
+    latency_basis: str  # measured, or extrapolated from the measured model
+    latency_measured_for: str
+    latency_factors: dict[str, float] | None  # extrapolated: each latency field's scale (weight-read floors in ms)
+
+
+class SimulateServedModel(ServedModel):
+    hbm_tier_max_blocks: int  # the most HBM blocks the GPU's KV pool holds
+
+
 class SimResultSummary(TypedDict):
     """One simulation's counts and latencies (kvlab/placement/simulator.py ``SimResult.to_dict``)."""
 
@@ -77,6 +99,8 @@ class SimulateReport(SimResultSummary):
     kind: str
     tool: Tool
     workload_summary: WorkloadSummary
+    served: SimulateServedModel
+    latency_model: dict[str, float]  # the LatencyModel's fields (ms, GB/s)
 
 
 class SweepPoint(TypedDict):
@@ -126,6 +150,7 @@ class ExperimentsReport(TypedDict):
     gpu_sessions: float  # HBM capacity in mean session footprints
     prices_usd_per_gb_assumed: dict[str, float]  # per tier
     latency_model: dict[str, float]  # the LatencyModel's fields
+    served: ServedModel
     kv_bytes_per_token: int
     workloads: list[WorkloadSummary]
     grid: dict[str, list[SimResultSummary]]  # per workload: one run per policy x organisation x prefetcher
