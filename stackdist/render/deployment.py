@@ -41,7 +41,9 @@ def deployment_lines(section: dict[str, Any]) -> list[str]:
     d = section["delivers"]
     router = f" behind a {section['router']} router" if section.get("router") else ""
     tier = f", {section['offload']} per replica" if section.get("offload") else ""
-    by_tier = "".join(f", {t} {r:.2%}" for t, r in d.get("tier_token_hit_rate", {}).items())
+    sized = d.get("tiers_per_replica", {})  # a tier of size 0 (LMCache without its disk) is not shown
+    by_tier = "".join(f", {t} {r:.2%}" for t, r in d.get("tier_token_hit_rate", {}).items()
+                      if t not in sized or sized[t].get("gib_per_replica"))
     lines = [(f"== deployment: {section['replicas']} replica(s) of {section['gpus_per_replica']} GPU(s), "
              f"{section['pool_per_replica']:,} {section['engine']} blocks each{router}{tier} ({section['follows']}) =="),
              (f"delivers: {d['prefix_token_hit_rate']:.2%} prefix token hits (GPU {d['gpu_token_hit_rate']:.2%}{by_tier}) "
