@@ -377,7 +377,8 @@ def main(argv=None) -> int:
         return 2
     decode = not args.no_decode
     max_model_len = max(r.input_length + r.output_length for r in trace) + 1024
-    inf_n = 4 * sum(cdiv(r.input_length + (r.output_length if decode else 1), 16) + 1 for r in trace) * 16 + 64
+    # No eviction: every block any request ever allocates, in every group (at most 64 groups), + 2.
+    inf_n = 64 * sum(cdiv(r.input_length + (r.output_length if decode else 1), 16) + 1 for r in trace) + 2
     if args.bisect:
         def ok(n: int):
             eng = HybridEngine(cfg, n, max_model_len, args)
@@ -401,7 +402,11 @@ def main(argv=None) -> int:
             else:
                 lo, fail = mid, f
         fail = fail if fail is not None else ok(lo) if lo >= 2 else None
-        print(json.dumps({"smallest_feasible": hi, "failure_below": fail}))
+        eng = HybridEngine(cfg, inf_n, max_model_len, args)
+        for r in trace:
+            eng.serve(r, args.hash_block_size, decode)
+        cached = sum(1 for blk in eng.sched.kv_cache_manager.block_pool.blocks if blk.block_hash is not None)
+        print(json.dumps({"smallest_feasible": hi, "failure_below": fail, "cached_blocks_at_end_inf": cached}))
         return 0
     cols, runs, layout = [], [], None
     for pool in pools:
@@ -418,7 +423,9 @@ def main(argv=None) -> int:
                          "failure": {"request": e.request, "event": e.event, "k": e.k, "detail": e.detail}})
             print(f"  pool {pool}: INFEASIBLE {e}", file=sys.stderr, flush=True)
             continue
-        pool_stats = {"num_gpu_blocks": n, "free_blocks_at_end": eng.sched.kv_cache_manager.block_pool.get_num_free_blocks(),
+        bp = eng.sched.kv_cache_manager.block_pool
+        pool_stats = {"num_gpu_blocks": n, "free_blocks_at_end": bp.get_num_free_blocks(),
+                      "cached_blocks_at_end": sum(1 for blk in bp.blocks if blk.block_hash is not None),
                       "total_hit_tokens": sum(x["hit"] for x in res), "prefill_chunks": sum(x["chunks"] for x in res)}
         runs.append({"pool": pool, "feasible": True, "seconds": round(time.perf_counter() - t0, 3), "stats": pool_stats})
         cols.append((pool, res))

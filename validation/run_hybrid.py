@@ -10,16 +10,18 @@ Writes (atomically) into ``tests/data/engines/hybrid/``:
   identical prompts, a shared system prompt with tails, a multi-turn chain, prefixes of earlier
   prompts (a hit inside a cached sequence, where sliding-window blocks were freed), and long
   prompts (> 8192 tokens, so the scheduler prefills in chunks; > 2 x 8192 for Llama 4's chunks);
-- ``conversation_first30.jsonl``: the first 30 lines of the shared conversation trace (B_h 512);
+- ``conversation_sel37.jsonl``: 37 lines of the shared conversation trace (B_h 512) chosen so that
+  later requests share prefixes with earlier ones (the first lines share only one block);
 - ``results/<trace>.<model>.serial.<decode|nodecode>.csv``: drive_vllm_hybrid.py's per-request
   CSV (``hit_tokens_<N>`` per pool, plus per-group-kind diagnostics and prefill chunks);
 - ``manifest.json``: per model the layout (groups, block size and its derivation, bytes per
   block), per run the pools (feasible / infeasible with the failing request), the smallest
   feasible pool found by bisection, and the sha256 of every file.
 
-Pools per (trace, model): the smallest feasible pool of the decode run (bisection with the
-engine, ``--max-num-batched-tokens 8192``), then about 1.25x, 2x and 4x of it (eviction matters
-there), and ``inf`` (no eviction). ``--check`` reruns every driver into a scratch folder and
+Pools per (trace, model): the smallest feasible pool m of the decode run (bisection with the
+engine, ``--max-num-batched-tokens 8192``), then m + c/8, m + c/4, m + c/2 and m + c, where c is
+the number of blocks holding a hash at the end of the decode run at ``inf`` (so eviction matters
+below m + c), and ``inf`` (no eviction). ``--check`` reruns every driver into a scratch folder and
 compares the CSVs byte for byte with the committed ones.
 """
 
@@ -45,7 +47,12 @@ CONFIGS = {
     "llama-4-scout": "Llama-4-Scout-17B-16E-Instruct.json",
     "qwen3-next": "Qwen3-Next-80B-A3B-Instruct.json",
 }
-TRACES = {"hyb_edges_b64": 64, "conversation_first30": 512}
+TRACES = {"hyb_edges_b64": 64, "conversation_sel37": 512}
+# Lines (0-based) of ../shared/traces/mooncake_conversation_trace.jsonl: among its first 3000
+# requests, the first 18 (earlier request, later request) pairs where the later one shares at least
+# 2 hash blocks with the earlier one and both are under 20,000 tokens, in file order.
+CONV_LINES = [1, 15, 21, 24, 30, 40, 41, 44, 62, 64, 65, 66, 71, 91, 113, 133, 137, 140, 153, 166, 170, 177,
+              180, 191, 201, 218, 220, 228, 240, 247, 260, 261, 280, 289, 294, 298, 303]
 SEED = 20261206
 
 
@@ -110,15 +117,15 @@ def make_traces_files() -> dict:
     os.makedirs(OUT, exist_ok=True)
     reqs = gen_hybrid_edges(SEED)
     write_atomic(os.path.join(OUT, "hyb_edges_b64.jsonl"), "".join(json.dumps(x) + "\n" for x in reqs))
-    conv = os.path.join(REPO, "tests", "data", "engines", "conversation_first80.jsonl")
-    with open(conv) as fh:
-        lines = [ln for ln in fh if ln.strip()][:30]
-    write_atomic(os.path.join(OUT, "conversation_first30.jsonl"), "".join(lines))
+    with open(os.path.join(make_traces.SHARED_TRACES, "mooncake_conversation_trace.jsonl")) as fh:
+        lines = [ln for i, ln in enumerate(fh) if i in set(CONV_LINES)]
+    write_atomic(os.path.join(OUT, "conversation_sel37.jsonl"), "".join(lines))
     return {
         "hyb_edges_b64": {"hash_block_size": 64, "requests": len(reqs),
                           "how": f"run_hybrid.gen_hybrid_edges(seed={SEED})"},
-        "conversation_first30": {"hash_block_size": 512, "requests": 30,
-                                 "how": "first 30 lines of tests/data/engines/conversation_first80.jsonl"},
+        "conversation_sel37": {"hash_block_size": 512, "requests": len(lines),
+                               "how": "lines CONV_LINES (run_hybrid.py) of ../shared/traces/mooncake_conversation_trace.jsonl, "
+                                      "copied byte for byte in file order: 18 earlier/later pairs sharing >= 2 blocks"},
     }
 
 
@@ -189,7 +196,8 @@ def main(argv=None) -> int:
             for trace in TRACES:
                 b = bisect(args.vllm_py, trace, model)
                 m = b["smallest_feasible"]
-                pools = sorted({m, (m * 5 + 3) // 4, 2 * m, 4 * m})
+                c = b["cached_blocks_at_end_inf"]
+                pools = sorted({m, m + c // 8, m + c // 4, m + c // 2, m + c})
                 pool_s = ",".join(str(x) for x in pools) + ",inf"
                 for decode in (False, True):
                     name = f"{trace}.{model}.serial.{'decode' if decode else 'nodecode'}.csv"
