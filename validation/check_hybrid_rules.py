@@ -1,11 +1,18 @@
 """Stdlib restatement of HYBRID_NOTES.md's hit rules, compared with tests/data/engines/hybrid/.
 
-    python3 validation/check_hybrid_rules.py [--verbose]
+    python3 validation/check_hybrid_rules.py [--only MODEL] [--ablate RULE ...]
 
-For every committed run (manifest.json) and its ``inf`` column (no eviction), recompute each
-request's hit from the rules of HYBRID_NOTES.md section 2 (serial, retention interval 0) and
-compare with vLLM's. The model here is deliberately plain (sets of cached prefixes per group kind),
-not a port of vLLM's classes. Finite pools (eviction) are not modelled here.
+For every committed run (manifest.json), recompute each request's hit from the rules of
+HYBRID_NOTES.md section 2 (serial, retention interval 0) and compare with vLLM's:
+
+- the ``inf`` column with ``model_hits``: deliberately plain (sets of cached prefixes per group
+  kind, no blocks), the rules below;
+- every finite pool with ``simulate``: a block-level restatement of sections 2.3-2.5 (one pool,
+  the free queue, per-group allocation and freeing order, admission caps, Mamba align state and
+  checkpoint blocks and the scheduler's Mamba chunk split), also compared on the number of prefill
+  chunks per request, and on which pools are infeasible.
+
+Exit 1 if anything differs. ``--ablate`` changes one rule to show that the comparison can fail.
 
 Rules (per request, prompt P, lookup cap L = P - 1, block b, alignment a, window W, chunk C):
   H_f   = longest run of cached full-attention blocks from block 0, at most floor(L / b) blocks;
@@ -128,6 +135,7 @@ def model_hits(trace, hash_block_size: int, kind: str, b: int, a: int, w: int) -
 # blocks keyed (group, prefix id) when cached; serial requests, chunked prefill, decode steps.
 
 NULL = 0
+ABLATE: set[str] = set()  # --ablate: named rule changes, to show the comparison can fail
 
 
 class Pool:
@@ -174,7 +182,7 @@ class Pool:
                 continue
             self.ref[bid] -= 1
             if self.ref[bid] == 0:
-                (front if self.key[bid] is None else back).append(bid)
+                (front if self.key[bid] is None and "free-to-back" not in ABLATE else back).append(bid)
         for bid in reversed(front):
             self.queue[bid] = None
             self.queue.move_to_end(bid, last=False)
@@ -190,43 +198,76 @@ class Infeasible(Exception):
     pass
 
 
+def _ckpt_pos(num_tokens: int, b: int) -> int:
+    """get_mamba_prefill_checkpoint_position without EAGLE (kv_cache_interface.py:1169-1184)."""
+    return max((num_tokens - 1) // b * b, 0)
+
+
+def _ckpt_valid(start: int, end: int, pos: int, b: int) -> bool:
+    """is_mamba_prefill_checkpoint_valid with hash block = Mamba block = alignment = b."""
+    return (start % b == 0 and cdiv(end, b) - 2 > (start - 1) // b and start + b <= pos
+            and start < pos < end and (pos - start) % b == 0)
+
+
+def _mamba_split(start: int, n: int, p: int, b: int, junction: int, budget: int) -> int:
+    """Scheduler._mamba_block_aligned_split (sched/scheduler.py:546-657), serial, no EAGLE."""
+    if start >= p:
+        return n
+    end = start + n
+    ckpt = _ckpt_pos(p, b)
+    last_cache = 0 if (end >= p and _ckpt_valid(start, end, ckpt, b)) else ckpt
+    internal = last_cache == 0 and end >= p and _ckpt_valid(start, end, ckpt, b)
+    if end < p:
+        aligned = end // b * b
+        if aligned > start or b <= budget:
+            end = aligned
+    stops = (
+        (start // b + 1) * b if start % b and not internal else 0,
+        last_cache,
+        (start + (junction - start) // b * b) if start < junction < end else 0,
+    )
+    end = min((x for x in stops if start < x < end), default=end)
+    return max(end - start, 0)
+
+
 def simulate(trace, hash_block_size: int, layout: dict, n_blocks: int, decode: bool,
              budget: int = 8192) -> list[int]:
-    """Hits per request of a full + sliding / chunked model at num_gpu_blocks = n_blocks."""
-    groups = [(g["kind"], g["block_size"], g["window"] or g["chunk"] or 0) for g in layout["groups"]]
+    """Hits per request at num_gpu_blocks = n_blocks (serial, chunked prefill, decode steps)."""
+    groups = [(g["kind"], g["block_size"]) for g in layout["groups"]]
     kind, b, a, w = layout_kind(layout)
-    if kind == "mamba":
-        raise ValueError("finite pools are not modelled for Mamba here")
-    full_ids = [i for i, g in enumerate(groups) if g[0] == "FullAttentionSpec"]
-    other_ids = [i for i, g in enumerate(groups) if g[0] != "FullAttentionSpec"]
+    is_full = [gk == "FullAttentionSpec" for gk, _ in groups]
+    full_ids = [i for i, f in enumerate(is_full) if f]
+    other_ids = [i for i, f in enumerate(is_full) if not f]
     need = cdiv(w - 1, b) if kind == "sliding" else 0
-    max_in_flight = budget
-    cap = cdiv(w - 1 + max_in_flight, b) + 1 if kind == "sliding" else cdiv(w + max_in_flight, b)
+    cap = (cdiv(w - 1 + budget, b) + 1 if kind == "sliding" else cdiv(w + budget, b)) if kind != "mamba" else 0
     pool = Pool(n_blocks)
     pre = Prefixes()
     hits = []
+    chunks = []
 
     def cached_all(pid, gids):
         got = [pool.get((g, pid)) for g in gids]
         return None if any(x is None for x in got) else got
 
-    def skipped(tokens_done: int) -> int:
+    def skipped(g: int, tokens_done: int) -> int:
+        """Tokens outside the group's window (get_num_skipped_tokens)."""
+        if is_full[g]:
+            return 0
         if kind == "sliding":
             return max(0, tokens_done - w + 1)
-        return tokens_done // w * w
+        if kind == "chunked":
+            return tokens_done // w * w
+        return tokens_done - 1
 
     for r in trace:
         o = r.output_length if decode else 1
         toks = common.prompt_tokens(r, hash_block_size) + [common.output_token(r, k) for k in range(1, o)]
         p = r.input_length
         keys = pre.blocks(toks, b)
-        cap_blocks = (p - 1) // b
-        # lookup
         n_f = 0
-        while n_f < cap_blocks and cached_all(keys[n_f], full_ids):
+        while n_f < (p - 1) // b and cached_all(keys[n_f], full_ids):
             n_f += 1
         h_f = n_f * b
-        other_hit_blocks: list = []
         if kind == "sliding":
             run, found = 0, None
             for i in range(n_f - 1, -1, -1):
@@ -237,100 +278,178 @@ def simulate(trace, hash_block_size: int, layout: dict, n_blocks: int, decode: b
                         break
                 else:
                     run = 0
-            if found is not None:
-                hit = (found + need) * b
-                other_hit_blocks = [[NULL] * found + [cached_all(keys[j], other_ids)[k] for j in range(found, found + need)]
-                                    for k in range(len(other_ids))]
-            else:
-                hit = run * b
-                other_hit_blocks = [[cached_all(keys[j], other_ids)[k] for j in range(run)] for k in range(len(other_ids))]
-        else:
-            s = h_f // w * w
-            j = s // b
+            lo, hi_ = (found, found + need) if found is not None else (0, run)
+            hit = hi_ * b
+            other_hb = [[NULL] * lo + [cached_all(keys[j], other_ids)[k] for j in range(lo, hi_)]
+                        for k in range(len(other_ids))]
+        elif kind == "chunked":
+            s0 = h_f // w * w
+            j = s0 // b
             while j < n_f and cached_all(keys[j], other_ids):
                 j += 1
             hit = j * b
-            other_hit_blocks = [[NULL] * (s // b) + [cached_all(keys[x], other_ids)[k] for x in range(s // b, j)]
-                                for k in range(len(other_ids))]
-        junction = h_f if h_f > hit else 0
+            other_hb = [[NULL] * (s0 // b) + [cached_all(keys[x], other_ids)[k] for x in range(s0 // b, j)]
+                        for k in range(len(other_ids))]
+        else:
+            hit, other_hb = 0, [[] for _ in other_ids]
+            for i in range(n_f - 1, -1, -1):
+                got = cached_all(keys[i], other_ids)
+                if got:
+                    hit = (i + 1) * b
+                    other_hb = [[NULL] * i + [got[k]] for k in range(len(other_ids))]
+                    break
+        junction = h_f if h_f > hit and "no-junction" not in ABLATE else 0
         hits.append(hit)
-        hit_blocks = {}
-        for k, g in enumerate(full_ids):
-            hit_blocks[g] = [cached_all(keys[j], [g])[0] for j in range(hit // b)]
-        for k, g in enumerate(other_ids):
-            hit_blocks[g] = other_hit_blocks[k]
-        # checkpoint mask of the other groups (retention 0)
+        chunks.append(0)
+        hit_blocks = {g: [cached_all(keys[j], [g])[0] for j in range(hit // b)] for g in full_ids}
+        hit_blocks.update({g: other_hb[k] for k, g in enumerate(other_ids)})
+        # retention 0: checkpoints at P - 1 and the junction (sliding: need-block tails; Mamba: one block)
         keep: set[int] = set()
         for x in (p - 1, junction):
-            if x > 0 and kind == "sliding":
-                end = (x // a * a) // b
-                keep.update(range(max(0, end - need), end))
-        # admission: the whole prompt must fit (allocate_slots full_sequence_must_fit)
-        total_need = 0
-        for g, (gk, gb, _) in enumerate(groups):
-            req = cdiv(p, b)
-            if gk != "FullAttentionSpec":
+            if x > 0:
+                end_b = (x // a * a) // b
+                if kind == "sliding":
+                    keep.update(range(max(0, end_b - need + ("window-w" in ABLATE)), end_b))
+                elif kind == "mamba" and end_b >= 1:
+                    keep.add(end_b - 1)
+        st = {g: {"blocks": [], "cached": 0, "alloc": False, "last": None, "retired": 0, "ckpt": None}
+              for g in range(len(groups))}
+
+        def mamba_need(g: int, q_start: int, q_end: int, new_computed: list, record: bool) -> int:
+            m = st[g]
+            blocks = m["blocks"]
+            num_new = cdiv(q_end, b) - len(new_computed) - len(blocks)
+            pos = _ckpt_pos(q_end, b)
+            idx = cdiv(q_end, b) - 2
+            ck = (q_end >= p and _ckpt_valid(q_start, q_end, pos, b) and idx >= 0
+                  and (idx >= len(blocks) or blocks[idx] == NULL))
+            if record:
+                m["ckpt"] = (pos, idx) if ck else None
+            if num_new > 0:
+                num_new = min(num_new, 1 + int(ck))
+            return num_new + sum(1 for x in new_computed if x != NULL and pool.ref[x] == 0)
+
+        def attn_need(g: int, slots: int, done: int, new_computed: list, first: bool, capped: bool) -> int:
+            req = cdiv(slots, b)
+            if capped and not is_full[g]:
                 req = min(req, cap)
-            sk = (skipped(hit) if gk != "FullAttentionSpec" else 0) // b
-            hb = hit_blocks[g]
-            total_need += max(req - max(sk, len(hb)), 0)
-            total_need += sum(1 for x in hb[sk:] if x != NULL and pool.ref[x] == 0)
-        if total_need > pool.free_count():
-            raise Infeasible(r.index)
-        req_blocks: dict[int, list[int]] = {}
-        num_cached: dict[int, int] = {}
-        computed = 0
-        first = True
-        num_tokens = p
-        while True:
-            n = min(num_tokens - (computed + (hit if first else 0)), budget)
-            total = computed + (hit if first else 0)
-            # remove_skipped_blocks on the processed tokens
             if not first:
-                for g, (gk, gb, _) in enumerate(groups):
-                    if gk == "FullAttentionSpec":
-                        continue
-                    blocks = req_blocks[g]
-                    last = min(skipped(total) // b, len(blocks))
-                    freed = []
-                    for i in range(last - 1, -1, -1):
-                        if blocks[i] == NULL:
-                            break
-                        freed.append(blocks[i])
-                        blocks[i] = NULL
-                    pool.free(freed)
-            slots = total + n
-            if first:
-                need_now = 0
-                for g, (gk, gb, _) in enumerate(groups):
-                    sk = (skipped(hit) if gk != "FullAttentionSpec" else 0) // b
-                    hb = hit_blocks[g]
-                    need_now += max(cdiv(slots, b) - max(sk, len(hb)), 0)
-                    need_now += sum(1 for x in hb[sk:] if x != NULL and pool.ref[x] == 0)
+                return max(req - len(st[g]["blocks"]), 0)
+            sk = skipped(g, done) // b
+            return max(req - max(sk, len(new_computed)), 0) + sum(
+                1 for x in new_computed[max(0, sk):] if x != NULL and pool.ref[x] == 0)
+
+        # admission: the whole prompt must fit (full_sequence_must_fit, apply_admission_cap)
+        total = 0
+        for g in range(len(groups)):
+            if kind == "mamba" and not is_full[g]:
+                total += mamba_need(g, hit, p, hit_blocks[g], False)
             else:
-                need_now = sum(max(cdiv(slots, b) - len(req_blocks[g]), 0) for g in range(len(groups)))
+                total += attn_need(g, p, hit, hit_blocks[g], True, True)
+        if total > pool.free_count():
+            raise Infeasible(r.index)
+        computed, first, num_tokens = hit, True, p
+        while True:
+            n = min(num_tokens - computed, budget)
+            if kind == "mamba":
+                n = _mamba_split(computed, n, p, b, junction, budget)
+            # remove_skipped_blocks(processed = computed), group by group
+            if not first:
+                for g in other_ids:
+                    m = st[g]
+                    blocks = m["blocks"]
+                    if kind != "mamba":
+                        last = min(skipped(g, computed) // b, len(blocks))
+                        freed = []
+                        for i in range(last - 1, -1, -1):
+                            if blocks[i] == NULL:
+                                break
+                            freed.append(blocks[i])
+                            blocks[i] = NULL
+                        pool.free(freed)
+                        continue
+                    if computed - 1 > 0:
+                        last = min((computed - 1) // b, len(blocks))
+                        lo = max(0, m["retired"])
+                        if lo < last:
+                            freed = []
+                            for i in range(last - 1, lo - 1, -1):
+                                if blocks[i] != NULL:
+                                    freed.append(blocks[i])
+                                    blocks[i] = NULL
+                            pool.free(freed)
+                            m["retired"] = last
+                    ls = m["last"]
+                    if ls is not None and ls < cdiv(computed, b) - 1 and blocks[ls] != NULL:
+                        pool.free([blocks[ls]])
+                        blocks[ls] = NULL
+            slots = computed + n
+            if num_tokens == p:
+                chunks[-1] += 1
+            need_now = 0
+            for g in range(len(groups)):
+                nc = hit_blocks[g] if first else []
+                if kind == "mamba" and not is_full[g]:
+                    need_now += mamba_need(g, computed, slots, nc, True)
+                else:
+                    need_now += attn_need(g, slots, computed, nc, first, False)
             if need_now > pool.free_count():
                 raise Infeasible(r.index)
             if first:
-                for g, (gk, gb, _) in enumerate(groups):
-                    sk = (skipped(hit) if gk != "FullAttentionSpec" else 0) // b
+                for g in range(len(groups)):
                     hb = hit_blocks[g]
+                    sk = skipped(g, hit) // b if hit else 0
+                    sk = max(sk, 0)
                     pool.touch(hb[sk:])
-                    req_blocks[g] = [NULL] * sk + hb[sk:]
-                    num_cached[g] = len(req_blocks[g])
+                    st[g]["blocks"] = [NULL] * sk + hb[sk:]
+                    st[g]["cached"] = len(st[g]["blocks"])
             for g in range(len(groups)):
-                k = cdiv(slots, b) - len(req_blocks[g])
-                if k > 0:
-                    req_blocks[g].extend(pool.pop_n(k))
-            n_cache = min(slots, num_tokens)
-            for g, (gk, gb, _) in enumerate(groups):
-                full_blocks = n_cache // b
-                for i in range(num_cached[g], full_blocks):
-                    bid = req_blocks[g][i]
-                    if bid == NULL or (gk != "FullAttentionSpec" and gk != "ChunkedLocalAttentionSpec" and i not in keep):
+                m = st[g]
+                blocks = m["blocks"]
+                req = cdiv(slots, b)
+                if kind == "mamba" and not is_full[g]:
+                    ck = m["ckpt"] is not None
+                    if req <= len(blocks) and not ck:
+                        m["alloc"] = True
                         continue
-                    pool.cache(bid, (g, keys[i]))
-                num_cached[g] = max(num_cached[g], full_blocks)
+                    prev = len(blocks)
+                    if m["alloc"] or prev > 0:
+                        m["last"] = prev - 1
+                    if prev < req - 1:
+                        blocks.extend([NULL] * max(0, req - 1 - int(ck) - prev))
+                    k = max(req - len(blocks), 0)
+                    blocks.extend(pool.pop_n(k))
+                    m["alloc"] = True
+                elif req > len(blocks):
+                    blocks.extend(pool.pop_n(req - len(blocks)))
+            n_cache = min(slots, num_tokens)
+            for g in range(len(groups)):
+                m = st[g]
+                blocks = m["blocks"]
+                dense = is_full[g] or kind == "chunked"
+                full_blocks = n_cache // b
+                for i in range(m["cached"], full_blocks):
+                    if blocks[i] != NULL and (dense or i in keep):
+                        pool.cache(blocks[i], (g, keys[i]))
+                m["cached"] = max(m["cached"], full_blocks)
+                if kind == "mamba" and not is_full[g]:
+                    # _cache_partial_tail_block: the checkpoint block, or the running state block
+                    # of a chunk ending exactly on the prompt checkpoint
+                    target = None
+                    if m["ckpt"] is not None:
+                        pos, idx = m["ckpt"]
+                        target = (idx, pos // b - 1)
+                    elif n_cache % b == 0 and n_cache == _ckpt_pos(p, b) and n_cache > 0:
+                        target = (n_cache // b - 1, n_cache // b - 1)
+                    if target is not None and target[0] < len(blocks) and blocks[target[0]] != NULL:
+                        bid = blocks[target[0]]
+                        if pool.key[bid] != (g, keys[target[1]]):
+                            if pool.key[bid] is not None:
+                                d = pool.map[pool.key[bid]]
+                                del d[bid]
+                                if not d:
+                                    del pool.map[pool.key[bid]]
+                            pool.cache(bid, (g, keys[target[1]]))
             computed = slots
             first = False
             if computed >= num_tokens:
@@ -338,40 +457,46 @@ def simulate(trace, hash_block_size: int, layout: dict, n_blocks: int, decode: b
                 if num_tokens - p >= o:
                     break
         for g in range(len(groups)):
-            blocks = req_blocks[g]
+            blocks = st[g]["blocks"]
             i = 0
             while i < len(blocks) and blocks[i] == NULL:
                 i += 1
             pool.free(list(reversed(blocks[i:])))
-    return hits
+    return hits, chunks
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--ablate", action="append", default=[], choices=["free-to-back", "no-junction", "window-w"],
+                    help="change one rule (unhashed blocks to the back of the free queue; no shared-prefix "
+                         "junction checkpoint; a sliding tail one block shorter) to show the check can fail")
+    ap.add_argument("--only", help="model name (manifest) to check")
     args = ap.parse_args(argv)
+    ABLATE.update(args.ablate)
     with open(os.path.join(OUT, "manifest.json")) as fh:
         man = json.load(fh)
     bad_total = 0
     for run in man["runs"]:
+        if args.only and run["model"] != args.only:
+            continue
         trace = common.read_trace(os.path.join(OUT, run["trace"] + ".jsonl"))
         hbs = man["traces"][run["trace"]]["hash_block_size"]
         kind, b, a, w = layout_kind(man["models"][run["model"]]["layout"])
-        want = model_hits(trace, hbs, kind, b, a, w)
+        want = model_hits(trace, hbs, kind, b, a, w) if not ABLATE else simulate(trace, hbs, man["models"][run["model"]]["layout"], 10**7, run["decode"])[0]
         with open(os.path.join(OUT, run["file"])) as fh:
             rows = list(csv.DictReader(fh))
         got = [int(x["hit_tokens_inf"]) for x in rows]
         bad = [(i, got[i], want[i]) for i in range(len(got)) if got[i] != want[i]]
         bad_total += len(bad)
         msg = f"{run['file']}: inf {len(got) - len(bad)}/{len(got)} equal"
-        if kind != "mamba":
+        if True:
             layout = man["models"][run["model"]]["layout"]
             for pool in run["pools"]:
                 if pool == "inf":
                     continue
                 col = f"hit_tokens_{pool}"
                 try:
-                    sim = simulate(trace, hbs, layout, int(pool), run["decode"])
+                    sim, sim_chunks = simulate(trace, hbs, layout, int(pool), run["decode"])
                 except Infeasible as e:
                     infeasible = [x["pool"] for x in run["infeasible"]]
                     ok = pool in infeasible and not (col in rows[0])
@@ -384,8 +509,21 @@ def main(argv=None) -> int:
                     continue
                 g = [int(x[col]) for x in rows]
                 d = [(i, g[i], sim[i]) for i in range(len(g)) if g[i] != sim[i]]
+                gc = [int(x[col.replace("hit_tokens", "prefill_chunks")]) for x in rows]
+                d += [(i, "chunks", gc[i], sim_chunks[i]) for i in range(len(gc)) if gc[i] != sim_chunks[i]]
                 bad_total += len(d)
                 msg += f"; {pool}: {len(g) - len(d)}/{len(g)}" + (f" {d[:4]}" if d else "")
+        bis = run.get("bisection") or {}
+        if run["decode"] and bis.get("failure_below"):
+            m = bis["smallest_feasible"]
+            try:
+                simulate(trace, hbs, man["models"][run["model"]]["layout"], m - 1, True)
+                msg += f"; {m - 1}: feasible here, infeasible in vLLM"
+                bad_total += 1
+            except Infeasible as e:
+                same = e.args[0] == bis["failure_below"]["request"]
+                bad_total += not same
+                msg += f"; {m - 1}: infeasible at request {e.args[0]} ({'as vLLM' if same else 'vLLM: ' + str(bis['failure_below']['request'])})"
         print(msg + (f"; inf differences (request, vllm, rules) {bad[:6]}" if bad else ""), flush=True)
     return 1 if bad_total else 0
 

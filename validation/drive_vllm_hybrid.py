@@ -5,7 +5,7 @@ Run with the vLLM venv (../shared/engines/install.sh), e.g.
     $VLLM_PY validation/drive_vllm_hybrid.py --trace T.jsonl --hash-block-size 512 \
         --config tests/data/engines/hybrid/configs/gpt-oss-20b.json --pools 200,400,inf \
         --out out.csv [--no-decode] [--summary s.json] [--max-num-batched-tokens 8192] \
-        [--block-size 16] [--mamba-cache-mode align] [--gdn-checkpoint-alignment 64]
+        [--block-size 16] [--gdn-checkpoint-alignment 64]
 
 What runs is vLLM's own ``Scheduler`` (``vllm/v1/core/sched/scheduler.py``) with a *hybrid*
 ``KVCacheConfig`` whose groups, block sizes and pool come from vLLM's own planner
@@ -189,7 +189,7 @@ def build_specs(cfg: dict, block_size: int | None, mamba_cache_mode: str, gdn_al
                           attn_block_size_required=attn_bs)
         if bs < attn_bs:
             bs = attn_bs
-        mamba_bs = bs if mamba_cache_mode == "align" else bs  # 'all': mamba_block_size = block_size (models/config.py:778)
+        mamba_bs = bs  # align: mamba_block_size = block_size (platforms/interface.py:1114-1115)
         attn_page = bs * attn_1
         mamba_padded = attn_page if attn_page != mamba_page else None
         exports = mamba_cache_mode == "align" and gdn_alignment is not None
@@ -355,7 +355,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-decode", action="store_true")
     ap.add_argument("--max-num-batched-tokens", type=int, default=8192)
     ap.add_argument("--block-size", type=int, default=None, help="--block-size of vLLM (default 16, raised for Mamba)")
-    ap.add_argument("--mamba-cache-mode", choices=["align", "all"], default="align")
+    ap.add_argument("--mamba-cache-mode", choices=["align"], default="align",
+                    help="vLLM 0.33.0 has only 'align' and 'none' (config/cache.py:176), and prefix caching turns "
+                         "'none' into 'align' (models/config.py:764-765); 'all' no longer exists")
     ap.add_argument("--gdn-checkpoint-alignment", type=int, default=GDN_CHECKPOINT_ALIGNMENT,
                     help="FlashInfer GDN prefill checkpoint alignment (64); 0 = Triton/FLA prefill (no mid-prefill states)")
     ap.add_argument("--out", help="per-request CSV (required unless --bisect)")
