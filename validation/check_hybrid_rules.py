@@ -35,7 +35,7 @@ from collections import OrderedDict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import common  # noqa: E402
+import common
 
 OUT = os.path.join(os.path.dirname(HERE), "tests", "data", "engines", "hybrid")
 
@@ -105,7 +105,7 @@ def model_hits(trace, hash_block_size: int, kind: str, b: int, a: int, w: int) -
             j = s // b
             while j < n_f and blk[j] in other:
                 j += 1
-            hit = j * b if j * b >= s else s
+            hit = max(j * b, s)
         else:
             hit = 0
             for i in range(n_f - 1, -1, -1):
@@ -315,7 +315,8 @@ def simulate(trace, hash_block_size: int, layout: dict, n_blocks: int, decode: b
         st = {g: {"blocks": [], "cached": 0, "alloc": False, "last": None, "retired": 0, "ckpt": None}
               for g in range(len(groups))}
 
-        def mamba_need(g: int, q_start: int, q_end: int, new_computed: list, record: bool) -> int:
+        def mamba_need(g: int, q_start: int, q_end: int, new_computed: list, record: bool,
+                       st=st, p=p) -> int:
             m = st[g]
             blocks = m["blocks"]
             num_new = cdiv(q_end, b) - len(new_computed) - len(blocks)
@@ -329,7 +330,8 @@ def simulate(trace, hash_block_size: int, layout: dict, n_blocks: int, decode: b
                 num_new = min(num_new, 1 + int(ck))
             return num_new + sum(1 for x in new_computed if x != NULL and pool.ref[x] == 0)
 
-        def attn_need(g: int, slots: int, done: int, new_computed: list, first: bool, capped: bool) -> int:
+        def attn_need(g: int, slots: int, done: int, new_computed: list, first: bool, capped: bool,
+                      st=st) -> int:
             req = cdiv(slots, b)
             if capped and not is_full[g]:
                 req = min(req, cap)

@@ -62,14 +62,25 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 import torch
 import vllm
+from drive_vllm_offload import STUB_DEFAULTED, _Stub
 from vllm.config import CacheConfig, DeviceConfig, SchedulerConfig, VllmConfig
-from vllm.model_executor.layers.mamba.mamba_utils import MambaStateDtypeCalculator, MambaStateShapeCalculator
+from vllm.model_executor.layers.mamba.mamba_utils import (
+    MambaStateDtypeCalculator,
+    MambaStateShapeCalculator,
+)
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.utils.math_utils import cdiv
 from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
-from vllm.v1.core.kv_cache_planning import get_kv_cache_config_from_groups, get_kv_cache_groups
-from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash, resolve_kv_cache_block_sizes
+from vllm.v1.core.kv_cache_planning import (
+    get_kv_cache_config_from_groups,
+    get_kv_cache_groups,
+)
+from vllm.v1.core.kv_cache_utils import (
+    get_request_block_hasher,
+    init_none_hash,
+    resolve_kv_cache_block_sizes,
+)
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
@@ -80,8 +91,6 @@ from vllm.v1.kv_cache_interface import (
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
-
-from drive_vllm_offload import STUB_DEFAULTED, _Stub
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 # FlashAttention (the CUDA default attention backend) supports MultipleOf(16) kernel blocks; the
@@ -187,8 +196,7 @@ def build_specs(cfg: dict, block_size: int | None, mamba_cache_mode: str, gdn_al
                           formula="attn_block = lcm(max(16, block), gdn_align) * cdiv(mamba_page, that * attn_page_per_token), "
                                   "rounded up to a multiple of 16",
                           attn_block_size_required=attn_bs)
-        if bs < attn_bs:
-            bs = attn_bs
+        bs = max(bs, attn_bs)
         mamba_bs = bs  # align: mamba_block_size = block_size (platforms/interface.py:1114-1115)
         attn_page = bs * attn_1
         mamba_padded = attn_page if attn_page != mamba_page else None
@@ -264,7 +272,6 @@ class HybridEngine:
         vc.cache_config.kv_cache_layout = "LBNHC"
         self.vllm_config = vc
         groups = get_kv_cache_groups(vc, dict(specs))
-        bytes_per_block = None
         kv_cfg = get_kv_cache_config_from_groups(vc, groups, 1 << 60)
         assert kv_cfg.num_blocks == num_gpu_blocks
         sched_bs, hash_bs = resolve_kv_cache_block_sizes(kv_cfg, vc)

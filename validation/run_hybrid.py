@@ -37,7 +37,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import make_traces  # noqa: E402
+import make_traces
 
 REPO = os.path.dirname(HERE)
 OUT = os.path.join(REPO, "tests", "data", "engines", "hybrid")
@@ -135,7 +135,7 @@ def drive(py: str, trace: str, model: str, pools: str, decode: bool, out: str, s
            "--pools", pools, "--out", out, "--summary", summary]
     if not decode:
         cmd.append("--no-decode")
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}\n{res.stderr[-3000:]}")
     with open(summary) as fh:
@@ -147,15 +147,19 @@ def bisect(py: str, trace: str, model: str) -> dict:
     cmd = [py, os.path.join(HERE, "drive_vllm_hybrid.py"), "--trace", os.path.join(OUT, trace + ".jsonl"),
            "--hash-block-size", str(TRACES[trace]), "--config", os.path.join(OUT, "configs", CONFIGS[model]),
            "--pools", "inf", "--bisect"]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def sha(path: str) -> str:
+def read_bytes(path: str) -> bytes:
     with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
+        return fh.read()
+
+
+def sha(path: str) -> str:
+    return hashlib.sha256(read_bytes(path)).hexdigest()
 
 
 def main(argv=None) -> int:
@@ -179,7 +183,7 @@ def main(argv=None) -> int:
                 out = os.path.join(work, os.path.basename(run["file"]))
                 drive(args.vllm_py, run["trace"], run["model"], ",".join(run["pools"]), run["decode"], out,
                       os.path.join(work, "s.json"))
-                same = open(out, "rb").read() == open(os.path.join(OUT, run["file"]), "rb").read()
+                same = read_bytes(out) == read_bytes(os.path.join(OUT, run["file"]))
                 bad += not same
                 print(f"{run['file']}: {'identical' if same else 'DIFFERS'}", file=sys.stderr, flush=True)
         return 1 if bad else 0
