@@ -24,7 +24,7 @@ specs are built the way the model layers build them (HYBRID_NOTES.md cites each)
   ``MambaStateShapeCalculator.gated_delta_net_state_shape`` and the dtypes of
   ``MambaStateDtypeCalculator.gated_delta_net_state_dtype`` (``models/qwen3_next.py:882-913``),
   ``mamba_cache_mode`` as ``MambaModelConfig`` sets it (``models/config.py:750-787``), padded to the
-  attention page after ``Platform._align_hybrid_block_size`` (``platforms/interface.py:943-1137``)
+  attention page after ``Platform._align_hybrid_block_size`` (``platforms/interface.py:940-1137``)
   raised the attention block size; ``num_prefill_checkpoint_blocks=1`` and the checkpoint grid when
   the FlashInfer GDN prefill exports mid-prefill states (``gdn/qwen_gdn_linear_attn.py:686-750``).
 
