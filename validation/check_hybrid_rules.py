@@ -209,14 +209,15 @@ def _ckpt_valid(start: int, end: int, pos: int, b: int) -> bool:
             and start < pos < end and (pos - start) % b == 0)
 
 
-def _mamba_split(start: int, n: int, p: int, b: int, junction: int, budget: int) -> int:
-    """Scheduler._mamba_block_aligned_split (sched/scheduler.py:546-657), serial, no EAGLE."""
+def _mamba_split(start: int, n: int, p: int, b: int, junction: int, budget: int, exports: bool) -> int:
+    """Scheduler._mamba_block_aligned_split (sched/scheduler.py:546-657), serial, no EAGLE;
+    ``exports``: the GDN prefill can export a checkpoint inside a chunk (FlashInfer)."""
     if start >= p:
         return n
     end = start + n
     ckpt = _ckpt_pos(p, b)
-    last_cache = 0 if (end >= p and _ckpt_valid(start, end, ckpt, b)) else ckpt
-    internal = last_cache == 0 and end >= p and _ckpt_valid(start, end, ckpt, b)
+    internal = exports and end >= p and _ckpt_valid(start, end, ckpt, b)
+    last_cache = 0 if internal else ckpt
     if end < p:
         aligned = end // b * b
         if aligned > start or b <= budget:
@@ -239,6 +240,7 @@ def simulate(trace, hash_block_size: int, layout: dict, n_blocks: int, decode: b
     full_ids = [i for i, f in enumerate(is_full) if f]
     other_ids = [i for i, f in enumerate(is_full) if not f]
     need = cdiv(w - 1, b) if kind == "sliding" else 0
+    exports = layout["derivation"].get("prefill_checkpoint_alignment") is not None
     cap = (cdiv(w - 1 + budget, b) + 1 if kind == "sliding" else cdiv(w + budget, b)) if kind != "mamba" else 0
     pool = Pool(n_blocks)
     pre = Prefixes()
@@ -322,7 +324,7 @@ def simulate(trace, hash_block_size: int, layout: dict, n_blocks: int, decode: b
             num_new = cdiv(q_end, b) - len(new_computed) - len(blocks)
             pos = _ckpt_pos(q_end, b)
             idx = cdiv(q_end, b) - 2
-            ck = (q_end >= p and _ckpt_valid(q_start, q_end, pos, b) and idx >= 0
+            ck = (exports and q_end >= p and _ckpt_valid(q_start, q_end, pos, b) and idx >= 0
                   and (idx >= len(blocks) or blocks[idx] == NULL))
             if record:
                 m["ckpt"] = (pos, idx) if ck else None
@@ -354,7 +356,7 @@ def simulate(trace, hash_block_size: int, layout: dict, n_blocks: int, decode: b
         while True:
             n = min(num_tokens - computed, budget)
             if kind == "mamba":
-                n = _mamba_split(computed, n, p, b, junction, budget)
+                n = _mamba_split(computed, n, p, b, junction, budget, exports)
             # remove_skipped_blocks(processed = computed), group by group
             if not first:
                 for g in other_ids:

@@ -46,7 +46,11 @@ CONFIGS = {
     "gemma-3-27b-it": "gemma-3-27b-it.json",
     "llama-4-scout": "Llama-4-Scout-17B-16E-Instruct.json",
     "qwen3-next": "Qwen3-Next-80B-A3B-Instruct.json",
+    "qwen3-next-triton-gdn": "Qwen3-Next-80B-A3B-Instruct.json",
 }
+# Extra driver flags per model: the Triton/FLA GDN prefill exports no mid-prefill state, so the
+# attention block is 544 and the scheduler splits the last chunk at the checkpoint instead.
+EXTRA = {"qwen3-next-triton-gdn": ["--gdn-checkpoint-alignment", "0"]}
 TRACES = {"hyb_edges_b64": 64, "conversation_sel37": 512}
 # Lines (0-based) of ../shared/traces/mooncake_conversation_trace.jsonl: among its first 3000
 # requests, the first 18 (earlier request, later request) pairs where the later one shares at least
@@ -132,7 +136,7 @@ def make_traces_files() -> dict:
 def drive(py: str, trace: str, model: str, pools: str, decode: bool, out: str, summary: str) -> dict:
     cmd = [py, os.path.join(HERE, "drive_vllm_hybrid.py"), "--trace", os.path.join(OUT, trace + ".jsonl"),
            "--hash-block-size", str(TRACES[trace]), "--config", os.path.join(OUT, "configs", CONFIGS[model]),
-           "--pools", pools, "--out", out, "--summary", summary]
+           "--pools", pools, "--out", out, "--summary", summary, *EXTRA.get(model, [])]
     if not decode:
         cmd.append("--no-decode")
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -146,7 +150,7 @@ def bisect(py: str, trace: str, model: str) -> dict:
     """The smallest feasible pool of the decode run, found by the driver (--bisect)."""
     cmd = [py, os.path.join(HERE, "drive_vllm_hybrid.py"), "--trace", os.path.join(OUT, trace + ".jsonl"),
            "--hash-block-size", str(TRACES[trace]), "--config", os.path.join(OUT, "configs", CONFIGS[model]),
-           "--pools", "inf", "--bisect"]
+           "--pools", "inf", "--bisect", *EXTRA.get(model, [])]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}\n{res.stderr[-3000:]}")
@@ -209,6 +213,7 @@ def main(argv=None) -> int:
                               os.path.join(work, "s.json"))
                     man["engine"]["version"] = s["engine"]["version"]
                     man["models"][model] = {"config": "configs/" + CONFIGS[model], "layout": s["layout"],
+                                            "driver_flags": EXTRA.get(model, []),
                                             "model_config_stub_defaulted": s["model_config_stub_attributes_defaulted_to_None"]}
                     man["runs"].append({
                         "file": "results/" + name, "trace": trace, "model": model, "decode": decode,
