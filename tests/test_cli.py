@@ -79,7 +79,7 @@ def test_output_file_and_plot(capsys, tmp_path, trace_csv):
         (["plan", "{good}", "--format", "qwenn"], 2, "argument --format: unknown format 'qwenn' (did you mean 'qwen'?)"),
         (["tiers", "{good}"], 2, "--gpu"),
         (["tiers", "{good}", "--gpu", "-3"], 2, "--gpu must be"),
-        (["frobnicate"], 2, "invalid choice"),
+        (["frobnicate"], 2, "unknown command: 'frobnicate'"),
     ],
 )
 def test_bad_input(capsys, tmp_path, trace_csv, argv, code, message):

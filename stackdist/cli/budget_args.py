@@ -2,6 +2,12 @@
 
 Parsing only: the answers are computed in :mod:`stackdist.planning.budgets` and
 :mod:`stackdist.planning.hardware`.
+
+Names are read as people write them: GPU and model names case-insensitively (a model also by its
+Hugging Face repo id), KV dtypes by vLLM's ``--kv-cache-dtype`` names and the usual aliases
+(:func:`kv_dtype_name`); an unknown one is a usage error with the closest name. The hardware
+flags apply to a ``--gpu`` deployment: given without ``--gpu`` they are a usage error naming the
+flag (:func:`check_hardware_flags`), never ignored.
 """
 
 from __future__ import annotations
@@ -42,9 +48,109 @@ from stackdist.planning.hardware import (
 from stackdist.planning.prices import AMORTISATION_YEARS, DeploymentPrices, parse_prices
 from stackdist.serving.engine_model import engine_model
 
-from .args import InputPath
+from .args import InputPath, size_list
+from .common import did_you_mean
 
-__all__ = ["add_budget_arguments", "budget_epilog", "budget_options", "resolve_spec", "with_budget_pools"]
+__all__ = ["KV_DTYPE_ALIASES", "add_budget_arguments", "add_model_arguments", "budget_epilog", "budget_options",
+           "check_hardware_flags", "gpu_name", "kv_dtype_name", "model_name", "resolve_spec", "with_budget_pools"]
+
+KV_DTYPE_ALIASES = {
+    "auto": "auto", "bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+    "half": "float16", "float32": "float32", "fp32": "float32", "float": "float32", "fp8": "fp8",
+    "fp8_e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3", "float8_e4m3": "fp8_e4m3",
+    "e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2", "e5m2": "fp8_e5m2", "fp8_inc": "fp8",
+}
+"""``--kv-dtype`` spellings -> the name the planner uses. vLLM's ``--kv-cache-dtype`` choices
+(``CacheDType`` in ``vllm/config/cache.py``: auto, bfloat16, float16 (newer releases), fp8, fp8_e4m3,
+fp8_e5m2, fp8_inc, fp8_ds_mla; some releases int8) plus torch's names (``torch.float8_e4m3fn``)
+and the short forms (bf16, fp16, half). ``fp8_inc`` (Intel Gaudi's fp8) is 1 byte like fp8.
+Case, ``-`` for ``_`` and a ``torch.`` prefix do not matter."""
+
+_KV_NOT_MODELLED = {
+    "fp8_ds_mla": "DeepSeek MLA's fp8 layout (656 bytes per token per layer: fp8 latent, fp32 scales, bf16 RoPE) is "
+                  "not modelled; --kv-dtype fp8 gives the 1-byte approximation",
+    "int8": "an int8 KV cache is not modelled (its scales are not counted); --kv-dtype fp8 gives the 1-byte size",
+}
+
+
+def kv_dtype_name(text: str) -> str:
+    """An argparse ``type=`` for ``--kv-dtype``: the planner's name for any common spelling. O(1).
+
+    >>> kv_dtype_name("FP8-E4M3"), kv_dtype_name("torch.float8_e4m3fn"), kv_dtype_name("half"), kv_dtype_name("BF16")
+    ('fp8_e4m3', 'fp8_e4m3', 'float16', 'bfloat16')
+    """
+    key = text.strip().lower().replace("-", "_").removeprefix("torch.")
+    if key in KV_DTYPE_ALIASES:
+        return KV_DTYPE_ALIASES[key]
+    if key in _KV_NOT_MODELLED:
+        raise argparse.ArgumentTypeError(f"{text!r}: {_KV_NOT_MODELLED[key]}")
+    raise argparse.ArgumentTypeError(f"unknown KV dtype {text!r}{did_you_mean(key, KV_DTYPE_ALIASES)}; one of "
+                                     f"{', '.join(KV_DTYPES)} (or vLLM's and torch's names: fp8_e4m3fn, half, ...)")
+
+
+def gpu_name(text: str) -> str:
+    """An argparse ``type=`` for ``--gpu``: a bundled GPU, case-insensitive. O(GPUs).
+
+    >>> gpu_name("H200"), gpu_name(" a100-80G ")
+    ('h200', 'a100-80g')
+    """
+    table = gpu_table()
+    key = text.strip().lower()
+    if key not in table:
+        raise argparse.ArgumentTypeError(f"unknown GPU {text!r}{did_you_mean(key, table)}; one of {', '.join(table)}")
+    return key
+
+
+def model_name(text: str) -> str:
+    """An argparse ``type=`` for ``--model``: a bundled model by name or Hugging Face repo id
+    (case-insensitive) as the catalog names it, or a config.json path that exists (an
+    :class:`~stackdist.cli.args.InputPath`, so that no output may be it). O(models).
+
+    >>> model_name("QWEN3-32B"), model_name("meta-llama/Llama-3.1-8B-Instruct")
+    ('qwen3-32b', 'llama-3.1-8b')
+    """
+    import os
+
+    from stackdist.planning.geometry import catalog_entries, catalog_name
+
+    if os.path.exists(text):
+        return InputPath(text)  # a file the command reads: the output guard refuses to overwrite it
+    found = catalog_name(text)
+    if found is None:
+        names = sorted(catalog_entries())
+        tail = text.strip().lower().rsplit("/", 1)[-1]
+        raise argparse.ArgumentTypeError(f"unknown model {text!r}{did_you_mean(tail, names)}; a config.json path or "
+                                         f"one of {', '.join(names)}")
+    return found
+
+
+def add_model_arguments(p: Any, purpose: str) -> None:
+    """``--model`` and ``--kv-dtype`` alone (``curve``, ``tiers``: bytes to blocks). O(1)."""
+    p.add_argument("--model", type=model_name, metavar="NAME",
+                   help=f"a bundled model (as stackdist plan --help lists them) or a config.json: {purpose}")
+    p.add_argument("--kv-dtype", type=kv_dtype_name, metavar="DTYPE",
+                   help=f"with --model: the KV-cache element type ({', '.join(KV_DTYPES)}, or vLLM's names; default "
+                   "the model's)")
+
+
+def _gib(flag: str) -> Any:
+    """GiB as a positive number (``65``), or a size with a byte unit (``65GB``, ``60GiB``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            try:
+                sizes = size_list(text, flag)
+            except UsageError:
+                sizes = []
+            value = sizes[0].amount / 2**30 if len(sizes) == 1 and sizes[0].unit == "bytes" else -1.0
+        if not (0 < value < math.inf):
+            raise argparse.ArgumentTypeError(f"must be a positive size: GiB (65) or with a unit (65GB, 60GiB); got {text!r}")
+        return value
+
+    parse.__name__ = "size"
+    return parse
 
 
 def budget_epilog() -> str:
@@ -86,10 +192,11 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--capacity", metavar="SIZES",
                    help=f"hit rate, tokens saved and TTFT at each size; units: {BUDGET_UNITS} (e.g. 880GiB,2TiB,40000blocks,2Mtokens); "
                    "bytes are KV bytes of the model; the engine models run at these sizes unless --gpu-blocks names pools")
-    b.add_argument("--kv-dtype", choices=KV_DTYPES, metavar="DTYPE",
-                   help=f"KV-cache element type: {', '.join(KV_DTYPES)} (default auto: the model's dtype)")
-    b.add_argument("--gpu", choices=list(gpu_table()), metavar="NAME",
-                   help=f"GPU of each replica: {', '.join(gpu_table())}; adds the KV pool vLLM would get as a budget")
+    b.add_argument("--kv-dtype", type=kv_dtype_name, metavar="DTYPE",
+                   help=f"KV-cache element type: {', '.join(KV_DTYPES)}, or vLLM's --kv-cache-dtype names and aliases "
+                   "(fp8_e4m3fn, half, bf16; any case) (default auto: the model's dtype)")
+    b.add_argument("--gpu", type=gpu_name, metavar="NAME",
+                   help=f"GPU of each replica (any case): {', '.join(gpu_table())}; adds the KV pool vLLM would get as a budget")
     b.add_argument("--gpus-per-replica", type=_positive("--gpus-per-replica", 1024, True), default=1, metavar="N",
                    help="GPUs per replica (the tensor-parallel size; default 1)")
     b.add_argument("--gpus", type=_positive("--gpus", 2**20, True), metavar="N",
@@ -101,8 +208,9 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
                    "(the trace's input tokens per hour)")
     b.add_argument("--gpu-memory-utilization", type=_positive("--gpu-memory-utilization", 1.0), default=0.9, metavar="F",
                    help="vLLM's --gpu-memory-utilization (default 0.9 here; vLLM 0.33.0's own default is 0.92)")
-    b.add_argument("--weights", type=_positive("--weights"), metavar="GIB",
-                   help="weights per replica in GiB (default: the catalog's parameters x bytes, or its checkpoint size)")
+    b.add_argument("--weights", type=_gib("--weights"), metavar="SIZE",
+                   help="weights per replica: GiB (65), or with a unit (65GB, 60GiB) (default: the catalog's parameters "
+                   "x bytes, or its checkpoint size)")
     for flag, default, what in (("--activation-gib", 2.0, "activation peak of vLLM's profile run"),
                                 ("--non-torch-gib", 0.5, "memory outside torch (NCCL, cuBLAS workspaces)"),
                                 ("--cudagraph-gib", 0.5, "CUDA-graph memory vLLM reserves")):
@@ -136,6 +244,29 @@ def _read_calibration(path: str) -> Any:
     return fit_calibration(calibration_rows(records, f"--ttft-calibration {path}"), f"--ttft-calibration {path}")
 
 
+_HARDWARE_FLAGS = ("--gpus-per-replica", "--gpus", "--gpu-memory-utilization", "--weights",
+                   "--activation-gib", "--non-torch-gib", "--cudagraph-gib", "--prefill-efficiency", "--load-gbps",
+                   "--ttft-overhead-ms", "--max-replicas", "--ttft-target")
+
+
+def check_hardware_flags(args: argparse.Namespace, defaults: dict[str, Any], spec: ModelSpec) -> None:
+    """Without ``--gpu`` no hardware flag applies: one given (not at its default) is a usage error
+    naming it; ``--gpus-per-replica`` is first checked against the model's heads as vLLM would
+    (:func:`~stackdist.planning.hardware.tensor_parallel_problem`). O(flags)."""
+    tp = getattr(args, "gpus_per_replica", 1)
+    problem = tensor_parallel_problem(spec, tp)
+    if problem:  # a wrong argument for this model (exit 2), with or without --gpu
+        raise UsageError(f"--gpus-per-replica {tp}: vLLM cannot shard {spec.name} over {tp} GPUs: {problem}; "
+                         f"allowed for this model: {', '.join(map(str, tensor_parallel_sizes(spec)))}.")
+    if getattr(args, "gpu", None):
+        return
+    for flag in _HARDWARE_FLAGS:
+        dest = flag[2:].replace("-", "_")
+        if hasattr(args, dest) and getattr(args, dest) != defaults.get(dest):
+            raise UsageError(f"{flag} describes the --gpu deployment: add --gpu NAME ({', '.join(gpu_table())}), or "
+                             "drop it.")
+
+
 def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions | None:
     """The budget answers asked for, or None when no budget flag is given."""
     if getattr(args, "gpu_price", None) is not None and not args.gpu:
@@ -148,11 +279,6 @@ def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions |
     if args.gpu:
         if args.gpus is not None and args.gpus % args.gpus_per_replica:
             raise UsageError(f"--gpus ({args.gpus}) must be a multiple of --gpus-per-replica ({args.gpus_per_replica}).")
-        problem = tensor_parallel_problem(spec, args.gpus_per_replica)
-        if problem:  # a wrong argument for this model (exit 2), as --gpus not a multiple of it is
-            raise UsageError(f"--gpus-per-replica {args.gpus_per_replica}: vLLM cannot shard {spec.name} over "
-                             f"{args.gpus_per_replica} GPUs: {problem}; allowed for this model: "
-                             f"{', '.join(map(str, tensor_parallel_sizes(spec)))}.")
         hardware = HardwareOptions(args.gpu, args.gpus_per_replica, args.gpus, args.gpu_memory_utilization, args.weights,
                                    args.activation_gib, args.non_torch_gib, args.cudagraph_gib)
         if args.weights is not None:

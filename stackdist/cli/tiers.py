@@ -8,9 +8,10 @@ from typing import Any
 from stackdist.errors import UsageError
 from stackdist.output import write_json
 
-from .args import bounded_int, int_list
+from .args import bounded_int
+from .budget_args import add_model_arguments
 from .common import add_trace_arguments
-from .curve import MAX_POINTS
+from .curve import MAX_POINTS, UNIT_HELP, capacities, warn_unused_model
 from .scale import method_from, trace_input
 
 __all__ = ["MAX_GPUS", "add_tiers_parser", "run_tiers"]
@@ -23,6 +24,7 @@ EXAMPLES_TIERS = """examples:
   stackdist tiers trace.csv --gpu 2048 --gpu 4096 --cpu 0,8192,16384
   stackdist tiers trace.jsonl --gpu 4096 --exclusive --plot tiers.png -o tiers.json
   stackdist tiers data/traces/mooncake_conversation_trace.jsonl --format mooncake --gpu 8000 --cpu 0,20000,40000
+  stackdist tiers trace.jsonl --format mooncake --model qwen3-8b --gpu 80GiB --cpu 256GiB,512GiB,1TiB
 """
 
 
@@ -34,12 +36,13 @@ def add_tiers_parser(sub: Any) -> None:
                        "GPU capacity gives every CPU capacity. --exclusive adds exclusive tiers from the same histogram.")
     add_trace_arguments(t)
     t.add_argument("--gpu", action="append", required=True, metavar="C",
-                   help="GPU tier capacity, 0 to 2^63-1 (repeat, or C1,C2, for several)")
+                   help=f"GPU tier capacity (repeat, or C1,C2, for several): {UNIT_HELP}")
     group = t.add_mutually_exclusive_group()
-    group.add_argument("--cpu", metavar="C1,C2,...", help="CPU capacities to report")
+    group.add_argument("--cpu", metavar="C1,C2,...", help="CPU capacities to report, in the same units as --gpu")
     group.add_argument("--cpu-points", type=bounded_int("--cpu-points", 2, MAX_POINTS), default=50,
                        help=f"number of evenly spread CPU capacities, 2 to {MAX_POINTS:,} (default 50)")
     t.add_argument("--exclusive", action="store_true", help="also report exclusive tiers (promote on hit, demote on eviction)")
+    add_model_arguments(t, "converts --gpu/--cpu sizes in bytes to blocks of a request trace")
 
 
 def run_tiers(args: argparse.Namespace) -> int:
@@ -48,10 +51,11 @@ def run_tiers(args: argparse.Namespace) -> int:
     from stackdist.methods import Sampled, tiers_of
     from stackdist.render.reports import tiers_report
 
-    gpus = [v for text in args.gpu for v in int_list(text, "--gpu")]
+    gpus = capacities(args, list(args.gpu), "--gpu")
     if len(gpus) > MAX_GPUS:
         raise UsageError(f"--gpu: at most {MAX_GPUS} GPU capacities (each costs one replay); got {len(gpus):,}.")
-    cpu = int_list(args.cpu, "--cpu") if args.cpu is not None else None  # a usage error before any reading
+    cpu = capacities(args, [args.cpu], "--cpu") if args.cpu is not None else None  # a usage error before any reading
+    warn_unused_model(args, [*args.gpu, args.cpu])
     method = method_from(args)
     if isinstance(method, Sampled) and method.cluster is not None:
         raise UsageError("tiers: --dask is exact; it takes no --sample-rate/--sample-size.")
