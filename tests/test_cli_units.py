@@ -88,10 +88,10 @@ def test_tiers_gpu_and_cpu_with_units_equal_the_same_blocks(capsys, mooncake):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["curve", "{m}", "--format", "mooncake", "--capacities", "1GiB"], "--capacities 1GiB: a size in bytes needs the "
-     "model's KV bytes per token; add --model"),
-    (["tiers", "{m}", "--format", "mooncake", "--gpu", "80GiB"], "--gpu 80GiB: a size in bytes needs the model's KV "
-     "bytes per token; add --model"),
+    (["curve", "{m}", "--format", "mooncake", "--capacities", "1GiB"], ("--capacities 1GiB: a size in bytes needs the "
+     "model's KV bytes per token; add --model")),
+    (["tiers", "{m}", "--format", "mooncake", "--gpu", "80GiB"], ("--gpu 80GiB: a size in bytes needs the model's KV "
+     "bytes per token; add --model")),
     (["curve", "{csv}", "--capacities", "10tokens"], "--capacities 10tokens: the capacities of an access"),
     (["tiers", "{csv}", "--gpu", "2", "--cpu", "3GiB", "--model", "qwen3-8b"], "--cpu 3GiB: the capacities of an access"),
     (["curve", "{m}", "--format", "mooncake", "--capacities", "2parsecs"], "--capacities must be a comma-separated list of sizes"),
@@ -120,4 +120,4 @@ def test_plan_weights_take_units(capsys, text, gib):
 @pytest.mark.parametrize("bad", ["0", "-5GB", "65parsecs", "4tokens", "nan"])
 def test_plan_weights_refuse_non_sizes(capsys, bad):
     code, out, err = run(capsys, "plan", "t.jsonl", f"--weights={bad}")
-    assert code == 2 and "argument --weights: must be a positive size" in err
+    assert code == 2 and out == "" and "argument --weights: must be a positive size" in err

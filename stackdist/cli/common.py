@@ -54,7 +54,7 @@ class Parser(argparse.ArgumentParser):
 
     _argv: Sequence[str] = ()
 
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         self._argv = list(sys.argv[1:] if args is None else args)  # for the hints of error()
         return super().parse_known_args(args, namespace)
 

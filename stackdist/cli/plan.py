@@ -591,9 +591,9 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
 def _refuse_engine_flags(args: argparse.Namespace, models: tuple[str, ...]) -> None:
     """A flag of the engine models given when none runs (and, for those the engine semantics'
     K workers also read, no --workers or --shared-blocks) is a usage error naming it: it would be
-    ignored. ``--decode-reuse`` needs a model that supports it."""
+    ignored. ``--decode-reuse`` needs an engine model (one that supports it: ``check_models``)."""
     able = _able("decode_reuse")
-    if args.decode_reuse and not any(m in able for m in models):
+    if args.decode_reuse and not models:  # with a model that does not model it: check_models says so
         raise UsageError(f"--decode-reuse applies to the {_either(able)} engine model (--semantics {able[0]}); "
                          f"it does nothing with --semantics {','.join(args.semantics)}.")
     if models or args.workers != "one" or args.shared_blocks is not None:

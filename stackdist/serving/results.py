@@ -6,8 +6,8 @@ Both kernels release the GIL (``nogil=True``), so pool sizes run in parallel thr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
