@@ -68,3 +68,15 @@ def test_plan_writes_its_json_then_fails_on_the_table(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("stackdist plan: error: <stdout>: stdout is closed")
     assert json.loads(out.read_text())["counted"]["requests"] == 4
+
+
+def test_the_console_script_too(tmp_path, keys):
+    script = Path(sys.executable).with_name("stackdist")
+    if not script.exists():
+        pytest.skip("no installed console script beside this interpreter")
+    proc = subprocess.run([str(script), "tiers", keys, "--gpu", "2"], cwd=tmp_path, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+                          preexec_fn=lambda: os.close(1))
+    assert proc.returncode == 1
+    assert proc.stderr == "stackdist tiers: error: standard output is closed (the answer goes there); open it or " \
+        "redirect it to a file\n"

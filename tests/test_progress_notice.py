@@ -88,6 +88,16 @@ def test_progress_lines_per_engine_pool_size_with_progress(capsys):
         assert [line.rsplit("(", 1)[1] for line in done[:3]] == ["1/3)", "2/3)", "3/3)"]
 
 
+def test_progress_lines_per_pool_size_under_the_scheduler(capsys):
+    code, _out, err = run(capsys, "plan", SMALL, "--semantics", "vllm", "--schedule", "scheduler", "--gpu-blocks",
+                          "100,inf", "--progress")
+    assert code == 0, err
+    lines = err.splitlines()
+    start = lines.index("stackdist plan: vllm model under its scheduler, 2 pool sizes")
+    assert lines[start + 1:start + 3] == ["stackdist plan: scheduler: pool size 100 done (1/2)",
+                                          "stackdist plan: scheduler: pool size inf done (2/2)"]
+
+
 def test_no_progress_off_a_terminal_unless_asked(capsys):
     code, _out, err = run(capsys, "plan", SMALL, "--semantics", "vllm", "--schedule", "model", "--gpu-blocks", "100,inf")
     assert code == 0 and err == ""

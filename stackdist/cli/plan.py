@@ -76,6 +76,7 @@ EXAMPLES = """examples:
   stackdist plan tokens.jsonl --format tokens --block-size 16 --json plan.json --plot plan.png
   stackdist plan trace.jsonl --json - | jq '.semantics.engine.working_set'
   stackdist plan trace.jsonl --model qwen3-8b --gpu h200 --capacity 40GiB,80GiB --kv-dtype fp8
+  stackdist plan trace.jsonl --model Qwen/Qwen3-8B --gpu H200 --kv-dtype fp8_e4m3fn --weights 9GB --targets 90%,99%
   stackdist plan trace.jsonl --model qwen3-8b --gpu h100 --gpus 8 --gpu-price 2.5 --prices dram=3,ssd=0.1
   stackdist plan trace.jsonl --semantics vllm --gpu-blocks 60000 --offload vllm-native:cpu=256/512GiB,policy=arc
   stackdist plan trace.jsonl --gpu-blocks 60000 --offload lmcache:cpu=512GiB,disk=4TiB --per-request hits.csv
