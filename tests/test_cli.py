@@ -141,10 +141,17 @@ def test_progress_bar_only_on_a_terminal():
     bar.close()
     assert quiet.getvalue() == ""  # a StringIO is not a terminal
     shown = _io.StringIO()
+    shown.isatty = lambda: True  # a terminal: the redrawn bar
     bar = Progress("replay", stream=shown, enabled=True)
     bar(10, 10)
     bar.close()
     assert "replay [" in shown.getvalue() and "100.0%" in shown.getvalue()
+    logged = _io.StringIO()  # asked for (--progress) off a terminal: one line at the end, no carriage returns
+    bar = Progress("replay", stream=logged, enabled=True)
+    bar(5, 10)
+    bar(10, 10)
+    bar.close()
+    assert logged.getvalue() == "replay: 10/10 done\n"
 
 
 def test_top_level_help_and_version_load_no_numpy_and_equal_the_full_parser():

@@ -83,3 +83,13 @@ def test_every_with_a_unit_runs(capsys):
     assert code == 0, err
     windows = json.loads(out)["semantics"]["engine"]["time_windows"]
     assert [(w["start_s"], w["end_s"]) for w in windows] == [(0.0, 2.0), (2.0, 4.0)]  # timestamps 0, 1.5, 3, 3 s
+
+
+@pytest.mark.parametrize("flag", ["--gpu-memory-utilization", "--prefill-efficiency"])
+def test_fraction_flags_take_percentages(flag):
+    from stackdist.cli.main import build_parser
+
+    parser = build_parser("plan")
+    dest = flag[2:].replace("-", "_")
+    assert getattr(parser.parse_args(["plan", "t.jsonl", flag, "85%"]), dest) == pytest.approx(0.85, rel=1e-15)
+    assert getattr(parser.parse_args(["plan", "t.jsonl", flag, "0.85"]), dest) == 0.85

@@ -48,7 +48,7 @@ from stackdist.planning.hardware import (
 from stackdist.planning.prices import AMORTISATION_YEARS, DeploymentPrices, parse_prices
 from stackdist.serving.engine_model import engine_model
 
-from .args import InputPath, size_list
+from .args import InputPath, fraction_arg, size_list
 from .common import did_you_mean
 
 __all__ = ["KV_DTYPE_ALIASES", "add_budget_arguments", "add_model_arguments", "budget_epilog", "budget_options",
@@ -206,8 +206,9 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
                    "prices the deployment: US$/hour = GPUs x this + CPU/SSD GiB behind it at the --prices dram/ssd "
                    f"purchase prices amortised over {AMORTISATION_YEARS} years, and US$ per million input tokens "
                    "(the trace's input tokens per hour)")
-    b.add_argument("--gpu-memory-utilization", type=_positive("--gpu-memory-utilization", 1.0), default=0.9, metavar="F",
-                   help="vLLM's --gpu-memory-utilization (default 0.9 here; vLLM 0.33.0's own default is 0.92)")
+    b.add_argument("--gpu-memory-utilization", type=fraction_arg("--gpu-memory-utilization"), default=0.9, metavar="F",
+                   help="vLLM's --gpu-memory-utilization, a fraction or a percentage (default 0.9 here; vLLM 0.33.0's "
+                   "own default is 0.92)")
     b.add_argument("--weights", type=_gib("--weights"), metavar="SIZE",
                    help="weights per replica: GiB (65), or with a unit (65GB, 60GiB) (default: the catalog's parameters "
                    "x bytes, or its checkpoint size)")
@@ -216,8 +217,9 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
                                 ("--cudagraph-gib", 0.5, "CUDA-graph memory vLLM reserves")):
         b.add_argument(flag, type=_non_negative(flag), default=default, metavar="GIB",
                        help=f"assumed {what} per GPU (vLLM measures it at start-up; default {default})")
-    b.add_argument("--prefill-efficiency", type=_positive("--prefill-efficiency", 1.0), default=0.5, metavar="F",
-                   help="TTFT: fraction of the GPU's dense peak FLOP/s prefill reaches (default 0.5, an assumption)")
+    b.add_argument("--prefill-efficiency", type=fraction_arg("--prefill-efficiency"), default=0.5, metavar="F",
+                   help="TTFT: fraction (or percentage) of the GPU's dense peak FLOP/s prefill reaches (default 0.5, an "
+                   "assumption)")
     b.add_argument("--load-gbps", type=_positive("--load-gbps"), metavar="GB/S",
                    help="TTFT: bandwidth of loads from the tier below HBM (default: the GPU table's host link)")
     b.add_argument("--ttft-overhead-ms", type=_non_negative("--ttft-overhead-ms"), default=0.0, metavar="MS",

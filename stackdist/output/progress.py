@@ -60,20 +60,31 @@ def progress_enabled(stream: TextIO | None = None) -> bool:
 class Progress:
     """A one-line progress bar on stderr, shown only when :func:`progress_enabled`.
 
-    Call it with (done, total); it redraws at most ten times a second and clears itself in
-    :meth:`close`.
+    Call it with (done, total); on a terminal it redraws at most ten times a second and clears
+    itself in :meth:`close`; elsewhere (``--progress`` into a file or a pipe) it writes one line
+    when the work is done, no carriage returns.
     """
 
     def __init__(self, label: str, stream: TextIO | None = None, enabled: bool | None = None) -> None:
         self.label = label
         self.stream = stream or sys.stderr
         self.enabled = progress_enabled(self.stream) if enabled is None else enabled
+        try:
+            self._tty = self.stream.isatty()
+        except (ValueError, AttributeError):
+            self._tty = False
         self._last = 0.0
         self._shown = False
 
     def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
         if not self.enabled or (now - self._last < 0.1 and done < total):
+            return
+        if not self._tty:
+            if done >= total and not self._shown:
+                self.stream.write(f"{self.label}: {done:,}/{total:,} done\n")
+                self.stream.flush()
+                self._shown = True
             return
         self._last = now
         frac = done / total if total else 1.0
@@ -83,7 +94,7 @@ class Progress:
         self._shown = True
 
     def close(self) -> None:
-        if self._shown:
+        if self._shown and self._tty:
             self.stream.write("\r" + " " * 79 + "\r")
             self.stream.flush()
 
