@@ -121,3 +121,15 @@ def test_plan_weights_take_units(capsys, text, gib):
 def test_plan_weights_refuse_non_sizes(capsys, bad):
     code, out, err = run(capsys, "plan", "t.jsonl", f"--weights={bad}")
     assert code == 2 and out == "" and "argument --weights: must be a positive size" in err
+
+
+def test_gpu_blocks_in_bytes_point_to_capacity(capsys):
+    code, out, err = run(capsys, "plan", "tests/data/mooncake_small.jsonl", "--semantics", "vllm", "--gpu-blocks",
+                         "40GiB,inf")
+    assert code == 2 and out == ""
+    assert err == ("stackdist plan: error: --gpu-blocks 40GiB,inf: pool sizes are in each engine's own count "
+                   "(num_gpu_blocks, pages); for a size in bytes or tokens give --capacity 40GiB (each engine model runs "
+                   "at its own pool for it).\n")
+    code, _out, err = run(capsys, "plan", "tests/data/mooncake_small.jsonl", "--semantics", "vllm", "--capacity", "40GiB",
+                          "--json", "-")
+    assert code == 0, err

@@ -50,6 +50,7 @@ from .args import (
     fraction_list,
     parse_int,
     resolve_window,
+    size_list,
     warmup_accesses,
     window_spec,
 )
@@ -550,7 +551,7 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     try:
         pools = parse_pools(args.gpu_blocks) if args.gpu_blocks else ()
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(_sized_pools_hint(args.gpu_blocks) or str(exc)) from None
     schedule: Any = args.schedule or ("recorded" if trace.recorded_schedule_s is not None else "model")
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
     scheduler = (_scheduler_settings(args, models, trace, budgets.ttft if budgets is not None else None, decode)
@@ -587,6 +588,20 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     except ValueError as exc:
         raise UsageError(f"{exc}.") from None
     return options
+
+
+def _sized_pools_hint(text: str) -> str | None:
+    """For ``--gpu-blocks 40GiB``: pools are the engine's own count, and ``--capacity`` is the flag
+    that takes bytes or tokens (each engine model runs at its own pool for the size)."""
+    finite = ",".join(p.strip() for p in text.split(",") if p.strip().lower() not in ("inf", "infinite", "unlimited"))
+    try:
+        sizes = size_list(finite, "--gpu-blocks")
+    except UsageError:
+        return None
+    if not any(size.unit in ("bytes", "tokens") for size in sizes):
+        return None
+    return (f"--gpu-blocks {text}: pool sizes are in each engine's own count (num_gpu_blocks, pages); for a size in bytes "
+            f"or tokens give --capacity {finite} (each engine model runs at its own pool for it).")
 
 
 def _refuse_engine_flags(args: argparse.Namespace, models: tuple[str, ...]) -> None:
