@@ -93,3 +93,21 @@ def test_fraction_flags_take_percentages(flag):
     dest = flag[2:].replace("-", "_")
     assert getattr(parser.parse_args(["plan", "t.jsonl", flag, "85%"]), dest) == pytest.approx(0.85, rel=1e-15)
     assert getattr(parser.parse_args(["plan", "t.jsonl", flag, "0.85"]), dest) == 0.85
+
+
+@pytest.mark.parametrize("text, expected", [("p99=2", ("p99", 2.0)), ("p90=500ms", ("p90", 0.5)), ("p50=1.5s", ("p50", 1.5)),
+                                            ("p99=1m", ("p99", 60.0))])
+def test_ttft_targets_in_seconds_or_with_a_unit(text, expected):
+    import importlib
+
+    plan_cli = importlib.import_module("stackdist.cli.plan")
+    assert plan_cli._ttft_targets([text]) == (expected,)
+
+
+@pytest.mark.parametrize("bad", ["p99=0", "p95=2", "p99=-1s", "p99=2y", "p99"])
+def test_bad_ttft_targets(bad):
+    import importlib
+
+    plan_cli = importlib.import_module("stackdist.cli.plan")
+    with pytest.raises(UsageError, match="--ttft-target must be p50, p90 or p99"):
+        plan_cli._ttft_targets([bad])

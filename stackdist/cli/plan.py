@@ -714,17 +714,21 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
 
 
 def _ttft_targets(texts: list[str]) -> tuple[tuple[str, float], ...]:
-    """``--ttft-target pP=SECONDS`` values; a UsageError naming the flag and the allowed forms."""
+    """``--ttft-target pP=SECONDS`` values (seconds as the metavar says, or a duration with its
+    unit: ``p99=500ms``); a UsageError naming the flag and the allowed forms."""
     out = []
     for text in texts:
         pct, _, value = text.partition("=")
         try:
             seconds = float(value)
         except ValueError:
-            seconds = -1.0
+            try:
+                seconds = duration(value, "--ttft-target")
+            except UsageError:
+                seconds = -1.0
         if pct.strip() not in ("p50", "p90", "p99") or not (0 < seconds < float("inf")):
-            raise UsageError(f"--ttft-target must be p50, p90 or p99 = a positive number of seconds, e.g. p99=2; "
-                             f"got {text!r}.")
+            raise UsageError(f"--ttft-target must be p50, p90 or p99 = a positive number of seconds or a duration, "
+                             f"e.g. p99=2 or p99=500ms; got {text!r}.")
         out.append((pct.strip(), seconds))
     return tuple(out)
 
