@@ -9,7 +9,7 @@ import json
 import pytest
 from naive import run_stackdist
 
-from stackdist.cli.budget_args import gpu_name, kv_dtype_name, model_name
+from stackdist.cli.names import KV_DTYPE_NAMES, gpu_name, kv_dtype_name, model_name
 
 run = run_stackdist
 SMALL = "tests/data/mooncake_small.jsonl"
@@ -63,3 +63,9 @@ def test_plan_answers_equal_for_any_spelling(capsys):
     assert canonical["model"]["kv_bytes_per_token"] == per_element * 1
     other = plan_json(capsys, "--model", "qwen3-8b", "--gpu", "h200", "--kv-dtype", "half")
     assert other["model"]["kv_bytes_per_token"] == per_element * 2
+
+
+def test_every_name_is_one_the_planner_takes():
+    from stackdist.planning.geometry import KV_DTYPES
+
+    assert set(KV_DTYPE_NAMES) <= set(KV_DTYPES)

@@ -133,3 +133,17 @@ def test_gpu_blocks_in_bytes_point_to_capacity(capsys):
     code, _out, err = run(capsys, "plan", "tests/data/mooncake_small.jsonl", "--semantics", "vllm", "--capacity", "40GiB",
                           "--json", "-")
     assert code == 0, err
+
+
+def test_curve_and_tiers_import_the_planner_only_for_bytes(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "t.csv").write_text("a\nb\na\n")
+    code = ("import sys, contextlib, io\nfrom stackdist.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert main(['curve', {str(tmp_path / 't.csv')!r}, '--capacities', '1,2']) == 0\n"
+            f"    assert main(['tiers', {str(tmp_path / 't.csv')!r}, '--gpu', '1', '--cpu', '0,1']) == 0\n"
+            "print('stackdist.planning' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
+    assert out.strip() == "False"

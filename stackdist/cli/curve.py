@@ -9,8 +9,8 @@ from typing import Any
 from stackdist.output import write_atomic, write_json
 
 from .args import SIZE_HELP, bounded_int, fraction_list, resolve_sizes, size_list
-from .budget_args import add_model_arguments
 from .common import add_trace_arguments
+from .names import add_model_arguments
 from .scale import method_from, trace_input
 
 __all__ = ["MAX_POINTS", "UNIT_HELP", "add_curve_parser", "capacities", "run_curve", "warn_unused_model"]
@@ -105,12 +105,12 @@ def capacities(args: argparse.Namespace, texts: list[str], flag: str) -> list[in
     """The capacities of ``texts`` (comma-separated, possibly repeated flags) in the trace's unit:
     bare integers as given; tokens, pages and bytes (with ``--model``) as whole blocks of a request
     trace (:func:`~stackdist.cli.args.resolve_sizes`). A usage error naming ``flag`` otherwise. O(items)."""
-    from stackdist.planning.geometry import model_spec
-
     sizes = [size for text in texts for size in size_list(text, flag)]
     block = _block_tokens(args.format, flag, ",".join(texts)) if _needs_blocks(texts, flag) else None
     kv = None
     if args.model is not None and any(size.unit == "bytes" for size in sizes):
+        from stackdist.planning.geometry import model_spec  # only for bytes: curve does not import the planner
+
         kv = int(model_spec(args.model, args.kv_dtype).geometry.kv_bytes_per_token)
     return resolve_sizes(sizes, flag, block, kv)
 

@@ -59,11 +59,11 @@ from .budget_args import (
     budget_epilog,
     budget_options,
     check_hardware_flags,
-    model_name,
     resolve_spec,
     with_budget_pools,
 )
 from .common import add_version, did_you_mean
+from .names import model_name
 from .scale import is_sampled, method_from
 
 MAX_WINDOWS = 10_000

@@ -9,9 +9,9 @@ from stackdist.errors import UsageError
 from stackdist.output import write_json
 
 from .args import bounded_int
-from .budget_args import add_model_arguments
 from .common import add_trace_arguments
 from .curve import MAX_POINTS, UNIT_HELP, capacities, warn_unused_model
+from .names import add_model_arguments
 from .scale import method_from, trace_input
 
 __all__ = ["MAX_GPUS", "add_tiers_parser", "run_tiers"]
