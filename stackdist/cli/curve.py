@@ -109,9 +109,8 @@ def capacities(args: argparse.Namespace, texts: list[str], flag: str) -> list[in
     block = _block_tokens(args.format, flag, ",".join(texts)) if _needs_blocks(texts, flag) else None
     kv = None
     if args.model is not None and any(size.unit == "bytes" for size in sizes):
-        from stackdist.planning.geometry import (
-            model_spec,  # only for bytes: curve does not import the planner
-        )
+        # only for bytes: curve does not import the planner otherwise
+        from stackdist.planning.geometry import model_spec
 
         kv = int(model_spec(args.model, args.kv_dtype).geometry.kv_bytes_per_token)
     return resolve_sizes(sizes, flag, block, kv)
