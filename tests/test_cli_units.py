@@ -147,3 +147,16 @@ def test_curve_and_tiers_import_the_planner_only_for_bytes(tmp_path):
             "print('stackdist.planning' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("pages, page_tokens", [(64, 16), (40, 32), (3, 16)])
+def test_plan_capacity_in_pages_is_that_many_engine_pages_of_tokens(capsys, mooncake, pages, page_tokens):
+    def rows(size):
+        code, out, err = run(capsys, "plan", mooncake, "--semantics", "engine", "--engine-block-size", page_tokens,
+                             "--capacity", size, "--json", "-")
+        assert code == 0, err
+        found = json.loads(out)["budgets"]["rows"]
+        assert [r.pop("budget") for r in found] == [size]
+        return found
+
+    assert rows(f"{pages}pages") == rows(f"{pages * page_tokens}tokens")

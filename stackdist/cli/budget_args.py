@@ -110,7 +110,8 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of budgets (sizes in GiB, tokens or blocks), model dtype, hardware and TTFT."""
     b = p.add_argument_group("budgets, hardware and TTFT (answers at the sizes you name)")
     b.add_argument("--capacity", metavar="SIZES",
-                   help=f"hit rate, tokens saved and TTFT at each size; units: {BUDGET_UNITS} (e.g. 880GiB,2TiB,40000blocks,2Mtokens); "
+                   help=f"hit rate, tokens saved and TTFT at each size; units: {BUDGET_UNITS} (e.g. 880GiB,2TiB,40000blocks,2Mtokens,"
+                   "4096pages; a bare number is refused: give its unit); "
                    "bytes are KV bytes of the model; the engine models run at these sizes unless --gpu-blocks names pools")
     b.add_argument("--kv-dtype", type=kv_dtype_name, metavar="DTYPE",
                    help=f"KV-cache element type: {', '.join(KV_DTYPES)}, or vLLM's --kv-cache-dtype names and aliases "
@@ -195,7 +196,7 @@ def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions |
         raise UsageError("--gpu-price prices the GPUs of --gpu: give --gpu too.")
     if not (args.capacity or args.gpu or args.ttft_calibration):
         return None
-    budgets = parse_budgets(args.capacity) if args.capacity else ()
+    budgets = parse_budgets(args.capacity, "--capacity", max(args.engine_block_size, 1)) if args.capacity else ()
     hardware = None
     prices: DeploymentPrices | None = None
     if args.gpu:
