@@ -90,3 +90,33 @@ def test_the_same_flags_run_where_they_apply(capsys):
                          "--schedule", "serial", "--gpu-blocks", "100,inf")
     assert code == 0, err
     assert json.loads(out)["engine_models"]["vllm"]["pools"]
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--router", "session"], ("--router session spreads requests over --workers K workers (or the replicas of a --gpu "
+                               "deployment); with one worker it does nothing.")),
+    (["--router", "prefix-hash", "--semantics", "vllm", "--workers", "recorded"],
+     ("--router prefix-hash spreads requests over --workers K workers (or the replicas of a --gpu deployment); with the "
+      "recorded workers it does nothing.")),
+    (["--workers", "2", "--router-overlap-weight", "2"],
+     "--router-overlap-weight sets the kv-aware router; it does nothing with --router round-robin."),
+    (["--workers", "2", "--router", "session", "--router-cache-threshold", "0.5"],
+     "--router-cache-threshold sets the sglang-cache-aware router; it does nothing with --router session."),
+])
+def test_router_flags_need_workers_and_their_router(capsys, argv, expected):
+    assert refused(capsys, *argv).endswith(expected)
+
+
+@pytest.mark.parametrize("command", ["curve", "tiers", "plan"])
+@pytest.mark.parametrize("flag, value", [("--seed", "7"), ("--sample-seeds", "5")])
+def test_sampling_seeds_need_sampling(capsys, tmp_path, command, flag, value):
+    (tmp_path / "t.csv").write_text("a\nb\na\n")
+    trace = SMALL if command == "plan" else str(tmp_path / "t.csv")
+    extra = ["--gpu", "1"] if command == "tiers" else []
+    code, out, err = run(capsys, command, trace, *extra, flag, value)
+    assert code == 2 and out == ""
+    assert err == (f"stackdist {command}: error: {flag} sets SHARDS sampling's hash seeds: add --sample-rate R or "
+                   "--sample-size S (without them the answer is exact and takes no seed).\n")
+    code, out, err = run(capsys, command, trace, *extra, flag, value, "--sample-rate", "1", "--json" if command ==
+                         "plan" else "--output", str(tmp_path / "o.json"))
+    assert code == 0, err

@@ -146,8 +146,10 @@ def _run(args: Any) -> int:
     from stackdist.output import progress_enabled, set_progress, set_step_sink, stage
     from stackdist.traces.formats import is_request_format
 
-    from .scale import is_sampled
+    from .scale import SCALE_COMMANDS, check_scale_flags, is_sampled
 
+    if args.command in SCALE_COMMANDS:
+        check_scale_flags(args)
     scaled = args.command in ("curve", "tiers") and (is_sampled(args) or bool(args.dask))
     if scaled and is_request_format(getattr(args, "format", None)) and (args.window or args.warmup):
         raise UsageError("--window and --warmup count the requests of a request trace; with --sample-*, --dask or a "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from typing import Any
 
@@ -417,8 +418,6 @@ def _method(args: argparse.Namespace, options: PlanOptions) -> Method:
 
 def _checked(args: argparse.Namespace, options: PlanOptions, trace: Any) -> PlanOptions:
     """The warm-up resolved against the trace (``P%``); empty input and too many windows refused."""
-    import math
-
     from stackdist.planning.plan import warmup_mask
 
     n = trace.n_requests
@@ -607,14 +606,24 @@ def _sized_pools_hint(text: str) -> str | None:
 def _refuse_engine_flags(args: argparse.Namespace, models: tuple[str, ...]) -> None:
     """A flag of the engine models given when none runs (and, for those the engine semantics'
     K workers also read, no --workers or --shared-blocks) is a usage error naming it: it would be
-    ignored. ``--decode-reuse`` needs an engine model (one that supports it: ``check_models``)."""
+    ignored. ``--decode-reuse`` needs an engine model (one that supports it: ``check_models``); a
+    router needs workers (or a --gpu deployment's replicas), a router's setting that router."""
     able = _able("decode_reuse")
     if args.decode_reuse and not models:  # with a model that does not model it: check_models says so
         raise UsageError(f"--decode-reuse applies to the {_either(able)} engine model (--semantics {able[0]}); "
                          f"it does nothing with --semantics {','.join(args.semantics)}.")
+    defaults = args.flag_defaults
+    if args.router != defaults["router"] and args.workers in ("one", "recorded") and not args.gpu:
+        raise UsageError(f"--router {args.router} spreads requests over --workers K workers (or the replicas of a --gpu "
+                         f"deployment); with {'one worker' if args.workers == 'one' else 'the recorded workers'} it does "
+                         "nothing.")
+    for flag, dest, router in (("--router-overlap-weight", "router_overlap_weight", "kv-aware"),
+                               ("--router-cache-threshold", "router_cache_threshold", "sglang-cache-aware")):
+        value = getattr(args, dest)
+        if value != defaults[dest] and not math.isnan(value) and args.router != router:  # (nan: its own message below)
+            raise UsageError(f"{flag} sets the {router} router; it does nothing with --router {args.router}.")
     if models or args.workers != "one" or args.shared_blocks is not None:
         return
-    defaults = args.flag_defaults
     for flag, dest in (("--gpu-blocks", "gpu_blocks"), ("--decode/--no-decode", "decode"), ("--schedule", "schedule"),
                        ("--prefill-tokens-per-s", "prefill_tokens_per_s"),
                        ("--decode-tokens-per-s", "decode_tokens_per_s"), ("--per-request", "per_request")):
