@@ -104,15 +104,18 @@ def _needs_blocks(texts: list[str], flag: str) -> bool:
 def capacities(args: argparse.Namespace, texts: list[str], flag: str) -> list[int]:
     """The capacities of ``texts`` (comma-separated, possibly repeated flags) in the trace's unit:
     bare integers as given; tokens, pages and bytes (with ``--model``) as whole blocks of a request
-    trace (:func:`~stackdist.cli.args.resolve_sizes`). A usage error naming ``flag`` otherwise. O(items)."""
+    trace (:func:`~stackdist.cli.args.resolve_sizes`), bytes with the model of ``--model`` (or
+    ``--model-config`` where the command has it) and ``--kv-dtype``. A usage error naming ``flag``
+    otherwise. O(items)."""
     sizes = [size for text in texts for size in size_list(text, flag)]
     block = _block_tokens(args.format, flag, ",".join(texts)) if _needs_blocks(texts, flag) else None
     kv = None
-    if args.model is not None and any(size.unit == "bytes" for size in sizes):
+    model_given = getattr(args, "model", None) is not None or getattr(args, "model_config", None) is not None
+    if model_given and any(size.unit == "bytes" for size in sizes):
         # only for bytes: curve does not import the planner otherwise
-        from stackdist.planning.geometry import model_spec
+        from .budget_args import resolve_spec
 
-        kv = int(model_spec(args.model, args.kv_dtype).geometry.kv_bytes_per_token)
+        kv = int(resolve_spec(args).geometry.kv_bytes_per_token)
     return resolve_sizes(sizes, flag, block, kv)
 
 
