@@ -126,7 +126,9 @@ def warn_unused_model(args: argparse.Namespace, texts: list[str | None]) -> None
 
     uses = [t for t in texts if t is not None]
     bytes_given = any(size.unit == "bytes" for text in uses for size in size_list(text, "--capacities"))
-    if not bytes_given and (args.model is not None or args.kv_dtype is not None):
-        flag = "--model" if args.model is not None else "--kv-dtype"
+    given = [flag for flag, dest in (("--model", "model"), ("--model-config", "model_config"), ("--kv-dtype", "kv_dtype"))
+             if getattr(args, dest, None) is not None]
+    if not bytes_given and given:
+        flag = given[0]
         print(f"stackdist {args.command}: warning: {flag} only converts capacities given in bytes (GiB, TiB, ...) to "
               "blocks; none is given, so it changes nothing", file=sys.stderr)
