@@ -64,7 +64,7 @@ def test_a_command_writing_a_file_needs_no_stdout(tmp_path, keys):
 
 def test_plan_writes_its_json_then_fails_on_the_table(tmp_path):
     out = tmp_path / "p.json"
-    proc = closed_stdout("plan", SMALL, "--semantics", "engine", "--json", str(out), cwd=tmp_path)
+    proc = closed_stdout("plan", SMALL, "--semantics", "engine", "--model", "qwen2.5-1.5b", "--json", str(out), cwd=tmp_path)
     assert proc.returncode == 1
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("stackdist plan: error: <stdout>: stdout is closed")
     assert json.loads(out.read_text())["counted"]["requests"] == 4

@@ -125,7 +125,7 @@ def test_plan_weights_refuse_non_sizes(capsys, bad):
 
 def test_gpu_blocks_in_bytes_point_to_capacity(capsys):
     code, out, err = run(capsys, "plan", "tests/data/mooncake_small.jsonl", "--semantics", "vllm", "--gpu-blocks",
-                         "40GiB,inf")
+                         "40GiB,inf", "--model", "qwen2.5-1.5b")
     assert code == 2 and out == ""
     assert err == ("stackdist plan: error: --gpu-blocks 40GiB,inf: pool sizes are in each engine's own count "
                    "(num_gpu_blocks, pages); for a size in bytes or tokens give --capacity 40GiB (each engine model runs "

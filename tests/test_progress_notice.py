@@ -99,7 +99,8 @@ def test_progress_lines_per_pool_size_under_the_scheduler(capsys):
 
 
 def test_no_progress_off_a_terminal_unless_asked(capsys):
-    code, _out, err = run(capsys, "plan", SMALL, "--semantics", "vllm", "--schedule", "model", "--gpu-blocks", "100,inf")
+    code, _out, err = run(capsys, "plan", SMALL, "--semantics", "vllm", "--schedule", "model", "--gpu-blocks", "100,inf",
+                          "--model", "qwen2.5-1.5b")
     assert code == 0 and err == ""
 
 
