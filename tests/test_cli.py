@@ -79,7 +79,7 @@ def test_output_file_and_plot(capsys, tmp_path, trace_csv):
         (["plan", "{good}", "--format", "qwenn"], 2, "argument --format: unknown format 'qwenn' (did you mean 'qwen'?)"),
         (["tiers", "{good}"], 2, "--gpu"),
         (["tiers", "{good}", "--gpu", "-3"], 2, "--gpu must be"),
-        (["frobnicate"], 2, "invalid choice"),
+        (["frobnicate"], 2, "unknown command: 'frobnicate'"),
     ],
 )
 def test_bad_input(capsys, tmp_path, trace_csv, argv, code, message):
@@ -141,10 +141,17 @@ def test_progress_bar_only_on_a_terminal():
     bar.close()
     assert quiet.getvalue() == ""  # a StringIO is not a terminal
     shown = _io.StringIO()
+    shown.isatty = lambda: True  # a terminal: the redrawn bar
     bar = Progress("replay", stream=shown, enabled=True)
     bar(10, 10)
     bar.close()
     assert "replay [" in shown.getvalue() and "100.0%" in shown.getvalue()
+    logged = _io.StringIO()  # asked for (--progress) off a terminal: one line at the end, no carriage returns
+    bar = Progress("replay", stream=logged, enabled=True)
+    bar(5, 10)
+    bar(10, 10)
+    bar.close()
+    assert logged.getvalue() == "replay: 10/10 done\n"
 
 
 def test_top_level_help_and_version_load_no_numpy_and_equal_the_full_parser():

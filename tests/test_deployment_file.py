@@ -117,7 +117,7 @@ def test_without_the_file_the_defaults_stay(tmp_path):
     ("[model]\nname = 'qwen3-8b'\nconfig = 'c.json'\n", 2, ["[model] has both name and config"]),
     ("[targets]\nttft = { p95 = 2 }\n", 2, ["[targets] ttft must be a table of seconds by percentile (p50, p90, p99)"]),
     ("[prices]\nusd_per_gb = { nvme = 0.1 }\n", 2, ["[prices] usd_per_gb must be a table of numbers by tier"]),
-    ("[hardware]\ngpu = 'h2000'\n", 2, ["[hardware] gpu (for --gpu)", "invalid choice"]),
+    ("[hardware]\ngpu = 'h2000'\n", 2, ["[hardware] gpu (for --gpu)", "unknown GPU 'h2000' (did you mean 'h200'?)"]),
     ("[engine]\nsemantics = ['vlm']\n", 2, ["[engine] semantics (for --semantics)"]),
     ("[hardware]\ngpu = 'h200'\ngpus = \n", 1, ["d.toml:3: not valid TOML"]),
 ])

@@ -329,7 +329,7 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
 # ------------------------------------------------------------------ plan: bounds, empty input, table
 @pytest.mark.parametrize("argv,code,needle", [
     (["--window", ""], 2, "--window"),
-    (["--window", "1e-6"], 2, "windows"),
+    (["--every", "1e-6s"], 2, "windows"),
     (["--warmup", "100%"], 1, "nothing to answer from"),
     (["--warmup", "8"], 1, "nothing to answer from"),
     (["--warmup", "101%"], 2, "--warmup"),

@@ -2,6 +2,11 @@
 
 Parsing only: the answers are computed in :mod:`stackdist.planning.budgets` and
 :mod:`stackdist.planning.hardware`.
+
+Names are read as people write them (:mod:`.names`): GPU and model names case-insensitively, KV
+dtypes by vLLM's ``--kv-cache-dtype`` names and the usual aliases. The hardware
+flags apply to a ``--gpu`` deployment: given without ``--gpu`` they are a usage error naming the
+flag (:func:`check_hardware_flags`), never ignored.
 """
 
 from __future__ import annotations
@@ -43,10 +48,31 @@ from stackdist.planning.hardware import (
 from stackdist.planning.prices import AMORTISATION_YEARS, DeploymentPrices, parse_prices
 from stackdist.serving.engine_model import engine_model
 
-from .args import InputPath
+from .args import InputPath, fraction_arg, size_list
+from .names import gpu_name, kv_dtype_name
 
-__all__ = ["add_budget_arguments", "budget_epilog", "budget_options", "kv_dtype_text", "model_note", "resolve_spec",
-           "with_budget_pools"]
+__all__ = ["add_budget_arguments", "budget_epilog", "budget_options", "check_hardware_flags", "kv_dtype_text",
+           "model_note", "resolve_spec", "with_budget_pools"]
+
+
+def _gib(flag: str) -> Any:
+    """GiB as a positive number (``65``), or a size with a byte unit (``65GB``, ``60GiB``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            try:
+                sizes = size_list(text, flag)
+            except UsageError:
+                sizes = []
+            value = sizes[0].amount / 2**30 if len(sizes) == 1 and sizes[0].unit == "bytes" else -1.0
+        if not (0 < value < math.inf):
+            raise argparse.ArgumentTypeError(f"must be a positive size: GiB (65) or with a unit (65GB, 60GiB); got {text!r}")
+        return value
+
+    parse.__name__ = "size"
+    return parse
 
 
 def budget_epilog() -> str:
@@ -86,12 +112,14 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of budgets (sizes in GiB, tokens or blocks), model dtype, hardware and TTFT."""
     b = p.add_argument_group("budgets, hardware and TTFT (answers at the sizes you name)")
     b.add_argument("--capacity", metavar="SIZES",
-                   help=f"hit rate, tokens saved and TTFT at each size; units: {BUDGET_UNITS} (e.g. 880GiB,2TiB,40000blocks,2Mtokens); "
+                   help=f"hit rate, tokens saved and TTFT at each size; units: {BUDGET_UNITS} (e.g. 880GiB,2TiB,40000blocks,2Mtokens,"
+                   "4096pages; a bare number is refused: give its unit); "
                    "bytes are KV bytes of the model; the engine models run at these sizes unless --gpu-blocks names pools")
-    b.add_argument("--kv-dtype", choices=KV_DTYPES, metavar="DTYPE",
-                   help=f"KV-cache element type: {', '.join(KV_DTYPES)} (default auto: the model's dtype)")
-    b.add_argument("--gpu", choices=list(gpu_table()), metavar="NAME",
-                   help=f"GPU of each replica: {', '.join(gpu_table())}; adds the KV pool vLLM would get as a budget")
+    b.add_argument("--kv-dtype", type=kv_dtype_name, metavar="DTYPE",
+                   help=f"KV-cache element type: {', '.join(KV_DTYPES)}, or vLLM's --kv-cache-dtype names and aliases "
+                   "(fp8_e4m3fn, half, bf16; any case) (default auto: the model's dtype)")
+    b.add_argument("--gpu", type=gpu_name, metavar="NAME",
+                   help=f"GPU of each replica (any case): {', '.join(gpu_table())}; adds the KV pool vLLM would get as a budget")
     b.add_argument("--gpus-per-replica", type=_positive("--gpus-per-replica", 1024, True), default=1, metavar="N",
                    help="GPUs per replica (the tensor-parallel size; default 1)")
     b.add_argument("--gpus", type=_positive("--gpus", 2**20, True), metavar="N",
@@ -101,17 +129,20 @@ def add_budget_arguments(p: argparse.ArgumentParser) -> None:
                    "prices the deployment: US$/hour = GPUs x this + CPU/SSD GiB behind it at the --prices dram/ssd "
                    f"purchase prices amortised over {AMORTISATION_YEARS} years, and US$ per million input tokens "
                    "(the trace's input tokens per hour)")
-    b.add_argument("--gpu-memory-utilization", type=_positive("--gpu-memory-utilization", 1.0), default=0.9, metavar="F",
-                   help="vLLM's --gpu-memory-utilization (default 0.9 here; vLLM 0.33.0's own default is 0.92)")
-    b.add_argument("--weights", type=_positive("--weights"), metavar="GIB",
-                   help="weights per replica in GiB (default: the catalog's parameters x bytes, or its checkpoint size)")
+    b.add_argument("--gpu-memory-utilization", type=fraction_arg("--gpu-memory-utilization"), default=0.9, metavar="F",
+                   help="vLLM's --gpu-memory-utilization, a fraction or a percentage (default 0.9 here; vLLM 0.33.0's "
+                   "own default is 0.92)")
+    b.add_argument("--weights", type=_gib("--weights"), metavar="SIZE",
+                   help="weights per replica: GiB (65), or with a unit (65GB, 60GiB) (default: the catalog's parameters "
+                   "x bytes, or its checkpoint size)")
     for flag, default, what in (("--activation-gib", 2.0, "activation peak of vLLM's profile run"),
                                 ("--non-torch-gib", 0.5, "memory outside torch (NCCL, cuBLAS workspaces)"),
                                 ("--cudagraph-gib", 0.5, "CUDA-graph memory vLLM reserves")):
         b.add_argument(flag, type=_non_negative(flag), default=default, metavar="GIB",
                        help=f"assumed {what} per GPU (vLLM measures it at start-up; default {default})")
-    b.add_argument("--prefill-efficiency", type=_positive("--prefill-efficiency", 1.0), default=0.5, metavar="F",
-                   help="TTFT: fraction of the GPU's dense peak FLOP/s prefill reaches (default 0.5, an assumption)")
+    b.add_argument("--prefill-efficiency", type=fraction_arg("--prefill-efficiency"), default=0.5, metavar="F",
+                   help="TTFT: fraction (or percentage) of the GPU's dense peak FLOP/s prefill reaches (default 0.5, an "
+                   "assumption)")
     b.add_argument("--load-gbps", type=_positive("--load-gbps"), metavar="GB/S",
                    help="TTFT: bandwidth of loads from the tier below HBM (default: the GPU table's host link)")
     b.add_argument("--ttft-overhead-ms", type=_non_negative("--ttft-overhead-ms"), default=0.0, metavar="MS",
@@ -138,23 +169,41 @@ def _read_calibration(path: str) -> Any:
     return fit_calibration(calibration_rows(records, f"--ttft-calibration {path}"), f"--ttft-calibration {path}")
 
 
+_HARDWARE_FLAGS = ("--gpus-per-replica", "--gpus", "--gpu-memory-utilization", "--weights",
+                   "--activation-gib", "--non-torch-gib", "--cudagraph-gib", "--prefill-efficiency", "--load-gbps",
+                   "--ttft-overhead-ms", "--max-replicas", "--ttft-target")
+
+
+def check_hardware_flags(args: argparse.Namespace, defaults: dict[str, Any], spec: ModelSpec) -> None:
+    """Without ``--gpu`` no hardware flag applies: one given (not at its default) is a usage error
+    naming it; ``--gpus-per-replica`` is first checked against the model's heads as vLLM would
+    (:func:`~stackdist.planning.hardware.tensor_parallel_problem`). O(flags)."""
+    tp = getattr(args, "gpus_per_replica", 1)
+    problem = tensor_parallel_problem(spec, tp)
+    if problem:  # a wrong argument for this model (exit 2), with or without --gpu
+        raise UsageError(f"--gpus-per-replica {tp}: vLLM cannot shard {spec.name} over {tp} GPUs: {problem}; "
+                         f"allowed for this model: {', '.join(map(str, tensor_parallel_sizes(spec)))}.")
+    if getattr(args, "gpu", None):
+        return
+    for flag in _HARDWARE_FLAGS:
+        dest = flag[2:].replace("-", "_")
+        if hasattr(args, dest) and getattr(args, dest) != defaults.get(dest):
+            raise UsageError(f"{flag} describes the --gpu deployment: add --gpu NAME ({', '.join(gpu_table())}), or "
+                             "drop it.")
+
+
 def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions | None:
     """The budget answers asked for, or None when no budget flag is given."""
     if getattr(args, "gpu_price", None) is not None and not args.gpu:
         raise UsageError("--gpu-price prices the GPUs of --gpu: give --gpu too.")
     if not (args.capacity or args.gpu or args.ttft_calibration):
         return None
-    budgets = parse_budgets(args.capacity) if args.capacity else ()
+    budgets = parse_budgets(args.capacity, "--capacity", max(args.engine_block_size, 1)) if args.capacity else ()
     hardware = None
     prices: DeploymentPrices | None = None
     if args.gpu:
         if args.gpus is not None and args.gpus % args.gpus_per_replica:
             raise UsageError(f"--gpus ({args.gpus}) must be a multiple of --gpus-per-replica ({args.gpus_per_replica}).")
-        problem = tensor_parallel_problem(spec, args.gpus_per_replica)
-        if problem:  # a wrong argument for this model (exit 2), as --gpus not a multiple of it is
-            raise UsageError(f"--gpus-per-replica {args.gpus_per_replica}: vLLM cannot shard {spec.name} over "
-                             f"{args.gpus_per_replica} GPUs: {problem}; allowed for this model: "
-                             f"{', '.join(map(str, tensor_parallel_sizes(spec)))}.")
         hardware = HardwareOptions(args.gpu, args.gpus_per_replica, args.gpus, args.gpu_memory_utilization, args.weights,
                                    args.activation_gib, args.non_torch_gib, args.cudagraph_gib)
         if args.weights is not None:

@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 from stackdist.errors import EXIT_DATA, EXIT_USAGE, TraceFormatError, UsageError
 
-from .args import InputPath, OutputPath
+from .args import InputPath, OutputPath, duration, fraction
 
 __all__ = ["KEYS", "SECTIONS", "Key", "add_deployment_arguments", "apply_deployment", "deployment_table",
            "dumps_toml", "resolved_deployment", "with_deployment"]
@@ -401,12 +401,24 @@ def _echo(key: Key, value: Any) -> Any:
         return [str(v) for v in value]
     if kind == "strings":
         return [str(v).strip() for v in (value.split(",") if isinstance(value, str) else value)]
+    if kind == "numbers" and key.unit == "fraction":  # 0.9 or 90% (cli/args.py: fraction)
+        return [fraction(v, key.flag) for v in str(value).split(",") if v.strip()]
     if kind in ("numbers", "pair"):
         return [float(v) for v in str(value).split(",")]
     if kind == "sizes":
         return [int(v) if v.strip().isdigit() else v.strip() for v in str(value).split(",")]
     pairs = [part.partition("=") for part in (value if kind == "ttft" else str(value).split(","))]
+    if kind == "ttft":  # seconds, or a duration with its unit (p99=500ms)
+        return {k.strip(): float(v) if _numeric_text(v) else duration(v, key.flag) for k, _, v in pairs}
     return {k.strip(): float(v) for k, _, v in pairs}
+
+
+def _numeric_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------ the echo as TOML

@@ -1,8 +1,9 @@
 """The ``stackdist`` command, top level: exact hit curves, tier curves and capacity plans from a trace.
 
 Exit status (:mod:`stackdist.errors`): 0 on success, 1 for bad data (a malformed trace names
-its file and line), 2 for bad arguments, 130 on Ctrl-C. Data goes to stdout, messages and
-progress to stderr. Each subcommand lives in its own module; this package holds no maths.
+its file and line) or an output that cannot be written (a closed standard output included: one
+line on stderr, before any work when the command writes to stdout), 2 for bad arguments, 130 on
+Ctrl-C. Data goes to stdout, messages and progress to stderr. Each subcommand lives in its own module; this package holds no maths.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stackdist.errors import (
+    EXIT_DATA,
     EXIT_INTERRUPTED,
     freeze_for_exit,
     install_interrupt_handler,
@@ -20,7 +22,7 @@ from stackdist.errors import (
 from stackdist.version import __version__
 
 from .args import declared_paths, one_trace
-from .common import Parser, run_command
+from .common import Parser, add_progress_argument, add_version, run_command
 
 __all__ = ["build_parser", "main"]
 
@@ -57,10 +59,12 @@ def _add_subcommand(sub: Any, name: str) -> None:
     else:
         from .watch import add_watch_parser as add
     add(sub)
+    add_version(sub.choices[name])  # --version on every subcommand (a no-op where its module added it)
     from .scale import SCALE_COMMANDS, add_scale_arguments
 
     if name in SCALE_COMMANDS:
         add_scale_arguments(sub.choices[name])
+        add_progress_argument(sub.choices[name])
 
 
 def top_level_parser() -> Parser:
@@ -107,7 +111,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             freeze_for_exit()
 
 
+def _stdout_closed() -> bool:
+    """True when this process started with its standard output closed (``>&-``)."""
+    return sys.stdout is None
+
+
+def _closed_stdout(prog: str, what: str) -> int:
+    print(f"{prog}: error: standard output is closed ({what} goes there); open it or redirect it to a file",
+          file=sys.stderr)
+    return EXIT_DATA
+
+
 def _main(argv: list[str]) -> int:
+    if _stdout_closed() and any(a in ("-h", "--help", "--version") for a in argv):
+        return _closed_stdout("stackdist", "the help or version")
     if not argv or argv[0] in ("-h", "--help", "--version"):
         top_level_parser().parse_args(argv)  # prints (or errors) and exits, as the full parser would
     try:
@@ -119,6 +136,9 @@ def _main(argv: list[str]) -> int:
         if isinstance(getattr(args, "trace", None), list):  # one or more files: one trace
             args.trace = one_trace(args.trace)
         outputs, inputs = declared_paths(args)  # from the parsers' InputPath / OutputPath arguments
+        to_stdout = getattr(args, "table_to_stdout", False) or any(path == "-" for _, path in outputs)
+        if _stdout_closed() and to_stdout and not any(path and path != "-" for _, path in outputs):
+            return _closed_stdout(f"stackdist {args.command}", "the answer")  # before any work: nothing else is written
         return run_command(args.command, lambda: _run(args), outputs, inputs)
     except KeyboardInterrupt:
         print("stackdist: interrupted", file=sys.stderr)
@@ -127,15 +147,39 @@ def _main(argv: list[str]) -> int:
 
 def _run(args: Any) -> int:
     from stackdist.errors import UsageError
+    from stackdist.output import progress_enabled, set_progress, set_step_sink, stage
     from stackdist.traces.formats import is_request_format
 
-    from .scale import is_sampled
+    from .scale import SCALE_COMMANDS, check_scale_flags, is_sampled
 
+    if args.command in SCALE_COMMANDS:
+        check_scale_flags(args)
     scaled = args.command in ("curve", "tiers") and (is_sampled(args) or bool(args.dask))
     if scaled and is_request_format(getattr(args, "format", None)) and (args.window or args.warmup):
         raise UsageError("--window and --warmup count the requests of a request trace; with --sample-*, --dask or a "
                          "streamed input that is not available: drop them, or the scale flag.")
-    return _runner(args.command)(args)
+    prog = f"stackdist {args.command}"
+    set_progress(getattr(args, "progress", None))
+    set_step_sink(lambda label: stage(prog, label))  # the library's steps (an engine model's pool sizes) as stages
+    stop = _compile_notice(prog) if progress_enabled() else None
+    try:
+        return _runner(args.command)(args)
+    finally:
+        if stop is not None:
+            stop()
+        set_step_sink(None)
+        set_progress(None)
+
+
+def _compile_notice(prog: str) -> Any:
+    """Say on stderr, once, when numba is about to compile a kernel (a first run, or a changed
+    install); return the function that stops listening."""
+    from stackdist.engine.compile_notice import on_first_compile
+
+    def notice() -> None:
+        print(f"{prog}: compiling kernels (first run only, ~10 s)", file=sys.stderr, flush=True)
+
+    return on_first_compile(notice)
 
 
 if __name__ == "__main__":

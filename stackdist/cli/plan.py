@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from typing import Any
 
 from stackdist.errors import TraceFormatError, UsageError, require_data
 from stackdist.methods.method import Method
 from stackdist.methods.plan import plan
-from stackdist.output import Progress, check_outputs, write_json, write_stdout
+from stackdist.output import Progress, check_outputs, stage, write_json, write_stdout
 from stackdist.planning.engine_plan import (
     JOINT_ROUTERS,
     ROUTERS,
@@ -22,7 +23,7 @@ from stackdist.planning.engine_plan import (
     schedule_for,
 )
 from stackdist.planning.offload_plan import offload_columns
-from stackdist.planning.plan import PlanOptions, parse_duration
+from stackdist.planning.plan import PlanOptions
 from stackdist.planning.prices import (
     AMORTISATION_HOURS,
     AMORTISATION_YEARS,
@@ -47,9 +48,12 @@ from .args import (
     OutputPath,
     add_format_argument,
     bounded_int,
+    duration,
+    fraction_arg,
     fraction_list,
     parse_int,
     resolve_window,
+    size_list,
     warmup_accesses,
     window_spec,
 )
@@ -57,11 +61,13 @@ from .budget_args import (
     add_budget_arguments,
     budget_epilog,
     budget_options,
+    check_hardware_flags,
     resolve_spec,
     with_budget_pools,
 )
-from .common import add_version
+from .common import add_version, did_you_mean
 from .deployment_file import add_deployment_arguments, echo_deployment
+from .names import model_name
 from .scale import is_sampled, method_from
 
 MAX_WINDOWS = 10_000
@@ -75,6 +81,7 @@ EXAMPLES = """examples:
   stackdist plan tokens.jsonl --format tokens --block-size 16 --json plan.json --plot plan.png
   stackdist plan trace.jsonl --json - | jq '.semantics.engine.working_set'
   stackdist plan trace.jsonl --model qwen3-8b --gpu h200 --capacity 40GiB,80GiB --kv-dtype fp8
+  stackdist plan trace.jsonl --model Qwen/Qwen3-8B --gpu H200 --kv-dtype fp8_e4m3fn --weights 9GB --targets 90%,99%
   stackdist plan trace.jsonl --model qwen3-8b --gpu h100 --gpus 8 --gpu-price 2.5 --prices dram=3,ssd=0.1
   stackdist plan trace.jsonl --semantics vllm --gpu-blocks 60000 --offload vllm-native:cpu=256/512GiB,policy=arc
   stackdist plan trace.jsonl --gpu-blocks 60000 --offload lmcache:cpu=512GiB,disk=4TiB --per-request hits.csv
@@ -99,6 +106,7 @@ def add_plan_parser(sub: Any) -> None:
         description="How much KV-cache memory buys each prefix hit rate, per semantics, in blocks, tokens and GiB.",
     )
     add_version(p)
+    p.set_defaults(table_to_stdout=True)  # the table (or --json -) always goes to stdout
     p.add_argument("trace", type=InputPath, nargs="+", metavar="TRACE",
                    help="request trace (Mooncake JSONL by default; .gz/.zst; - for standard input); several files or a "
                    "glob are one trace, in order")
@@ -168,11 +176,13 @@ def add_plan_parser(sub: Any) -> None:
                      "_<sizes> appended when several tier sizes are run; per tier offload_<tier>_hit_tokens_<N> for "
                      "two tiers) (one file per model, FILE.<model>.csv, when several are asked for)")
     model = p.add_mutually_exclusive_group()
-    model.add_argument("--model", help="a bundled model or its Hugging Face repo id (listed below; default qwen2.5-1.5b, the lab's measured model)")
+    model.add_argument("--model", type=model_name, help="a bundled model or its Hugging Face repo id, any case (listed "
+                       "below; default qwen2.5-1.5b, the lab's measured model)")
     model.add_argument("--model-config", type=InputPath, metavar="FILE", help="a Hugging Face config.json for KV bytes per token")
     _add_counting_arguments(p)
-    p.add_argument("--tier-targets", default="0.5,0.9,0.99",
-                   help="HBM, +DRAM, +SSD targets: fractions of the ceiling's prefix tokens, and (second plan) of requests covered")
+    p.add_argument("--tier-targets", default="0.5,0.9,0.99", metavar="R1,R2,R3",
+                   help="HBM, +DRAM, +SSD targets: fractions (or percentages) of the ceiling's prefix tokens, and "
+                   "(second plan) of requests covered")
     p.add_argument("--prices", metavar="hbm=P,dram=P,ssd=P",
                    help="US$ per GB (1e9 bytes, purchase) for the tier plan (defaults are assumptions); with --gpu, dram "
                    f"and ssd also price the CPU/SSD GiB behind a replica, amortised over {AMORTISATION_YEARS} years "
@@ -183,12 +193,15 @@ def add_plan_parser(sub: Any) -> None:
     p.add_argument("--plot", type=OutputPath, metavar="PNG", help="draw the hit curves against GiB with the target lines (needs matplotlib)")
     add_budget_arguments(p)
     add_deployment_arguments(p)
+    p.set_defaults(flag_defaults={a.dest: a.default for a in p._actions})  # what "given" means for a flag
 
 
 def _add_counting_arguments(p: argparse.ArgumentParser) -> None:
     """The targets and what is counted: ``--targets``, ``--coverage``, ``--warmup``, ``--window``, ``--every``."""
-    p.add_argument("--targets", default="0.9,0.95,0.99", help="prefix token hit-rate targets (default 0.9,0.95,0.99)")
-    p.add_argument("--coverage", type=float, default=1.0, help="request coverage target Y in (0, 1] (default 1.0)")
+    p.add_argument("--targets", default="0.9,0.95,0.99", metavar="R1,R2,...",
+                   help="prefix token hit-rate targets, fractions or percentages (default 0.9,0.95,0.99; or 90%%,95%%)")
+    p.add_argument("--coverage", type=fraction_arg("--coverage"), default=1.0, metavar="Y",
+                   help="request coverage target Y in (0, 1], a fraction or a percentage (default 1.0 = 100%%)")
     p.add_argument("--warmup", default="0", metavar="N|DURATION|P%",
                    help="exclude the first N requests of the window, its first DURATION (e.g. 10m) or P%% of its requests "
                    "from the counts; they still fill the cache (default 0)")
@@ -197,7 +210,8 @@ def _add_counting_arguments(p: argparse.ArgumentParser) -> None:
                    "(negative counts from the end: write --window=-2:), a duration from the first request (10m; "
                    "negative from the last: --window=-1h:) or a percentage of the requests (25%%); earlier requests "
                    "only fill the cache. (The old --window DURATION is --every DURATION.)")
-    p.add_argument("--every", metavar="DURATION", help="also answer per time window of this width (e.g. 10m), and cumulatively")
+    p.add_argument("--every", metavar="DURATION", help="also answer per time window of this width, with its unit (90s, "
+                   "10m, 1h; a bare number is refused), and cumulatively")
 
 
 def _add_routing_arguments(eng: Any) -> None:
@@ -253,6 +267,8 @@ def _add_routing_arguments(eng: Any) -> None:
 def _options(args: argparse.Namespace) -> PlanOptions:
     from stackdist.planning.geometry import DEFAULT_MODEL, from_hf_config, geometry_for
 
+    _check_schedule(args.schedule)
+
     try:
         if args.model_config:
             geometry = from_hf_config(args.model_config)
@@ -269,26 +285,26 @@ def _options(args: argparse.Namespace) -> PlanOptions:
     if not 0 < per_token <= 2**40:
         raise UsageError(f"--model-config {args.model_config}: {per_token:,} KV bytes per token is not a real model "
                          "(check num_hidden_layers, num_key_value_heads and head_dim).")
-    if not 0 < args.coverage <= 1:
-        raise UsageError(f"--coverage must be in (0, 1]; got {args.coverage}.")
     warm = args.warmup.strip()
-    try:
-        if warm.isdigit():
-            warm_requests, warm_seconds = parse_int(warm, "--warmup"), 0.0
-        elif warm.endswith("%"):
-            warm_requests, warm_seconds = 0, 0.0  # resolved against the trace in _resolve_warmup
-        else:
-            warm_requests, warm_seconds = 0, parse_duration(warm, "--warmup")
-        every, every_flag = _every(args)
-        window = parse_duration(every, every_flag) if every is not None else None
-    except (ValueError, argparse.ArgumentTypeError) as exc:
-        raise UsageError(str(exc)) from None
+    if warm.isdigit():
+        warm_requests, warm_seconds = parse_int(warm, "--warmup"), 0.0
+    elif warm.endswith("%"):
+        warm_requests, warm_seconds = 0, 0.0  # resolved against the trace in _resolve_warmup
+    else:
+        try:
+            warm_requests, warm_seconds = 0, duration(warm, "--warmup")
+        except UsageError:
+            raise UsageError(f"--warmup must be N requests, a duration with its unit (90s, 10m, 1.5h) or a percentage "
+                             f"(10%); got {args.warmup!r}.") from None
+    every, every_flag = _every(args)
+    window = duration(every, every_flag) if every is not None else None
     if window is not None and window <= 0:
         raise UsageError(f"{every_flag} must be a positive duration; got {every!r}.")
     tiers = fraction_list(args.tier_targets, "--tier-targets")
     if tiers != sorted(tiers) or len(tiers) > 3:
         raise UsageError(f"--tier-targets must be 1 to 3 non-decreasing fractions (HBM, DRAM, SSD); got {args.tier_targets!r}.")
     spec = resolve_spec(args)  # with --kv-dtype; the catalog is in planning/geometry.py
+    check_hardware_flags(args, args.flag_defaults, spec)  # no hardware flag without --gpu; the TP size vLLM takes
     return PlanOptions(
         semantics=tuple(m for m in args.semantics if m not in ENGINE_MODELS),
         geometry=spec.geometry,
@@ -352,6 +368,19 @@ def _kv_dtype_title(args: argparse.Namespace, trace: Any) -> str:
     return kv_dtype_text(args, resolve_spec(args))
 
 
+_SCHEDULES = ("serial", "model", "scheduler", "recorded")
+
+
+def _check_schedule(schedule: str | None) -> None:
+    """``--schedule``: a named schedule or a CSV file that exists; else a usage error with the closest name."""
+    import os
+
+    if schedule is None or schedule in _SCHEDULES or os.path.exists(schedule):
+        return
+    raise UsageError(f"--schedule must be {', '.join(_SCHEDULES)} or a CSV file; got {schedule!r}"
+                     f"{did_you_mean(schedule, _SCHEDULES)} (no such name or file).")
+
+
 def _every(args: argparse.Namespace) -> tuple[str | None, str]:
     """``--every`` and the flag given, or the old ``--window DURATION`` (no colon, so never a
     START:STOP) with a deprecation note on stderr; ``args.window`` is then cleared."""
@@ -359,8 +388,8 @@ def _every(args: argparse.Namespace) -> tuple[str | None, str]:
         window_spec(args.window, "--window")  # a bad START:STOP is a usage error naming --window
         return args.every, "--every"
     try:
-        parse_duration(args.window.strip(), "--window")
-    except ValueError:
+        duration(args.window.strip(), "--window")
+    except UsageError:
         window_spec(args.window, "--window")  # neither form: the START:STOP message
     if args.every is not None:
         raise UsageError(f"--window {args.window} (the old form of --every) and --every {args.every}: give --every only.")
@@ -465,8 +494,6 @@ def _method(args: argparse.Namespace, options: PlanOptions) -> Method:
 
 def _checked(args: argparse.Namespace, options: PlanOptions, trace: Any) -> PlanOptions:
     """The warm-up resolved against the trace (``P%``); empty input and too many windows refused."""
-    import math
-
     from stackdist.planning.plan import warmup_mask
 
     n = trace.n_requests
@@ -531,11 +558,11 @@ def _models(text: str) -> tuple[str, ...]:
     known = (*SEMANTICS, *ENGINE_MODELS)
     aliases = {"both": SEMANTICS, "all": known}
     names: list[str] = []
-    for part in (p.strip() for p in text.split(",")):
+    for part in (p.strip().lower() for p in text.split(",")):
         for name in aliases.get(part, (part,)):
             if name not in known:
                 raise UsageError(f"--semantics must be a comma-separated list of {', '.join(known)}, "
-                                 f"both or all; got {text!r}.")
+                                 f"both or all; got {text!r}{did_you_mean(name, [*known, *aliases])}.")
             if name not in names:
                 names.append(name)
     return tuple(names)
@@ -589,6 +616,7 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
                     budgets: Any = None) -> EngineOptions:
     """The engine models' options from the flags (decode defaults to whether outputs are known)."""
     models = tuple(m for m in args.semantics if m in ENGINE_MODELS)
+    _refuse_engine_flags(args, models)
     if args.engine_block_size < 1 or (models and trace.block_size % args.engine_block_size):
         raise UsageError(f"--engine-block-size must be a positive integer dividing the trace's block size "
                          f"({trace.block_size} tokens); got {args.engine_block_size}.")
@@ -598,7 +626,7 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     try:
         pools = parse_pools(args.gpu_blocks) if args.gpu_blocks else ()
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(_sized_pools_hint(args.gpu_blocks) or str(exc)) from None
     schedule: Any = args.schedule or ("recorded" if trace.recorded_schedule_s is not None else "model")
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
     scheduler = (_scheduler_settings(args, models, trace, budgets.ttft if budgets is not None else None, decode)
@@ -641,6 +669,50 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     except ValueError as exc:
         raise UsageError(f"{exc}.") from None
     return options
+
+
+def _sized_pools_hint(text: str) -> str | None:
+    """For ``--gpu-blocks 40GiB``: pools are the engine's own count, and ``--capacity`` is the flag
+    that takes bytes or tokens (each engine model runs at its own pool for the size)."""
+    finite = ",".join(p.strip() for p in text.split(",") if p.strip().lower() not in ("inf", "infinite", "unlimited"))
+    try:
+        sizes = size_list(finite, "--gpu-blocks")
+    except UsageError:
+        return None
+    if not any(size.unit in ("bytes", "tokens") for size in sizes):
+        return None
+    return (f"--gpu-blocks {text}: pool sizes are in each engine's own count (num_gpu_blocks, pages); for a size in bytes "
+            f"or tokens give --capacity {finite} (each engine model runs at its own pool for it).")
+
+
+def _refuse_engine_flags(args: argparse.Namespace, models: tuple[str, ...]) -> None:
+    """A flag of the engine models given when none runs (and, for those the engine semantics'
+    K workers also read, no --workers or --shared-blocks) is a usage error naming it: it would be
+    ignored. ``--decode-reuse`` needs an engine model (one that supports it: ``check_models``); a
+    router needs workers (or a --gpu deployment's replicas), a router's setting that router."""
+    able = _able("decode_reuse")
+    if args.decode_reuse and not models:  # with a model that does not model it: check_models says so
+        raise UsageError(f"--decode-reuse applies to the {_either(able)} engine model (--semantics {able[0]}); "
+                         f"it does nothing with --semantics {','.join(args.semantics)}.")
+    defaults = args.flag_defaults
+    if args.router != defaults["router"] and args.workers in ("one", "recorded") and not args.gpu:
+        raise UsageError(f"--router {args.router} spreads requests over --workers K workers (or the replicas of a --gpu "
+                         f"deployment); with {'one worker' if args.workers == 'one' else 'the recorded workers'} it does "
+                         "nothing.")
+    for flag, dest, router in (("--router-overlap-weight", "router_overlap_weight", "kv-aware"),
+                               ("--router-cache-threshold", "router_cache_threshold", "sglang-cache-aware")):
+        value = getattr(args, dest)
+        if value != defaults[dest] and not math.isnan(value) and args.router != router:  # (nan: its own message below)
+            raise UsageError(f"{flag} sets the {router} router; it does nothing with --router {args.router}.")
+    if models or args.workers != "one" or args.shared_blocks is not None:
+        return
+    for flag, dest in (("--gpu-blocks", "gpu_blocks"), ("--decode/--no-decode", "decode"), ("--schedule", "schedule"),
+                       ("--prefill-tokens-per-s", "prefill_tokens_per_s"),
+                       ("--decode-tokens-per-s", "decode_tokens_per_s"), ("--per-request", "per_request")):
+        if getattr(args, dest) != defaults.get(dest):
+            raise UsageError(f"{flag} applies to the engine models (--semantics {_either(list(ENGINE_MODELS))}) or the "
+                             f"engine semantics on --workers K; it does nothing with --semantics "
+                             f"{','.join(args.semantics)}.")
 
 
 def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...], trace: Any, ttft: Any, decode: bool) -> Any:
@@ -734,17 +806,21 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
 
 
 def _ttft_targets(texts: list[str]) -> tuple[tuple[str, float], ...]:
-    """``--ttft-target pP=SECONDS`` values; a UsageError naming the flag and the allowed forms."""
+    """``--ttft-target pP=SECONDS`` values (seconds as the metavar says, or a duration with its
+    unit: ``p99=500ms``); a UsageError naming the flag and the allowed forms."""
     out = []
     for text in texts:
         pct, _, value = text.partition("=")
         try:
             seconds = float(value)
         except ValueError:
-            seconds = -1.0
+            try:
+                seconds = duration(value, "--ttft-target")
+            except UsageError:
+                seconds = -1.0
         if pct.strip() not in ("p50", "p90", "p99") or not (0 < seconds < float("inf")):
-            raise UsageError(f"--ttft-target must be p50, p90 or p99 = a positive number of seconds, e.g. p99=2; "
-                             f"got {text!r}.")
+            raise UsageError(f"--ttft-target must be p50, p90 or p99 = a positive number of seconds or a duration, "
+                             f"e.g. p99=2 or p99=500ms; got {text!r}.")
         out.append((pct.strip(), seconds))
     return tuple(out)
 
@@ -806,7 +882,7 @@ def _routing_options(args: argparse.Namespace, options: PlanOptions, trace: Any)
 
 
 def _stage(label: str) -> None:
-    print(f"stackdist plan: {label}", file=sys.stderr)
+    stage("stackdist plan", label)  # on a terminal, or with --progress
 
 
 def _write_per_request(path: str, trace: Any, options: PlanOptions, results: dict[str, Any],

@@ -21,6 +21,7 @@ __all__ = [
     "FLAG_LABELS",
     "SCALE_COMMANDS",
     "add_scale_arguments",
+    "check_scale_flags",
     "is_sampled",
     "method_from",
     "trace_input",
@@ -56,6 +57,22 @@ def is_sampled(args: argparse.Namespace) -> bool:
     (True, False)
     """
     return getattr(args, "sample_rate", None) is not None or getattr(args, "sample_size", None) is not None
+
+
+def check_scale_flags(args: argparse.Namespace) -> None:
+    """``--sample-seeds`` and ``--seed`` set SHARDS sampling: given without ``--sample-rate`` or
+    ``--sample-size`` they would be ignored, so they are a usage error naming the flag. O(1).
+
+    >>> check_scale_flags(argparse.Namespace(sample_rate=None, sample_size=None, sample_seeds=3, seed=0))
+    """
+    from stackdist.errors import UsageError
+
+    if is_sampled(args):
+        return
+    for flag, value, default in (("--sample-seeds", getattr(args, "sample_seeds", 3), 3), ("--seed", getattr(args, "seed", 0), 0)):
+        if value != default:
+            raise UsageError(f"{flag} sets SHARDS sampling's hash seeds: add --sample-rate R or --sample-size S (without "
+                             "them the answer is exact and takes no seed).")
 
 
 def method_from(args: argparse.Namespace) -> Any:

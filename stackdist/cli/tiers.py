@@ -8,9 +8,10 @@ from typing import Any
 from stackdist.errors import UsageError
 from stackdist.output import write_json
 
-from .args import InputPath, bounded_int, int_list
+from .args import InputPath, bounded_int
 from .common import add_trace_arguments
-from .curve import MAX_POINTS
+from .curve import MAX_POINTS, UNIT_HELP, capacities, warn_unused_model
+from .names import KV_DTYPE_NAMES, kv_dtype_name, model_name
 from .scale import method_from, trace_input
 
 __all__ = ["MAX_GPUS", "add_tiers_parser", "run_tiers"]
@@ -24,6 +25,7 @@ EXAMPLES_TIERS = """examples:
   stackdist tiers trace.jsonl --gpu 4096 --exclusive --plot tiers.png -o tiers.json
   stackdist tiers data/traces/mooncake_conversation_trace.jsonl --format mooncake --gpu 8000 --cpu 0,20000,40000
   stackdist tiers data/traces/mooncake_conversation_trace.jsonl --format mooncake --gpu 8000 --model qwen3-8b --plot t.png
+  stackdist tiers trace.jsonl --format mooncake --model qwen3-8b --gpu 80GiB --cpu 256GiB,512GiB,1TiB
 """
 
 
@@ -35,9 +37,9 @@ def add_tiers_parser(sub: Any) -> None:
                        "GPU capacity gives every CPU capacity. --exclusive adds exclusive tiers from the same histogram.")
     add_trace_arguments(t)
     t.add_argument("--gpu", action="append", required=True, metavar="C",
-                   help="GPU tier capacity, 0 to 2^63-1 (repeat, or C1,C2, for several)")
+                   help=f"GPU tier capacity (repeat, or C1,C2, for several): {UNIT_HELP}")
     group = t.add_mutually_exclusive_group()
-    group.add_argument("--cpu", metavar="C1,C2,...", help="CPU capacities to report")
+    group.add_argument("--cpu", metavar="C1,C2,...", help="CPU capacities to report, in the same units as --gpu")
     group.add_argument("--cpu-points", type=bounded_int("--cpu-points", 2, MAX_POINTS), default=50,
                        help=f"number of evenly spread CPU capacities, 2 to {MAX_POINTS:,} (default 50)")
     t.add_argument("--exclusive", action="store_true", help="also report exclusive tiers (promote on hit, demote on eviction)")
@@ -46,14 +48,15 @@ def add_tiers_parser(sub: Any) -> None:
 
 def _add_plot_model_arguments(t: Any) -> None:
     """``--model``, ``--model-config``, ``--kv-dtype``: the plot's x axis in KV GiB (request traces)."""
-    from stackdist.planning.geometry import KV_DTYPES
-
     model = t.add_mutually_exclusive_group()
-    model.add_argument("--model", help="request traces: draw --plot's CPU axis in KV GiB of this model (a bundled model "
-                       "or Hugging Face repo id, as plan's); without it the axis is in blocks")
+    model.add_argument("--model", type=model_name, metavar="NAME",
+                       help="request traces: the model whose KV bytes per token convert --gpu/--cpu sizes in bytes to "
+                       "blocks and draw --plot's CPU axis in KV GiB (a bundled model or Hugging Face repo id, any case, "
+                       "as plan's); without it sizes in bytes are refused and the axis is in blocks")
     model.add_argument("--model-config", type=InputPath, metavar="FILE", help="a Hugging Face config.json instead of --model")
-    t.add_argument("--kv-dtype", choices=KV_DTYPES, metavar="DTYPE",
-                   help=f"with --model: the KV-cache element type, {', '.join(KV_DTYPES)} (default auto: the model's)")
+    t.add_argument("--kv-dtype", type=kv_dtype_name, metavar="DTYPE",
+                   help=f"with --model: the KV-cache element type, {', '.join(KV_DTYPE_NAMES)} or vLLM's and torch's "
+                   "names (default auto: the model's)")
 
 
 def _plot_bytes(args: argparse.Namespace) -> tuple[float | None, str | None]:
@@ -83,11 +86,13 @@ def run_tiers(args: argparse.Namespace) -> int:
     from stackdist.methods import Sampled, tiers_of
     from stackdist.render.reports import tiers_report
 
-    gpus = [v for text in args.gpu for v in int_list(text, "--gpu")]
+    gpus = capacities(args, list(args.gpu), "--gpu")
     if len(gpus) > MAX_GPUS:
         raise UsageError(f"--gpu: at most {MAX_GPUS} GPU capacities (each costs one replay); got {len(gpus):,}.")
-    cpu = int_list(args.cpu, "--cpu") if args.cpu is not None else None  # a usage error before any reading
+    cpu = capacities(args, [args.cpu], "--cpu") if args.cpu is not None else None  # a usage error before any reading
     bytes_per_unit, model = _plot_bytes(args) if args.plot else (None, None)
+    if not args.plot:
+        warn_unused_model(args, [*args.gpu, args.cpu])
     method = method_from(args)
     if isinstance(method, Sampled) and method.cluster is not None:
         raise UsageError("tiers: --dask is exact; it takes no --sample-rate/--sample-size.")

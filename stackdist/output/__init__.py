@@ -14,7 +14,14 @@ from .files import (
     write_stdout,
 )
 from .jsonfmt import dumps_json, json_default, tool_header
-from .progress import Progress, stage
+from .progress import (
+    Progress,
+    progress_enabled,
+    set_progress,
+    set_step_sink,
+    stage,
+    step,
+)
 
-__all__ = ["Progress", "check_outputs", "check_writable", "dumps_json", "is_stream", "json_default", "same_file", "stage",
-           "tool_header", "write_atomic", "write_files_atomic", "write_json", "write_stdout"]
+__all__ = ["Progress", "check_outputs", "check_writable", "dumps_json", "is_stream", "json_default", "progress_enabled",
+           "same_file", "set_progress", "set_step_sink", "stage", "step", "tool_header", "write_atomic", "write_files_atomic", "write_json", "write_stdout"]

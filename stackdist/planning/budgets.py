@@ -79,7 +79,8 @@ _BYTES = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10*
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50}
 _COUNTS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 BUDGET_UNITS = ("bytes: B, KB, MB, GB, TB (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024); "
-                "tokens: tokens, Ktokens, Mtokens, Gtokens; blocks of the trace: blocks, Kblocks, Mblocks")
+                "tokens: tokens, Ktokens, Mtokens, Gtokens; blocks of the trace: blocks, Kblocks, Mblocks; "
+                "engine pages (of the engine's block size): pages, Kpages, Mpages")
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,13 @@ class Budget:
     gpus: int = 0
 
 
-def parse_budgets(text: str, flag: str = "--capacity") -> tuple[Budget, ...]:
-    """Comma-separated sizes with units; UsageError naming ``flag`` and the allowed units."""
+def parse_budgets(text: str, flag: str = "--capacity", page_tokens: int = 16) -> tuple[Budget, ...]:
+    """Comma-separated sizes with units; UsageError naming ``flag`` and the allowed units. Engine
+    pages are ``page_tokens`` tokens each (a budget in tokens, labelled as written). O(sizes).
+
+    >>> [(b.label, b.unit, b.amount) for b in parse_budgets("64pages,2Kpages", page_tokens=16)]
+    [('64pages', 'tokens', 1024), ('2Kpages', 'tokens', 32000)]
+    """
     out = []
     for part in (p.strip() for p in text.split(",")):
         match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]+)", part)
@@ -105,10 +111,11 @@ def parse_budgets(text: str, flag: str = "--capacity") -> tuple[Budget, ...]:
             value, unit = float(match.group(1)), match.group(2).lower()
             if unit in _BYTES:
                 budget = Budget(part, "bytes", math.floor(value * _BYTES[unit]))
-            for word in ("tokens", "blocks"):
+            for word in ("tokens", "blocks", "pages"):
                 if unit.endswith(word) and unit[: -len(word)] in _COUNTS:
                     amount = value * _COUNTS[unit[: -len(word)]]
-                    budget = Budget(part, word, int(amount)) if amount == int(amount) else None
+                    budget = None if amount != int(amount) else (
+                        Budget(part, "tokens", int(amount) * page_tokens) if word == "pages" else Budget(part, word, int(amount)))
         if budget is None or not 0 < budget.amount < 2**62:
             raise UsageError(f"{flag} must be comma-separated positive sizes with a unit ({BUDGET_UNITS}), "
                              f"e.g. 880GiB,2TiB,40000blocks,2Mtokens; got {part!r}")

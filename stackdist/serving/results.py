@@ -6,11 +6,14 @@ Both kernels release the GIL (``nogil=True``), so pool sizes run in parallel thr
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+
+from stackdist.output import step
 
 __all__ = ["ServingResult", "bisect_feasible", "check_pools", "run_pools"]
 
@@ -69,16 +72,29 @@ def check_pools(pools: Sequence[int | None], minimum: int) -> tuple[int | None, 
     return tuple(out)
 
 
-def run_pools(sim: Callable[[int | None], tuple[np.ndarray, int]], sizes: Sequence[int | None], threads: int = 2) -> list[tuple[np.ndarray, int]]:
-    """Run ``sim(size) -> (hits, failed)`` for every size, on ``threads`` threads (in order).
+def run_pools(sim: Callable[[int | None], tuple[np.ndarray, int]], sizes: Sequence[int | None], threads: int = 2,
+              what: str = "") -> list[tuple[np.ndarray, int]]:
+    """Run ``sim(size) -> (hits, failed)`` for every size, on ``threads`` threads (in order); a
+    progress step (:func:`stackdist.output.step`, naming ``what``) as each size is done.
 
     >>> [f for _, f in run_pools(lambda n: (np.zeros(1), -1 if n else 0), [0, 5])]
     [0, -1]
     """
+    done = [0]
+    lock = threading.Lock()
+
+    def run(size: int | None) -> tuple[np.ndarray, int]:
+        out = sim(size)
+        with lock:  # one progress step per size (stackdist.output.step: shown when the command shows progress)
+            done[0] += 1
+            step(f"{what + ' ' if what else ''}pool size {'inf' if size is None else f'{size:,}'} done "
+                 f"({done[0]}/{len(sizes)})")
+        return out
+
     if threads <= 1 or len(sizes) <= 1:
-        return [sim(s) for s in sizes]
+        return [run(s) for s in sizes]
     with ThreadPoolExecutor(max_workers=threads) as ex:
-        return list(ex.map(sim, sizes))
+        return list(ex.map(run, sizes))
 
 
 def bisect_feasible(feasible: Callable[[int], bool], lo: int, hi: int) -> int:

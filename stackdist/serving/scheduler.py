@@ -40,7 +40,8 @@ async: of the batch whose output carried the token). The rules here are the pure
 compiled, and is what the plan uses. O(steps x running + blocks) per pool.
 
 >>> import numpy as np
->>> from stackdist.traces import RequestTrace
+>>> from stackdist.output import step
+from stackdist.traces import RequestTrace
 >>> t = RequestTrace.from_blocks([[1, 2], [1, 2]], block_size=16, last_tokens=[8, 8])
 >>> r = simulate_scheduler(t, [8], decode=False)
 >>> r.hit_tokens.tolist(), r.queue_s.tolist()
@@ -55,6 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stackdist.output import step
 from stackdist.traces import RequestTrace
 
 from .pages import EnginePages, engine_pages
@@ -529,4 +531,5 @@ def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | 
                                "table overflowed, 3 stale output at the head of the queue)")
         hits[p], pre[p] = hit, npre
         queue[p], first[p], finish[p] = sched - arrival, tok - arrival, fin - arrival
+        step(f"scheduler: pool size {'inf' if pool is None else f'{pool:,}'} done ({p + 1}/{k})")  # progress, if shown
     return SchedulerResult(tuple(pools), hits, pre, queue, first, finish, failed, s, busy, tokens, decode)

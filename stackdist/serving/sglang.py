@@ -484,7 +484,7 @@ def simulate_sglang(
     sched = resolve_schedule(schedule, trace, pages)
     B = page_size
     prep = _prepare(pages, sched, decode, B)
-    runs = run_pools(lambda n: _run(pages, prep, n, B), pools, threads)
+    runs = run_pools(lambda n: _run(pages, prep, n, B), pools, threads, "sglang model:")
     hits = np.stack([h for h, _ in runs])
     failed = np.array([f for _, f in runs], np.int64)
     bound = _serial_min_pages(pages, decode, B)

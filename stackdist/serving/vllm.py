@@ -501,7 +501,7 @@ def simulate_vllm(
                 hits[i] = -1
     else:
         prep = _prepare(pages, sched, decode, B)
-        runs = run_pools(lambda n: _run(pages, prep, n, B), pools, threads)
+        runs = run_pools(lambda n: _run(pages, prep, n, B), pools, threads, "vllm model:")
         hits = np.stack([h for h, _ in runs]) if runs else np.zeros((0, pages.n_requests), np.int64)
         failed = np.array([f for _, f in runs], np.int64)
     min_pool, proved = None, False
