@@ -141,4 +141,4 @@ def test_engine_models_plot_names_the_dtype(tmp_path, capsys, monkeypatch):
             "--model", "qwen3-8b", "--plot", str(tmp_path / "e.png"), "--json", str(tmp_path / "e.json")]
     assert main(argv) == 0, capsys.readouterr().err
     (title,) = figs
-    assert "model qwen3-8b, KV dtype fp16, 2 B/element" in title
+    assert "model qwen3-8b, KV dtype float16, 2 B/element" in title  # vLLM's name for fp16

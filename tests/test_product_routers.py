@@ -162,7 +162,7 @@ def test_cli_llm_d_needs_an_engine_model(capsys):
     assert code == 2 and "--router llm-d" in err and "--semantics" in err, err
     code, _, err = run_stackdist(capsys, "plan", "tests/data/mooncake_small.jsonl", "--semantics", "vllm",
                                    "--router", "llm-d")
-    assert code == 2 and "--router llm-d routes between --workers K" in err, err
+    assert code == 2 and "--router llm-d spreads requests over --workers K" in err, err
 
 
 def test_prompts_under_one_page_tie_on_every_worker():

@@ -40,8 +40,7 @@ async: of the batch whose output carried the token). The rules here are the pure
 compiled, and is what the plan uses. O(steps x running + blocks) per pool.
 
 >>> import numpy as np
->>> from stackdist.output import step
-from stackdist.traces import RequestTrace
+>>> from stackdist.traces import RequestTrace
 >>> t = RequestTrace.from_blocks([[1, 2], [1, 2]], block_size=16, last_tokens=[8, 8])
 >>> r = simulate_scheduler(t, [8], decode=False)
 >>> r.hit_tokens.tolist(), r.queue_s.tolist()
