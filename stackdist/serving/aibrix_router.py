@@ -80,6 +80,7 @@ from stackdist.engine.kernels import njit
 from .pages import PAGE_TOKENS, EnginePages
 from .production_stack_router import chunk_keys
 from .schedule import Schedule
+from .sglang_router import router_prompts
 
 __all__ = ["AIBRIX_PREFIX_CACHE", "PrefixCacheConfig", "aibrix_prefix_cache", "describe", "load_bound"]
 
@@ -229,15 +230,7 @@ def aibrix_prefix_cache(pages: EnginePages, schedule: Schedule, workers: int,
     O(prompt pages x workers) for the matches and writes, O(requests x workers) for the choices,
     O(requests log requests) for the load; O(page ids x workers) bytes.
     """
-    k = int(workers)
-    if k < 1:
-        raise ValueError(f"workers must be a positive integer; got {workers!r}")
-    n, B = pages.n_requests, pages.page_tokens
-    if schedule.n_requests != n:
-        raise ValueError(f"the schedule has {schedule.n_requests} requests, the trace {n}")
-    off = pages.offsets.astype(np.int64)
-    P = pages.input_tokens.astype(np.int64)
-    ntr = np.minimum(np.diff(off), (P + B - 1) // B)  # the prompt's pages
+    k, n, B, off, P, ntr = router_prompts(pages, schedule, workers)
     key, n_keys = chunk_keys(pages.key.astype(np.int64), off, ntr, P, B, int(pages.n_keys))
     held = np.zeros((n_keys, k), np.bool_)
     stored = np.zeros(n_keys, np.bool_)

@@ -77,7 +77,7 @@ from stackdist.traces import RequestTrace
 
 from .pages import EnginePages
 from .schedule import Schedule
-from .sglang_router import router_pages
+from .sglang_router import router_pages, router_prompts
 
 __all__ = ["PRODUCTION_STACK_PREFIXAWARE", "PrefixAwareConfig", "chunk_keys", "describe",
            "prefixaware_pages", "production_stack_prefixaware"]
@@ -181,15 +181,7 @@ def production_stack_prefixaware(pages: EnginePages, schedule: Schedule, workers
 
     O(prompt pages + requests x workers) time, O(page ids x workers) bytes.
     """
-    k = int(workers)
-    if k < 1:
-        raise ValueError(f"workers must be a positive integer; got {workers!r}")
-    n, B = pages.n_requests, pages.page_tokens
-    if schedule.n_requests != n:
-        raise ValueError(f"the schedule has {schedule.n_requests} requests, the trace {n}")
-    off = pages.offsets.astype(np.int64)
-    P = pages.input_tokens.astype(np.int64)
-    ntr = np.minimum(np.diff(off), (P + B - 1) // B)  # the prompt's chunks
+    k, n, B, off, P, ntr = router_prompts(pages, schedule, workers)
     key, n_keys = chunk_keys(pages.key.astype(np.int64), off, ntr, P, B, int(pages.n_keys))
     held = np.zeros((n_keys, k), np.bool_)
     present = np.zeros(n_keys, np.bool_)

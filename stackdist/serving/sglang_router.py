@@ -169,6 +169,26 @@ def _evict(ts: np.ndarray, size: np.ndarray, depth: np.ndarray, limit: int) -> N
         size[w] = limit
 
 
+def router_prompts(pages: EnginePages, schedule: Schedule,
+                   workers: int) -> tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray]:
+    """A prefix router's inputs, checked: ``(K, requests, page tokens, offsets, prompt tokens,
+    prompt pages per request)`` (the prompt's pages, not its answer's blocks). O(requests).
+
+    >>> p = EnginePages(np.array([0, 1, 2]), np.array([0, 3]), np.array([20]), np.array([9]), 3, 16)
+    >>> router_prompts(p, Schedule.serial(1), 2)[5].tolist()
+    [2]
+    """
+    k = int(workers)
+    if k < 1:
+        raise ValueError(f"workers must be a positive integer; got {workers!r}")
+    n, B = pages.n_requests, pages.page_tokens
+    if schedule.n_requests != n:
+        raise ValueError(f"the schedule has {schedule.n_requests} requests, the trace {n}")
+    off = pages.offsets.astype(np.int64)
+    P = pages.input_tokens.astype(np.int64)
+    return k, n, B, off, P, np.minimum(np.diff(off), (P + B - 1) // B)
+
+
 def router_pages(trace: RequestTrace, page_tokens: int = PAGE_TOKENS) -> EnginePages:
     """The router's text of every request: its engine pages of ``page_tokens`` tokens, or the
     trace's own blocks where those do not split into them or a prompt is empty (the engine
@@ -193,16 +213,8 @@ def sglang_cache_aware(pages: EnginePages, schedule: Schedule, workers: int,
     O(prompt pages x workers) for the matches, O(requests log requests) for the load, O(page ids
     x workers) memory (4 bytes each), plus O(held log held) per eviction over the limit.
     """
-    k = int(workers)
-    if k < 1:
-        raise ValueError(f"workers must be a positive integer; got {workers!r}")
-    n, B = pages.n_requests, pages.page_tokens
-    if schedule.n_requests != n:
-        raise ValueError(f"the schedule has {schedule.n_requests} requests, the trace {n}")
-    P = pages.input_tokens.astype(np.int64)
-    off = pages.offsets.astype(np.int64)
+    k, n, B, off, P, ntr = router_prompts(pages, schedule, workers)
     key = pages.key.astype(np.int64)
-    ntr = np.minimum(np.diff(off), (P + B - 1) // B)  # the prompt's pages (not answer blocks)
     n_keys = max(int(pages.n_keys), 1)
     lengths = np.diff(off)
     depth = np.zeros(n_keys, np.int64)
