@@ -8,6 +8,7 @@ for at most the window; MLA: layers x (kv_lora_rank + qk_rope_head_dim) x 2 byte
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +58,8 @@ HAND = {
     "glm-4-9b": (40, 0, None, 2 * 2 * 128 * 2),
     "glm-4.5-air": (46, 0, None, 2 * 8 * 128 * 2),
     "glm-4.5": (92, 0, None, 2 * 8 * 128 * 2),
+    "llama-4-scout": (12, 0, None, 2 * 8 * 128 * 2),  # every 4th layer full, 36 chunked-local layers
+    "qwen3-next-80b-a3b": (12, 0, None, 2 * 2 * 256 * 2),  # every 4th layer full, 36 linear-attention layers
 }
 
 
@@ -67,7 +70,8 @@ def test_every_catalog_entry_hand_computed():
         got = (g.num_full_layers, g.num_sliding_layers, g.sliding_window, g.layer_bytes_per_token)
         assert got == (full, sliding, window, per_layer), name
         assert g.kv_bytes_per_token == full * per_layer
-        assert g.all_layers_bytes_per_token == (full + sliding) * per_layer
+        assert g.all_layers_bytes_per_token == g.num_layers * per_layer
+        assert g.num_layers == full + sliding or g.layer_kinds.count("full") == full, name
         for tokens in (1, 100, 5000):
             assert g.kv_bytes_for(tokens) == full * per_layer * tokens + sliding * per_layer * min(tokens, window or 0)
 
@@ -177,3 +181,29 @@ def test_a_config_file_gets_weights_from_its_estimate(tmp_path):
     assert spec.geometry.kv_bytes_per_token == 70272
     assert spec_from_config({"num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 8,
                              "torch_dtype": "bfloat16"}).weights_bytes is None  # no vocab: no estimate
+
+
+CONFIGS = Path(__file__).parent / "data" / "engines" / "hybrid" / "configs"
+
+
+@pytest.mark.parametrize("config, kinds, window, chunk, state", [
+    ("gpt-oss-20b.json", ("sliding", "full") * 12, 128, None, 0),
+    ("gemma-3-27b-it.json", tuple("full" if (i + 1) % 6 == 0 else "sliding" for i in range(62)), 1024, None, 0),
+    ("Llama-4-Scout-17B-16E-Instruct.json", ("chunked", "chunked", "chunked", "full") * 12, None, 8192, 0),
+    # conv (4 - 1) x (2 x 16 x 128 + 32 x 128) + state 32 x 128 x 128, bf16
+    ("Qwen3-Next-80B-A3B-Instruct.json", ("mamba", "mamba", "mamba", "full") * 12, None, None,
+     (3 * (2 * 16 * 128 + 32 * 128) + 32 * 128 * 128) * 2),
+])
+def test_the_published_hybrid_configs_parse_as_vllm_reads_them(config, kinds, window, chunk, state):
+    g = spec_from_config(CONFIGS / config).geometry
+    assert (g.layer_kinds, g.sliding_window, g.attention_chunk_size, g.mamba_state_bytes) == (kinds, window, chunk, state)
+    assert g.kv_bytes_per_token == kinds.count("full") * g.layer_bytes_per_token
+
+
+def test_the_catalog_hybrids_equal_their_published_configs():
+    for name, config in (("gemma-3-27b", "gemma-3-27b-it.json"), ("llama-4-scout", "Llama-4-Scout-17B-16E-Instruct.json"),
+                         ("qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B-Instruct.json"), ("gpt-oss-20b", "gpt-oss-20b.json")):
+        mine, theirs = catalog()[name].geometry, spec_from_config(CONFIGS / config).geometry
+        assert (mine.layer_kinds, mine.sliding_window, mine.attention_chunk_size, mine.mamba_state_bytes,
+                mine.layer_bytes_per_token) == (theirs.layer_kinds, theirs.sliding_window, theirs.attention_chunk_size,
+                                                theirs.mamba_state_bytes, theirs.layer_bytes_per_token), name

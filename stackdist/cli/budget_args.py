@@ -198,6 +198,10 @@ def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions |
         raise UsageError("--gpu-price prices the GPUs of --gpu: give --gpu too.")
     if not (args.capacity or args.gpu or args.ttft_calibration):
         return None
+    if {"chunked", "mamba"} & set(spec.geometry.layer_kinds) and (args.capacity or args.gpu):
+        raise UsageError(f"--gpu and --capacity size the KV cache of full-attention and sliding-window layers only; "
+                         f"{spec.name} has chunked-local or Mamba layers: give vLLM's pool as --gpu-blocks N "
+                         "(num_gpu_blocks) with --semantics vllm.")
     budgets = parse_budgets(args.capacity, "--capacity", max(args.engine_block_size, 1)) if args.capacity else ()
     hardware = None
     prices: DeploymentPrices | None = None

@@ -129,8 +129,12 @@ def add_plan_parser(sub: Any) -> None:
                      "'inf' for no eviction (default: 8 sizes spread up to no eviction, and inf). "
                      "With --semantics engine and --workers or --shared-blocks: each worker's GPU cache, in blocks "
                      "of the trace's block size (after --reblock) (default: 4 sizes up to the distinct blocks / K)")
-    eng.add_argument("--engine-block-size", type=int, default=16, metavar="TOKENS",
+    eng.add_argument("--engine-block-size", type=int, default=None, metavar="TOKENS",
                      help="the engine's KV block (page) size in tokens (default 16)")
+    eng.add_argument("--gdn-checkpoint-alignment", type=int, default=None, metavar="TOKENS",
+                     help="a Mamba (gated delta net) hybrid such as Qwen3-Next: the grid on which vLLM's GDN prefill "
+                     "exports mid-prefill states, which sets the raised block and the prefill checkpoints (default 64, "
+                     "the FlashInfer prefill; 0: the Triton/FLA prefill, which exports none)")
     eng.add_argument("--decode", action=argparse.BooleanOptionalAction, default=None,
                      help="generated tokens occupy and are cached in blocks as the engine writes them "
                      "(default: on when the trace gives output lengths)")
@@ -423,6 +427,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
     check_outputs([("--json", args.json), ("--plot", args.plot), ("--per-request", args.per_request),
                    ("--write-deployment", args.write_deployment)], [args.trace, args.model_config, args.schedule])
+    args.engine_block_size_given, args.engine_block_size = args.engine_block_size, args.engine_block_size or 16
     specs = _offload_specs(args)
     options = _options(args)
     for spec in specs:  # sizes resolve with the model's bytes and the page: a bad one is a usage error, before any work
@@ -436,7 +441,7 @@ def run_plan(args: argparse.Namespace) -> int:
     trace = _load(args)
     options = _bytes_of_the_trace(args, options, trace)
     options = dataclasses.replace(_checked(args, options, trace), engine=_engine_options(args, trace, specs,
-                                                                                   options.budgets))
+                                                                                   options.budgets, options.geometry))
     options = with_budget_pools(options, trace)  # the engine models at the --capacity sizes
     options = dataclasses.replace(options, routing=_routing_options(args, options, trace))
     options = dataclasses.replace(options, deployment=_deployment(args, options, trace))
@@ -613,10 +618,13 @@ def _offload_specs(args: argparse.Namespace) -> tuple[OffloadSpec, ...]:
 
 
 def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[OffloadSpec, ...] = (),
-                    budgets: Any = None) -> EngineOptions:
+                    budgets: Any = None, geometry: Any = None) -> EngineOptions:
     """The engine models' options from the flags (decode defaults to whether outputs are known)."""
     models = tuple(m for m in args.semantics if m in ENGINE_MODELS)
     _refuse_engine_flags(args, models)
+    groups = _hybrid_groups(args, models, geometry)
+    if groups:  # pages stay 16 tokens (the hash block); the groups carry their own block size
+        args.engine_block_size = 16
     if args.engine_block_size < 1 or (models and trace.block_size % args.engine_block_size):
         raise UsageError(f"--engine-block-size must be a positive integer dividing the trace's block size "
                          f"({trace.block_size} tokens); got {args.engine_block_size}.")
@@ -629,11 +637,16 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
         raise UsageError(_sized_pools_hint(args.gpu_blocks) or str(exc)) from None
     schedule: Any = args.schedule or ("recorded" if trace.recorded_schedule_s is not None else "model")
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
+    if groups and (schedule == "scheduler" or offload or args.decode_reuse or args.shared_blocks is not None
+                   or args.workers != "one"):
+        raise UsageError("a model with sliding-window, chunked-local or Mamba groups is modelled on one vLLM instance, "
+                         "serial or timed (no --schedule scheduler, --offload, --decode-reuse, --shared-blocks or "
+                         "--workers yet).")
     scheduler = (_scheduler_settings(args, models, trace, budgets.ttft if budgets is not None else None, decode)
                  if schedule == "scheduler" else None)
     if schedule != "scheduler":
         for flag, given in (("--step-time", args.step_time is not None), ("--max-num-seqs", args.max_num_seqs is not None),
-                            ("--max-num-batched-tokens", args.max_num_batched_tokens is not None),
+                            ("--max-num-batched-tokens", args.max_num_batched_tokens is not None and not groups),
                             ("--async-scheduling", args.async_scheduling)):
             if given:
                 raise UsageError(f"{flag} sets the engine's scheduler: it needs --schedule scheduler (the schedule here "
@@ -662,7 +675,9 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
                             overlap_weight=args.router_overlap_weight, router_cache_threshold=args.router_cache_threshold,
                             router_temperature=args.router_temperature, router_weights=weights,
                             router_table_blocks=args.router_table_blocks,
-                            shared_blocks=shared, offload=offload, scheduler=scheduler)
+                            shared_blocks=shared, offload=offload, scheduler=scheduler, kv_groups=groups,
+                            max_num_batched_tokens=args.max_num_batched_tokens or 8192,
+                            kv_block_bytes=_hybrid_block_bytes(groups, geometry))
     try:
         check_models(options, {"decode_reuse": "--decode-reuse", "tiers": "--shared-blocks",
                                "routing": f"--router {args.router}"})
@@ -713,6 +728,45 @@ def _refuse_engine_flags(args: argparse.Namespace, models: tuple[str, ...]) -> N
             raise UsageError(f"{flag} applies to the engine models (--semantics {_either(list(ENGINE_MODELS))}) or the "
                              f"engine semantics on --workers K; it does nothing with --semantics "
                              f"{','.join(args.semantics)}.")
+
+
+def _hybrid_groups(args: argparse.Namespace, models: tuple[str, ...], geometry: Any) -> tuple[Any, ...]:
+    """vLLM's KV cache groups of a model with sliding-window, chunked-local or Mamba layers
+    (``stackdist.serving.hybrid``), for the engine models that run them; () otherwise. The block is
+    ``--engine-block-size`` (default 16), raised for a Mamba hybrid as vLLM's
+    ``_align_hybrid_block_size`` raises it until an attention page holds a Mamba state."""
+    from stackdist.serving.hybrid import groups_from_layers, mamba_attention_block_size
+
+    kinds = getattr(geometry, "layer_kinds", ())
+    runs = models or ((next(iter(ENGINE_MODELS)),) if getattr(args, "gpu", None) else ())  # --gpu: the deployment's
+    able = [m for m in runs if ENGINE_MODELS[m].supports_hybrid_groups]
+    grid = getattr(args, "gdn_checkpoint_alignment", None)
+    if grid is not None and (grid < 0 or grid % 16 or "mamba" not in kinds or not able):
+        raise UsageError(f"--gdn-checkpoint-alignment applies to a model with Mamba (linear-attention) layers and must "
+                         f"be 0 or a positive multiple of 16 tokens; got {grid}"
+                         + ("" if "mamba" in kinds else " for a model without them")
+                         + ("" if able else f" (and an engine model that runs them: --semantics {next(iter(ENGINE_MODELS))})")
+                         + ".")
+    if not kinds or not able:
+        return ()
+    grid = 64 if grid is None else grid
+    block = getattr(args, "engine_block_size_given", args.engine_block_size) or 16
+    if "mamba" in kinds and block % 16 == 0:  # vLLM raises a block too small for a Mamba state page
+        block = mamba_attention_block_size(geometry.mamba_state_bytes, geometry.layer_bytes_per_token, block, grid)
+    if block < 16 or block % 16:
+        raise UsageError(f"--engine-block-size must be a positive multiple of 16 tokens for a hybrid model's groups; "
+                         f"got {block}.")
+    return groups_from_layers(kinds, block, geometry.sliding_window, geometry.attention_chunk_size, grid)
+
+
+def _hybrid_block_bytes(groups: tuple[Any, ...], geometry: Any) -> int:
+    """Bytes of one block of a hybrid model: one group's layers (vLLM's group size) x the block's
+    tokens x an attention layer's bytes per token (a Mamba state is padded to that page)."""
+    if not groups:
+        return 0
+    from stackdist.serving.hybrid import layers_per_group
+
+    return layers_per_group(geometry.layer_kinds) * max(g.block_size for g in groups) * geometry.layer_bytes_per_token
 
 
 def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...], trace: Any, ttft: Any, decode: bool) -> Any:
@@ -788,7 +842,7 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
     offload = next((s for s in options.engine.offload if offload_model(s.model).behind == engine), None)
     load_router = args.router if args.router in STATIC_ROUTERS else "session"
     scheduler = None
-    if engine_model(engine).supports_scheduler:
+    if engine_model(engine).supports_scheduler and not options.engine.kv_groups:  # the scheduler model: full attention
         try:
             step = _step_time(args, trace, budgets.ttft, options.engine.decode)
         except UsageError:
@@ -799,8 +853,11 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
     note = "" if load_router == args.router or scheduler is None else (
         f"--router {args.router} reads the replicas' state, which needs their schedulers jointly: the load runs use "
         f"{load_router} routing (the hits use {args.router})")
+    vllm_pool = engine_model(engine).pool_for_pages(pages)
+    if options.engine.kv_groups and engine_model(engine).supports_hybrid_groups:
+        vllm_pool = int(pool["num_gpu_blocks"])  # the hybrid model spends the pool on every group itself
     return DeploymentSpec(engine, budgets.hardware.replicas, budgets.hardware.gpus_per_replica,
-                          engine_model(engine).pool_for_pages(pages), args.router, offload,
+                          vllm_pool, args.router, offload,
                           max(args.max_replicas, budgets.hardware.replicas), scheduler, note,
                           _ttft_targets(args.ttft_target), load_router)
 

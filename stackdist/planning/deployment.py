@@ -377,7 +377,9 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
                             + (" with tiers that never evict" if spec.offload else "")
                             + "): a static router splits the reuse across the replicas' pools")})})
     return {
-        "engine": spec.engine, "follows": model.follows, "router": spec.router if spec.replicas > 1 else None,
+        "engine": spec.engine, "router": spec.router if spec.replicas > 1 else None,
+        "follows": model.follows + (f" + HybridKVCacheCoordinator, {len(options.kv_groups)} KV cache groups in one pool"
+                                    if options.kv_groups and model.supports_hybrid_groups else ""),
         "replicas": spec.replicas, "gpus_per_replica": spec.gpus_per_replica, "pool_per_replica": spec.pool,
         "offload": spec.offload.text if spec.offload else None,
         "notes": [n for n in (spec.note, balance.get(spec.replicas, "")) if n],

@@ -39,6 +39,7 @@ from stackdist.serving.decode_reuse import (
     reuse_report,
 )
 from stackdist.serving.engine_model import ENGINE_MODELS, engine_model
+from stackdist.serving.hybrid import GroupSpec, HybridResult
 from stackdist.serving.offload import OffloadSpec
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.production_stack_router import (
@@ -135,6 +136,13 @@ class EngineOptions:
     """Offload tiers behind the models (:mod:`.offload_plan`), serial schedule."""
     scheduler: SchedulerSettings | None = None
     """With ``schedule="scheduler"``: the engine's own scheduler under load (:mod:`stackdist.serving.scheduler`)."""
+    kv_groups: tuple[GroupSpec, ...] = ()
+    """The model's KV cache groups when some are not full attention (:mod:`stackdist.serving.hybrid`);
+    the models that support them run them all from one pool, pages stay ``engine_block_size``."""
+    max_num_batched_tokens: int = 8192
+    """The prefill chunk of a serial schedule with hybrid groups (vLLM's ``max_num_batched_tokens``)."""
+    kv_block_bytes: int = 0
+    """With hybrid groups: the bytes of one block (one group's layers x its block of tokens)."""
 
 
 ROUTERS = ("round-robin", "random", "session", "prefix-hash", "least-loaded", SGLANG_CACHE_AWARE,
@@ -418,7 +426,12 @@ def check_models(options: EngineOptions, words: dict[str, str] = CAPABILITIES) -
 def per_worker_run(model: str, trace: RequestTrace, options: EngineOptions, schedule: Schedule,
                     pools: tuple[int | None, ...], workers: np.ndarray) -> ServingResult:
     """The model on each worker's requests alone (a static assignment), merged."""
-    run = engine_model(model).simulate
+    spec = engine_model(model)
+
+    def run(source: Any, pools: Any, schedule: Any, decode: bool, page: int) -> ServingResult:
+        if options.kv_groups and spec.supports_hybrid_groups:
+            return spec.simulate_hybrid(source, pools, schedule, decode, options.kv_groups, options.max_num_batched_tokens)
+        return spec.simulate(source, pools, schedule, decode, page)
     parts = []
     for w in np.unique(workers).tolist():
         index = np.flatnonzero(workers == w)
@@ -436,7 +449,7 @@ def _with_available(cluster: ClusterResult | None, model: str, trace: RequestTra
     (:func:`~stackdist.serving.routed.simulate_routed`, every worker probed at each arrival), for
     the routing regret. Not for recorded workers, decode reuse or models without a joint run."""
     if (cluster is None or not isinstance(options.workers, int) or options.workers < 2 or options.decode_reuse
-            or model not in routed_models()):
+            or model not in routed_models() or options.kv_groups and engine_model(model).supports_hybrid_groups):
         return cluster
     joint = simulate_routed(engine_pages(trace, options.engine_block_size), model, options.workers, workers, pools,
                             _shared(options), schedule, options.decode, options.overlap_weight,
@@ -758,12 +771,19 @@ def engine_section(
         for i, row in enumerate(rows):
             if row["feasible"]:
                 row["vs_engine"] = _vs_engine(result.hit_tokens[i][mask], trace.engine_cached_tokens[mask], input_tokens)
+    hybrid = hybrid_section(result, options, mask, input_tokens) if options.kv_groups and engine_model(result.engine).supports_hybrid_groups \
+        else None
+    if hybrid is not None:
+        for row in rows:
+            row["gib"] = None if row["gpu_blocks"] == "inf" else int(row["gpu_blocks"]) * options.kv_block_bytes / 2**30
     return {
         "model": result.engine,
-        "follows": engine_model(result.engine).follows,
+        "hybrid": hybrid,
+        "follows": engine_model(result.engine).follows + (" + HybridKVCacheCoordinator, one pool shared by "
+                                                          f"{len(options.kv_groups)} KV cache groups" if hybrid else ""),
         "engine": {"name": engine_model(result.engine).engine, "version": engine_model(result.engine).version},
         "pool_unit": engine_model(result.engine).pool_unit,
-        "engine_block_size_tokens": options.engine_block_size,
+        "engine_block_size_tokens": hybrid["block_size_tokens"] if hybrid else options.engine_block_size,
         "decode": options.decode,
         "schedule": {"kind": schedule, **vars(options.scheduler or SchedulerSettings())} if schedule == "scheduler" else
         {"kind": schedule, "prefill_tokens_per_s": options.prefill_tokens_per_s,
@@ -778,6 +798,50 @@ def engine_section(
         "cluster": model_cluster_section(result, trace, options, mask, block_bytes)
         if isinstance(result, ModelCluster) and result.cluster is not None else None,
     }
+
+
+_LIMIT = {"sliding": "the sliding-window group: a hit needs the window's blocks before it cached, and with vLLM's "
+                      "default retention only the window before the replay boundary (P - 1 rounded down to a block) "
+                      "and before a junction is kept, so a newly shared prefix misses twice",
+          "chunked": "the chunked-local group: a hit needs the current chunk's blocks from its start cached",
+          "mamba": "the Mamba group: a hit needs a state checkpoint ending exactly at the hit, and with vLLM's default "
+                   "retention only the state at the replay boundary and at a junction is kept, so a newly shared prefix "
+                   "misses twice and a prefix shared only partly hits at the last kept state below it"}
+
+
+def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarray, input_tokens: int) -> dict[str, Any]:
+    """The hybrid KV cache's answers: its groups and bytes per block, and per pool the hit against
+    the longest single-group hit (the full-attention group's own), naming the group that limits it.
+    O(pools x requests)."""
+    groups = options.kv_groups
+    kinds = [g.kind for g in groups]
+    described = []
+    for spec in dict.fromkeys(groups):
+        described.append({"kind": spec.kind, "groups": groups.count(spec), "block_size_tokens": spec.block_size,
+                          "window_tokens": spec.window or None, "chunk_tokens": spec.chunk or None,
+                          "bytes_per_block": options.kv_block_bytes})
+    others = [k for k in dict.fromkeys(kinds) if k != "full"]
+    pools = []
+    longest = result.group_hit_tokens if isinstance(result, HybridResult) else None
+    for i, pool in enumerate(result.pools):
+        if result.failed_request[i] >= 0:
+            continue
+        hits = int(result.hit_tokens[i][mask].sum())
+        row: dict[str, Any] = {"gpu_blocks": _pool_label(pool), "hit_tokens": hits,
+                               "prefix_token_hit_rate": hits / input_tokens if input_tokens else 0.0}
+        if longest is not None:
+            full = int(longest[i][mask].sum())
+            lost = int(((longest[i] > result.hit_tokens[i]) & mask).sum())
+            row.update(full_attention_hit_tokens=full, tokens_lost_to_other_groups=full - hits, requests_cut=lost,
+                       full_attention_prefix_token_hit_rate=full / input_tokens if input_tokens else 0.0)
+        pools.append(row)
+    lost_any = any(p.get("tokens_lost_to_other_groups", 0) > 0 for p in pools)
+    note = (f"hits are limited by {'; and '.join(_LIMIT[k] for k in others)}" if lost_any else
+            "no hit was cut by the " + ", ".join(others) + " group(s) at these pools: full attention alone finds the same")
+    return {"groups": described, "kv_cache_groups": len(groups), "bytes_per_block": options.kv_block_bytes,
+            "block_size_tokens": max(g.block_size for g in groups),
+            "max_num_batched_tokens": options.max_num_batched_tokens, "pools": pools, "limited_by": note,
+            "pool": "one pool of num_gpu_blocks shared by every group; a block holds one group's layers"}
 
 
 def decode_reuse_bounds(result: ServingResult, trace: RequestTrace, options: EngineOptions,

@@ -77,6 +77,10 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
     if options.schedule == "scheduler":
         return {"skipped": "not searched under the engine's scheduler: each probe would be a whole run of the "
                            "scheduler under load; the pools rows are the answers at the sizes given"}
+    if options.kv_groups and spec.supports_hybrid_groups:
+        return {"skipped": "not searched for a model with sliding-window, chunked-local or Mamba groups (each probe "
+                           "is a whole pure-Python run of the hybrid cache); the pools rows are the answers at the "
+                           "sizes given"}
     if options.router in JOINT_ROUTERS and options.workers not in ("one", "recorded"):
         return {"skipped": f"not searched with the {options.router} router (each probe would be a joint run of the K pools); "
                            "the pools rows are the answers at the sizes given"}

@@ -21,7 +21,11 @@ Formulas (bytes of KV cache one token occupies, all layers together):
   it enters a capacity). ``all_layers_bytes_per_token`` is the old over-count (every layer
   as full attention), the conservative bound.
 
-Not modelled: linear-attention / SSM layers, chunked local attention (Llama-4), KV-cache
+Chunked-local (Llama 4) and linear-attention / Mamba layers (Qwen3-Next) are read into
+``layer_kinds`` (as vLLM 0.33.0's model code decides them) for the hybrid engine model
+(:mod:`stackdist.serving.hybrid`, docs/hybrid.md); ``kv_bytes_per_token`` counts the
+full-attention layers only, and the byte budgets (``--gpu``, ``--capacity``) refuse such models
+(what a chunk or a Mamba state holds per request is not in them). Not modelled: KV-cache
 quantisation scales (fp8 counts one byte per element), multi-token-prediction layers.
 
 **The bundled model catalog**: config fields of the models people plan today, with their source.
@@ -95,6 +99,13 @@ class ModelGeometry:
     qk_rope_head_dim: int | None = None
     sliding_window: int | None = None
     num_sliding_layers: int = 0
+    layer_kinds: tuple[str, ...] = ()
+    """Per layer, in layer order, its KV cache kind as vLLM groups it: ``full``, ``sliding``,
+    ``chunked`` (chunked local attention) or ``mamba`` (linear attention / SSM state); empty when
+    every layer is full attention or only the sliding count is known."""
+    attention_chunk_size: int | None = None
+    mamba_state_bytes: int = 0
+    """Bytes of one Mamba layer's state (one request, one checkpoint)."""
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes"):
@@ -108,6 +119,15 @@ class ModelGeometry:
             _require_int("sliding_window", self.sliding_window, minimum=1)
         if (self.kv_lora_rank is None) != (self.qk_rope_head_dim is None):
             raise UsageError("kv_lora_rank and qk_rope_head_dim must be given together (MLA) or not at all")
+        if self.layer_kinds:
+            if len(self.layer_kinds) != self.num_layers or not set(self.layer_kinds) <= set(LAYER_KINDS):
+                raise UsageError(f"layer_kinds must name one of {', '.join(LAYER_KINDS)} per layer ({self.num_layers})")
+            if self.layer_kinds.count("sliding") != self.num_sliding_layers:
+                raise UsageError("layer_kinds must count num_sliding_layers sliding layers")
+            if ("chunked" in self.layer_kinds) != (self.attention_chunk_size is not None):
+                raise UsageError("chunked layers and attention_chunk_size must be given together")
+            if ("mamba" in self.layer_kinds) != (self.mamba_state_bytes > 0):
+                raise UsageError("mamba layers and mamba_state_bytes must be given together")
         if self.kv_lora_rank is not None:
             _require_int("kv_lora_rank", self.kv_lora_rank, minimum=1)
             _require_int("qk_rope_head_dim", self.qk_rope_head_dim, minimum=0)
@@ -130,7 +150,10 @@ class ModelGeometry:
 
     @property
     def num_full_layers(self) -> int:
-        """Layers with full attention (all layers unless some are sliding-window)."""
+        """Layers with full attention (all layers unless some are sliding-window, chunked-local or
+        Mamba layers)."""
+        if self.layer_kinds:
+            return self.layer_kinds.count("full")
         return self.num_layers - self.num_sliding_layers
 
     @property
@@ -165,6 +188,11 @@ class ModelGeometry:
         window = self.sliding_window or 0
         out = self.kv_bytes_per_token * np.asarray(tokens) + self.sliding_bytes_per_token * np.minimum(tokens, window)
         return int(out) if np.ndim(out) == 0 else out
+
+
+LAYER_KINDS = ("full", "sliding", "chunked", "mamba")
+"""The KV cache kinds of a layer (vLLM's FullAttentionSpec, SlidingWindowSpec,
+ChunkedLocalAttentionSpec, MambaSpec)."""
 
 
 def _require_int(name: str, value: Any, minimum: int) -> None:
@@ -293,6 +321,11 @@ def from_hf_config(
     layers = _required(config, "num_hidden_layers", where)
     if dtype is None:
         found = config.get("torch_dtype") or config.get("dtype") or top.get("torch_dtype") or top.get("dtype")
+        if found is None and _layer_kinds(config, layers, where):
+            # a hybrid model's config without a dtype (gpt-oss): transformers reads float32, which
+            # vLLM 0.33.0's "auto" dtype downcasts to the platform's first (bfloat16 on CUDA;
+            # config/model.py:2441 _resolve_auto_dtype)
+            found = "bfloat16"
         if found is None:
             raise UsageError(f"{where}: missing field 'torch_dtype' (or 'dtype'); pass dtype= to choose one")
         element_bytes = dtype_bytes(found, where=f"{where}: field 'torch_dtype'")
@@ -317,8 +350,86 @@ def from_hf_config(
         hidden = _required(config, "hidden_size", where, " (needed when head_dim is absent)")
         attention_heads = _required(config, "num_attention_heads", where, " (needed when head_dim is absent)")
         head_dim = hidden // attention_heads
+    kinds = _layer_kinds(config, layers, where)
+    if kinds:
+        sliding = kinds.count("sliding")
+        window = _required(config, "sliding_window", where, " (needed with sliding layers)") if sliding else None
+        chunk = _required(config, "attention_chunk_size", where, " (needed with chunked layers)") if "chunked" in kinds else None
+        state = _mamba_state_bytes(config, where, element_bytes) if "mamba" in kinds else 0
+        if kinds.count("full") == 0:
+            what = "every layer is sliding-window" if set(kinds) == {"sliding"} else "no layer is full attention"
+            raise UsageError(f"{where}: {what}; a prefix cache of such a model is not modelled")
+        return ModelGeometry(name, layers, kv_heads, head_dim, element_bytes, sliding_window=window,
+                             num_sliding_layers=sliding, layer_kinds=kinds if set(kinds) != {"full"} else (),
+                             attention_chunk_size=chunk, mamba_state_bytes=state)
     window, sliding = _sliding_layers(config, layers, where)
     return ModelGeometry(name, layers, kv_heads, head_dim, element_bytes, sliding_window=window, num_sliding_layers=sliding)
+
+
+_KIND_OF_TYPE = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
+                 "linear_attention": "mamba"}
+
+
+def _layer_kinds(config: Mapping[str, Any], layers: int, where: str) -> tuple[str, ...]:
+    """Per-layer kinds as vLLM 0.33.0's model code decides them (empty: the legacy sliding rule):
+
+    - ``layer_types`` when given (``sliding_attention``, ``full_attention``, ``chunked_attention``,
+      ``linear_attention``): gpt-oss (``models/gpt_oss.py``), Gemma 3 (``models/gemma3.py``),
+      Qwen3-Next (``models/qwen3_next.py``) read it;
+    - Gemma 3 without it: ``sliding_window_pattern`` (transformers' default 6): layer i is full iff
+      ``(i + 1) % pattern == 0``;
+    - gpt-oss without it: even layers sliding, odd full (``models/gpt_oss.py``);
+    - Llama 4 (``attention_chunk_size``): ``no_rope_layers[i] == 0`` is a full ("NoPE") layer, else
+      chunked local (``models/llama4.py``); an empty list is transformers' default, every
+      ``no_rope_layer_interval``-th (4) layer full;
+    - Qwen3-Next without ``layer_types``: every ``full_attention_interval``-th layer full, the rest
+      linear attention (Mamba-style state).
+    """
+    model_type = str(config.get("model_type") or "")
+    types = config.get("layer_types")
+    if isinstance(types, list) and all(isinstance(t, str) for t in types) and len(types) == layers \
+            and set(types) <= set(_KIND_OF_TYPE) and set(types) & {"chunked_attention", "linear_attention"}:
+        return tuple(_KIND_OF_TYPE[t] for t in types)
+    if isinstance(types, list) and types:
+        return tuple(_KIND_OF_TYPE.get(t, "full") for t in types) if len(types) == layers and \
+            set(types) <= set(_KIND_OF_TYPE) else ()
+    pattern = _config_int(config, "sliding_window_pattern", where)
+    if (pattern or model_type.startswith("gemma3")) and config.get("sliding_window"):
+        pattern = pattern or 6
+        return tuple("full" if (i + 1) % pattern == 0 else "sliding" for i in range(layers))
+    if model_type == "gpt_oss" and config.get("sliding_window"):
+        return tuple("sliding" if i % 2 == 0 else "full" for i in range(layers))
+    if model_type.startswith("llama4") and config.get("attention_chunk_size"):
+        no_rope = config.get("no_rope_layers") or []
+        if not no_rope:
+            interval = _config_int(config, "no_rope_layer_interval", where) or 4
+            no_rope = [int((i + 1) % interval != 0) for i in range(layers)]
+        if len(no_rope) != layers:
+            raise UsageError(f"{where}: field 'no_rope_layers' must have one entry per layer ({layers})")
+        return tuple("full" if x == 0 else "chunked" for x in no_rope)
+    every = _config_int(config, "full_attention_interval", where)
+    if every and config.get("linear_num_value_heads"):
+        return tuple("full" if (i + 1) % every == 0 else "mamba" for i in range(layers))
+    return ()
+
+
+def _mamba_state_bytes(config: Mapping[str, Any], where: str, element_bytes: int) -> int:
+    """One gated-delta-net layer's state bytes (Qwen3-Next), vLLM 0.33.0
+    ``MambaStateShapeCalculator.gated_delta_net_state_shape`` (``mamba_utils.py:272``): a conv
+    state of ``(kernel - 1) x (2 x key heads x key dim + value heads x value dim)`` and a
+    temporal state of ``value heads x value dim x key dim``, both in the model dtype
+    (``_mamba_state_dtype``, ``mamba_utils.py:98``: ``mamba_ssm_cache_dtype`` "auto").
+
+    >>> _mamba_state_bytes({"linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 32,
+    ...     "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4}, "c", 2)
+    1097728
+    """
+    nk = _required(config, "linear_num_key_heads", where, " (needed with linear-attention layers)")
+    dk = _required(config, "linear_key_head_dim", where, " (needed with linear-attention layers)")
+    nv = _required(config, "linear_num_value_heads", where, " (needed with linear-attention layers)")
+    dv = _required(config, "linear_value_head_dim", where, " (needed with linear-attention layers)")
+    kernel = _required(config, "linear_conv_kernel_dim", where, " (needed with linear-attention layers)")
+    return ((kernel - 1) * (2 * nk * dk + nv * dv) + nv * dv * dk) * element_bytes
 
 
 def _sliding_layers(config: Mapping[str, Any], layers: int, where: str) -> tuple[int | None, int]:
@@ -580,7 +691,9 @@ def catalog_help() -> str:
     lines = []
     for name, spec in catalog().items():
         g = spec.geometry
+        others = {k: g.layer_kinds.count(k) for k in ("chunked", "mamba") if k in g.layer_kinds}
         kind = "MLA" if g.is_mla else (f"{g.num_sliding_layers}/{g.num_layers} layers window {g.sliding_window}"
-                                       if g.is_hybrid else "full attention")
+                                       if g.is_hybrid else ", ".join(f"{n}/{g.num_layers} layers {k}" for k, n in
+                                                                     others.items()) or "full attention")
         lines.append(f"  {name:<18} {g.kv_bytes_per_token:>7,} B/token ({kind})  {spec.hf_repo}")
     return "\n".join(lines)

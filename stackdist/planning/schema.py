@@ -284,6 +284,7 @@ class EngineModelPlan(TypedDict):
     cluster: ClusterPlan | None  # K workers / a shared tier (planning/engine_plan.py), else None
     engine: dict[str, str]  # {"name": "vLLM", "version": "0.33.0"}: the engine the model follows
     working_set: dict[str, Any]  # the smallest pool per target fraction of the ceiling (planning/engine_working_set.py)
+    hybrid: dict[str, Any] | None  # the model's KV cache groups and what limits the hit (planning/engine_plan.py), else None
 
 
 class TTFTSummary(TypedDict):

@@ -242,6 +242,19 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
         lines += [f"  {b['gpu_blocks']!s:>12} {b['without_reuse_prefix_token_hit_rate']:.2%} with no answer reused, "
                   f"{b['every_continuation_prefix_token_hit_rate']:.2%} with every inferred continuation reused"
                   for b in bounds["pools"]]
+    hybrid: Any = dict(section).get("hybrid")
+    if hybrid:
+        groups = ", ".join(f"{g['groups']} {g['kind']}" + (f" (window {g['window_tokens']:,})" if g["window_tokens"] else "")
+                           + (f" (chunk {g['chunk_tokens']:,})" if g["chunk_tokens"] else "") for g in hybrid["groups"])
+        lines.append(f"  hybrid KV cache: {hybrid['kv_cache_groups']} groups ({groups}) in one pool; "
+                     f"{hybrid['block_size_tokens']}-token blocks of {hybrid['bytes_per_block']:,} B (one group's layers); "
+                     f"prefill chunks of {hybrid['max_num_batched_tokens']:,} tokens")
+        for p in hybrid["pools"]:
+            if "full_attention_hit_tokens" in p:
+                lines.append(f"  {p['gpu_blocks']!s:>12} full attention alone would hit {p['full_attention_hit_tokens']:,} "
+                             f"tokens ({p['full_attention_prefix_token_hit_rate']:.2%}); the hybrid hits {p['hit_tokens']:,} "
+                             f"({p['prefix_token_hit_rate']:.2%}; {p['requests_cut']:,} requests cut)")
+        lines.append(f"  {hybrid['limited_by']}")
     minimum = section["min_feasible_pool"]
     if minimum:
         proof = "proved minimal" if minimum["proved_minimal"] else "feasible, one less is not"

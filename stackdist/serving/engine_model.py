@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     from stackdist.traces import RequestTrace
 
+    from .hybrid import GroupSpec
     from .pages import EnginePages
     from .results import ServingResult
     from .schedule import Schedule
@@ -117,6 +118,13 @@ class EngineModel(ABC):
         """The engine's own scheduler under load at each pool, arrivals from the trace's
         timestamps unless ``arrival_s`` is given; only for models with ``supports_scheduler``."""
         raise NotImplementedError(f"the {self.name} model has no scheduler model")
+
+    def simulate_hybrid(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str,
+                        decode: bool, groups: Sequence[GroupSpec], chunk_tokens: int = 8192) -> ServingResult:
+        """Per-request hits with the model's KV cache groups (full attention beside sliding-window,
+        chunked-local or Mamba groups, :mod:`.hybrid`) sharing one pool, prefilled in chunks of
+        ``chunk_tokens`` on a serial schedule; only for models with ``supports_hybrid_groups``."""
+        raise NotImplementedError(f"the {self.name} model has no hybrid KV cache model")
 
     @property
     def engine(self) -> str:

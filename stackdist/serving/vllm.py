@@ -86,6 +86,7 @@ from stackdist.engine.kernels import njit
 from stackdist.traces import RequestTrace
 
 from .engine_model import EngineModel, register_engine_model
+from .hybrid import GroupSpec, simulate_hybrid
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
@@ -563,6 +564,11 @@ class VllmModel(EngineModel):
         return pool - 1
 
     supports_scheduler = True
+    supports_hybrid_groups = True
+
+    def simulate_hybrid(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str,
+                        decode: bool, groups: Sequence[GroupSpec], chunk_tokens: int = 8192) -> ServingResult:
+        return simulate_hybrid(trace, groups, pools, schedule, decode, chunk_tokens)
 
     def simulate(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str = "serial",
                  decode: bool = False, page_tokens: int = _B, threads: int = 2) -> ServingResult:
