@@ -213,3 +213,15 @@ def test_a_trace_the_engine_models_cannot_replay_gets_no_deployment_and_says_why
                                     "--json", out)
     assert code == 0, err
     assert "cover the whole prompt" in json.loads(out.read_text())["deployment"]["not_answered"]
+
+
+def test_a_target_the_gpus_reach_alone_is_priced_without_any_tier() -> None:
+    """The specification names a disk, but the GPU pools reach the target: no tier is bought."""
+    trace = random_trace(11, n_requests=120, pages_per_block=4)
+    spec = DeploymentSpec("vllm", 1, 1, 400, "round-robin", parse_offload("lmcache:cpu=4chunks,disk=100chunks,chunk=16"),
+                          max_replicas=1)
+    report = deployment_report(trace, EngineOptions(models=("vllm",), schedule="serial", decode=False), spec,
+                               np.ones(trace.n_requests, bool), 1 << 20, _cost, (0.1,))
+    best = report["targets"][0]["cheapest"]
+    assert all(t["chunks"] == 0 for t in best["tiers_per_replica"].values()), best
+    assert best["cost"]["usd_per_hour"] == pytest.approx(_cost(1, 0.0, 0.0, None)["usd_per_hour"])

@@ -359,7 +359,8 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
             most = max(most, (gpu_only if tiers_r is None else tiers_r.hits(None, None)[0], replicas))
             found_here = []
             if gpu_only >= need:
-                found_here.append(_priced(cost, spec, replicas, tiers_r, 0 if tiers_r else None, rate(gpu_only)))
+                found_here.append(_priced(cost, spec, replicas, tiers_r, 0 if tiers_r else None, rate(gpu_only),
+                                          0 if tiers_r is not None and tiers_r.second is not None else GIVEN))
             elif tiers_r is not None:
                 found_here = _tier_candidates(tiers_r, need, replicas, cost, spec, rate)
             candidates += [{**c, "routing_warning": balance[replicas]} if balance[replicas] else c for c in found_here]
