@@ -196,3 +196,16 @@ def test_the_deployment_search_runs_the_hybrid_cache(tmp_path, capsys):
     deployment = plan["deployment"]
     assert "HybridKVCacheCoordinator" in deployment["follows"]
     assert deployment["pool_per_replica"] == plan["budgets"]["hardware"]["num_gpu_blocks"]  # every group spends it
+    assert any("full attention only" in note for note in deployment["notes"])  # no load floor from a dense scheduler
+    assert deployment["load"]["runs"] == []
+
+
+def test_decode_reuse_bounds_are_not_given_for_a_hybrid_model(tmp_path, capsys):
+    """The bounds' runs are full-attention runs: for a hybrid model they are left out, with why."""
+    js = tmp_path / "plan.json"
+    code, _, err = run_stackdist(capsys, "plan", Path(__file__).parent / "data" / "hybrid_two_miss.jsonl", "--format",
+                                 "mooncake", "--semantics", "vllm", "--model", "gpt-oss-120b", "--schedule", "serial",
+                                 "--gpu-blocks", "inf", "--json", js)
+    assert code == 0, err
+    bounds = json.loads(js.read_text())["engine_models"]["vllm"]["decode_reuse_bounds"]
+    assert "not modelled" in bounds["not_given"] and bounds["pools"] == []

@@ -850,11 +850,15 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
         if step is not None and step.source != "assumed":
             scheduler = SchedulerSettings(args.max_num_seqs or 1024, args.max_num_batched_tokens or 8192, step.fixed_s,
                                           step.per_token_s, step.source, step.detail, args.async_scheduling)
+    hybrid = bool(options.engine.kv_groups) and engine_model(engine).supports_hybrid_groups
     note = "" if load_router == args.router or scheduler is None else (
         f"--router {args.router} reads the replicas' state, which needs their schedulers jointly: the load runs use "
         f"{load_router} routing (the hits use {args.router})")
+    if hybrid:
+        why = "the engine's scheduler is modelled for full attention only: no load floor or TTFT under load for a hybrid model"
+        note = f"{note}; {why}" if note else why
     vllm_pool = engine_model(engine).pool_for_pages(pages)
-    if options.engine.kv_groups and engine_model(engine).supports_hybrid_groups:
+    if hybrid:
         vllm_pool = int(pool["num_gpu_blocks"])  # the hybrid model spends the pool on every group itself
     return DeploymentSpec(engine, budgets.hardware.replicas, budgets.hardware.gpus_per_replica,
                           vllm_pool, args.router, offload,

@@ -874,6 +874,9 @@ def decode_reuse_bounds(result: ServingResult, trace: RequestTrace, options: Eng
     if options.schedule == "scheduler" or options.workers != "one":
         return {"why": why, "pools": [], "not_given": "bounds are computed for one worker on a serial or service-model "
                                                         "schedule; this plan's answer is one of them"}
+    if options.kv_groups and spec.supports_hybrid_groups:
+        return {"why": why, "pools": [], "not_given": "decode reuse is not modelled with sliding-window, chunked-local "
+                                                        "or Mamba groups; the answer assumes no answer is reused"}
     schedule = schedule_for(trace, options)
     run = spec.simulate
     without = result if not options.decode_reuse else run(pages, result.pools, schedule, True, options.engine_block_size)
