@@ -17,8 +17,8 @@ rate (above the ceiling: unreachable, said so). For
 each replica count ``R = 1 .. max_replicas`` the GPU-only deployment is simulated; when it falls
 short and an offload model is given, the tier size per replica that reaches the target is found
 by the offload plan's bisection (log space, within 2 % or one unit, every point exact; sizes are
-per replica). With a second tier (LMCache's local disk behind its CPU tier) the CPU size is then
-halved, up to six times, each with the disk size that reaches the target found by the same
+per replica). With a second tier (LMCache's local disk behind its CPU tier) that CPU size and its
+halvings (up to six) each get the smallest disk size that reaches the target, found by the same
 bisection, while the price falls: replicas x CPU x disk, every point exact (the search is stated,
 not an optimum: hits are not proved monotone in either size). Each candidate is priced; the cheapest that reaches the target is the answer, with
 the candidates kept in the JSON. A target that no candidate reaches says so (more replicas split
@@ -258,10 +258,11 @@ def _tier_candidates(t: _Tiers, need: int, replicas: int, cost: Callable[..., di
                      rate: Callable[[int], float]) -> list[dict[str, Any]]:
     """The priced tier sizes per replica that reach ``need`` counted hits at this replica count:
     the first tier alone (the second as given), found by bisection; then, for a model with a
-    second tier (LMCache's disk behind its CPU), the first tier halved, up to ``HALVINGS`` times,
-    each with the second tier's size that reaches the target found by bisection, while the price
-    falls and the second tier can still make up the difference (every point an exact simulation;
-    the hits are not proved monotone in either size, hence a stated search, not an optimum).
+    second tier (LMCache's disk behind its CPU), that first tier and its halvings (up to
+    ``HALVINGS``), each with the second tier's smallest size that reaches the target found by
+    bisection, while the price falls and the second tier can still make up the difference
+    (every point an exact simulation; the hits are not proved monotone in either size, hence a
+    stated search, not an optimum).
     O((HALVINGS + 1) x log(units) offload runs)."""
     out: list[dict[str, Any]] = []
 
@@ -275,9 +276,8 @@ def _tier_candidates(t: _Tiers, need: int, replicas: int, cost: Callable[..., di
         out.append(_priced(cost, spec, replicas, t, first, rate(t.hits(first)[0])))
     if t.second is None:
         return out
-    cpu = first if first is not None else t.never_evicts
-    for _ in range(HALVINGS):
-        cpu //= 2
+    top = first if first is not None else t.never_evicts
+    for cpu in [top] * (first is not None) + [top >> h for h in range(1, HALVINGS + 1)]:
         if cpu < 1 or t.hits(cpu, None)[0] < need:
             break  # even a second tier that never evicts does not make up for a smaller first tier
 
@@ -285,6 +285,8 @@ def _tier_candidates(t: _Tiers, need: int, replicas: int, cost: Callable[..., di
             return t.hits(cpu, size)[0]
 
         disk = search(evaluate)
+        if cpu == first and disk == (t.given_second() or 0):
+            continue  # the first tier alone's candidate again
         row = _priced(cost, spec, replicas, t, cpu, rate(evaluate(disk)), disk)
         if out and row["cost"]["usd_per_hour"] > min(c["cost"]["usd_per_hour"] for c in out):
             break
@@ -394,7 +396,7 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
         "search": (f"replicas 1 to {spec.max_replicas} behind {spec.router}, each with vLLM's pool for the model; "
                    + ("per replica count the first tier's size per replica by bisection in log space to within "
                       f"{PRECISION:.0%} (or one unit)" if spec.offload else "")
-                   + ((f", then that size halved up to {HALVINGS} times, each with the second tier's size by the same "
+                   + ((f", then that size and its halvings (up to {HALVINGS}), each with the second tier's smallest size by the same "
                        "bisection, while the price falls; " if spec.offload and len(offload_model(spec.offload.model).tiers) > 1
                        else "; ") if spec.offload else "")
                    + (f"the load runs (scheduler) behind {spec.scheduler_router}; " if spec.scheduler_router != spec.router
