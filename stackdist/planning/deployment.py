@@ -19,7 +19,7 @@ short and an offload model is given, the tier size per replica that reaches the 
 by the offload plan's bisection (log space, within 2 % or one unit, every point exact; sizes are
 per replica). With a second tier (LMCache's local disk behind its CPU tier) that CPU size and its
 halvings (up to six) each get the smallest disk size that reaches the target, found by the same
-bisection, while the price falls: replicas x CPU x disk, every point exact (the search is stated,
+bisection, while each step saves at least 0.1 % of the price: replicas x CPU x disk, every point exact (the search is stated,
 not an optimum: hits are not proved monotone in either size). Each candidate is priced; the cheapest that reaches the target is the answer, with
 the candidates kept in the JSON. A target that no candidate reaches says so (more replicas split
 the reuse across pools: a static router's ceiling is below one pool's). The search is exhaustive
@@ -252,6 +252,9 @@ def _priced(cost: Callable[..., dict[str, Any]], spec: DeploymentSpec, replicas:
 
 HALVINGS = 6
 """How far the two-tier search shrinks the first tier: to 1/64 of the size it needs alone."""
+MIN_SAVING = 0.001
+"""The two-tier search stops halving once a step saves less than this share of the price (0.1 %:
+about a cent an hour on three GPUs)."""
 
 
 def _tier_candidates(t: _Tiers, need: int, replicas: int, cost: Callable[..., dict[str, Any]], spec: DeploymentSpec,
@@ -260,7 +263,8 @@ def _tier_candidates(t: _Tiers, need: int, replicas: int, cost: Callable[..., di
     the first tier alone (the second as given), found by bisection; then, for a model with a
     second tier (LMCache's disk behind its CPU), that first tier and its halvings (up to
     ``HALVINGS``), each with the second tier's smallest size that reaches the target found by
-    bisection, while the price falls and the second tier can still make up the difference
+    bisection, while the price falls by at least ``MIN_SAVING`` of it and the second tier can still
+    make up the difference
     (every point an exact simulation; the hits are not proved monotone in either size, hence a
     stated search, not an optimum).
     O((HALVINGS + 1) x log(units) offload runs)."""
@@ -268,7 +272,7 @@ def _tier_candidates(t: _Tiers, need: int, replicas: int, cost: Callable[..., di
 
     def search(evaluate: Callable[[int | None], int]) -> int:
         top = evaluate(None)
-        return int(size_search(evaluate, [need / top] if top else [1.0], t.never_evicts, PRECISION, 1)[0]["size"])
+        return int(size_search(evaluate, [need / top] if top else [1.0], t.never_evicts, PRECISION, 2)[0]["size"])
 
     first: int | None = None
     if t.hits(None)[0] >= need:
@@ -288,9 +292,12 @@ def _tier_candidates(t: _Tiers, need: int, replicas: int, cost: Callable[..., di
         if cpu == first and disk == (t.given_second() or 0):
             continue  # the first tier alone's candidate again
         row = _priced(cost, spec, replicas, t, cpu, rate(evaluate(disk)), disk)
-        if out and row["cost"]["usd_per_hour"] > min(c["cost"]["usd_per_hour"] for c in out):
+        best = min((c["cost"]["usd_per_hour"] for c in out), default=math.inf)
+        if row["cost"]["usd_per_hour"] > best:
             break
         out.append(row)
+        if row["cost"]["usd_per_hour"] > best * (1 - MIN_SAVING):
+            break  # smaller first tiers save less than MIN_SAVING of the price: not worth more runs
     return out
 
 
@@ -397,7 +404,7 @@ def deployment_report(trace: RequestTrace, options: EngineOptions, spec: Deploym
                    + ("per replica count the first tier's size per replica by bisection in log space to within "
                       f"{PRECISION:.0%} (or one unit)" if spec.offload else "")
                    + ((f", then that size and its halvings (up to {HALVINGS}), each with the second tier's smallest size by the same "
-                       "bisection, while the price falls; " if spec.offload and len(offload_model(spec.offload.model).tiers) > 1
+                       f"bisection, while each step saves at least {MIN_SAVING:.1%} of the price; " if spec.offload and len(offload_model(spec.offload.model).tiers) > 1
                        else "; ") if spec.offload else "")
                    + (f"the load runs (scheduler) behind {spec.scheduler_router}; " if spec.scheduler_router != spec.router
                       else "")
