@@ -19,6 +19,7 @@ from stackdist.errors import (
     freeze_for_exit,
     install_interrupt_handler,
 )
+from stackdist.malloc import keep_freed_memory
 from stackdist.version import __version__
 
 from .args import declared_paths, one_trace
@@ -97,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     if argv is None:  # this process's own command line: its numpy does no linear algebra worth threads
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # (OpenBLAS's idle pool spins on the replay's cores)
+        keep_freed_memory()  # the simulations' arrays stay in the heap between runs (stackdist/malloc.py)
     restore = None
     try:  # the handler is installed inside the try: a Ctrl-C right after it is caught below
         restore = install_interrupt_handler("stackdist")
