@@ -191,3 +191,24 @@ def test_a_plan_whose_deployment_is_not_answered_validates(capsys, tmp_path):
     report = json.loads(out)
     assert "not_answered" in report["deployment"] and _errors("plan", report) == []
     assert _errors("plan", {**report, "deployment": {"not_answered": 1}})
+
+
+@pytest.mark.parametrize("argv", [[], ["--passes", "fwd,rev,fwd", "--docs", "4", "--gpu", "12000"]])
+def test_block_lab_outputs_validate(capsys, argv):
+    from kvlab.__main__ import main as kvlab
+
+    assert kvlab(["block-lab", "--json", "-", *argv]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "block-lab" and _errors("block-lab", report) == []
+    del report["passes"][0]["requests"][0]["per-access"]["cached_blocks"]  # what per-access must carry
+    assert _errors("block-lab", report)
+
+
+def test_the_lab_manifest_validates(capsys, tmp_path):
+    from kvlab.__main__ import main as kvlab
+
+    assert kvlab(["run-lab", "--out", str(tmp_path / "lab")]) == 0
+    manifest = json.loads((tmp_path / "lab" / "manifest.json").read_text())
+    assert len(manifest["files"]) == 7 and _errors("kvlab-lab-manifest", manifest) == []
+    manifest["files"]["cliff.json"]["sha256"] = 7
+    assert _errors("kvlab-lab-manifest", manifest)
