@@ -5,13 +5,12 @@ schedules and settings, and the plan CLI."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections import OrderedDict
 
 import numpy as np
 import pytest
-from traces_random import random_trace
+from traces_random import random_trace, router_trace_file
 
 from stackdist.planning.engine_plan import (
     ROUTERS,
@@ -206,19 +205,11 @@ def test_a_router_of_the_plan_not_static():
         PrefixCacheConfig(block_number=-1)
 
 
-def _trace_file(tmp_path):
-    lines = [{"timestamp": i * 100, "input_length": 64, "output_length": 4, "hash_ids": ids}
-             for i, ids in enumerate([[1, 2], [1, 2], [3, 4], [1, 5], [3, 4], [6, 7]])]
-    path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    return path
-
-
 def test_plan_cli_routes_with_it(tmp_path, capsys):
     from naive import run_stackdist
 
     out = tmp_path / "plan.json"
-    code, stdout, _ = run_stackdist(capsys, "plan", _trace_file(tmp_path), "--block-size", "32", "--semantics",
+    code, stdout, _ = run_stackdist(capsys, "plan", router_trace_file(tmp_path), "--block-size", "32", "--semantics",
                                     "vllm,engine", "--workers", "2", "--router", AIBRIX_PREFIX_CACHE,
                                     "--gpu-blocks", "inf", "--json", out)
     assert code == 0, stdout
@@ -226,13 +217,13 @@ def test_plan_cli_routes_with_it(tmp_path, capsys):
     text = out.read_text()
     assert f'"router": "{AIBRIX_PREFIX_CACHE}"' in text and f'"{AIBRIX_PREFIX_CACHE}":' in text
     assert "an LRU of 200,000 4-byte blocks of text, 12,500 16-token pages" in stdout
-    code, stdout, _ = run_stackdist(capsys, "plan", _trace_file(tmp_path), "--block-size", "32", "--semantics", "vllm",
+    code, stdout, _ = run_stackdist(capsys, "plan", router_trace_file(tmp_path), "--block-size", "32", "--semantics", "vllm",
                                     "--workers", "2", "--router", AIBRIX_PREFIX_CACHE, "--router-table-blocks", "1600000",
                                     "--gpu-blocks", "inf")
     assert code == 0 and "an LRU of 1,600,000 4-byte blocks of text, 100,000 16-token pages" in stdout
-    code, _, stderr = run_stackdist(capsys, "plan", _trace_file(tmp_path), "--block-size", "32", "--semantics", "vllm",
+    code, _, stderr = run_stackdist(capsys, "plan", router_trace_file(tmp_path), "--block-size", "32", "--semantics", "vllm",
                                     "--workers", "2", "--router", AIBRIX_PREFIX_CACHE, "--schedule", "scheduler")
     assert code == 2 and "--router must be one of" in stderr
-    code, _, stderr = run_stackdist(capsys, "plan", _trace_file(tmp_path), "--semantics", "vllm", "--workers", "2",
+    code, _, stderr = run_stackdist(capsys, "plan", router_trace_file(tmp_path), "--semantics", "vllm", "--workers", "2",
                                     "--router", AIBRIX_PREFIX_CACHE, "--router-table-blocks", "-1")
     assert code == 2 and "--router-table-blocks" in stderr

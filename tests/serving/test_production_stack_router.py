@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from traces_random import random_trace
+from traces_random import random_trace, router_trace_file
 
 from stackdist.planning.engine_plan import (
     ROUTERS,
@@ -165,19 +165,11 @@ def test_a_static_router_of_the_plan():
         production_stack_prefixaware(prefixaware_pages(trace), schedule, 0)
 
 
-def _trace_file(tmp_path):
-    lines = [{"timestamp": i * 100, "input_length": 64, "output_length": 4, "hash_ids": ids}
-             for i, ids in enumerate([[1, 2], [1, 2], [3, 4], [1, 5], [3, 4], [6, 7]])]
-    path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    return path
-
-
 def test_plan_cli_routes_with_it(tmp_path, capsys):
     from naive import run_stackdist
 
     out = tmp_path / "plan.json"
-    code, stdout, _ = run_stackdist(capsys, "plan", _trace_file(tmp_path), "--block-size", "32", "--semantics",
+    code, stdout, _ = run_stackdist(capsys, "plan", router_trace_file(tmp_path), "--block-size", "32", "--semantics",
                                     "vllm,engine", "--workers", "2", "--router", PRODUCTION_STACK_PREFIXAWARE,
                                     "--gpu-blocks", "inf", "--json", out)
     assert code == 0, stdout
@@ -206,7 +198,7 @@ def _sections(node):
 def test_plan_cli_under_the_scheduler(tmp_path, capsys):
     from naive import run_stackdist
 
-    code, stdout, stderr = run_stackdist(capsys, "plan", _trace_file(tmp_path), "--block-size", "32", "--semantics",
+    code, stdout, stderr = run_stackdist(capsys, "plan", router_trace_file(tmp_path), "--block-size", "32", "--semantics",
                                          "vllm", "--workers", "2", "--router", PRODUCTION_STACK_PREFIXAWARE,
                                          "--gpu-blocks", "64", "--schedule", "scheduler", "--step-time", "0.01,0.0001")
     assert code == 0, stderr

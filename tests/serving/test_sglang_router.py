@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from traces_random import random_trace
+from traces_random import random_trace, router_trace_file
 
 from stackdist.planning.engine_plan import (
     ROUTERS,
@@ -239,19 +239,11 @@ def test_a_router_of_the_plan_not_static_under_the_scheduler():
     assert assign_workers(small, EngineOptions(workers=2, router=SGLANG_CACHE_AWARE), Schedule.serial(4)).tolist() == [0, 0, 1, 1]
 
 
-def _trace_file(tmp_path):
-    lines = [{"timestamp": i * 100, "input_length": 64, "output_length": 4, "hash_ids": ids}
-             for i, ids in enumerate([[1, 2], [1, 2], [3, 4], [1, 5], [3, 4], [6, 7]])]
-    path = tmp_path / "t.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    return path
-
-
 def test_plan_cli_routes_with_it(tmp_path, capsys):
     from naive import run_stackdist
 
     out = tmp_path / "plan.json"
-    code, stdout, _ = run_stackdist(capsys, "plan", _trace_file(tmp_path), "--block-size", "32", "--semantics",
+    code, stdout, _ = run_stackdist(capsys, "plan", router_trace_file(tmp_path), "--block-size", "32", "--semantics",
                                     "vllm,engine", "--workers", "2", "--router", SGLANG_CACHE_AWARE,
                                     "--router-cache-threshold", "0.3", "--gpu-blocks", "inf", "--json", out)
     assert code == 0, stdout
@@ -270,6 +262,6 @@ def test_plan_cli_routes_with_it(tmp_path, capsys):
 def test_plan_cli_checks_it(tmp_path, capsys, argv, says):
     from naive import run_stackdist
 
-    code, _, stderr = run_stackdist(capsys, "plan", _trace_file(tmp_path), "--block-size", "32", "--semantics", "vllm",
+    code, _, stderr = run_stackdist(capsys, "plan", router_trace_file(tmp_path), "--block-size", "32", "--semantics", "vllm",
                                     "--workers", "2", "--router", SGLANG_CACHE_AWARE, *argv)
     assert code == 2 and says in stderr

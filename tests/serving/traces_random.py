@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 import stackdist
@@ -73,3 +76,13 @@ def write_mooncake(path, trace: stackdist.RequestTrace) -> None:
         lines.append(json.dumps({"timestamp": r, "input_length": int(trace.input_length[r]),
                                  "output_length": int(trace.output_length[r]), "hash_ids": ids}))
     path.write_text("\n".join(lines) + "\n")
+
+
+def router_trace_file(tmp_path: Path) -> Path:
+    """A six-request Mooncake trace (32-token blocks of 64-token prompts, 100 ms apart; prompts
+    repeat and share first blocks) for the routers' plan CLI tests."""
+    lines = [{"timestamp": i * 100, "input_length": 64, "output_length": 4, "hash_ids": ids}
+             for i, ids in enumerate([[1, 2], [1, 2], [3, 4], [1, 5], [3, 4], [6, 7]])]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
