@@ -138,24 +138,12 @@ def _target_lines(ax: Any, levels: Sequence[tuple[str, float]], top: float) -> N
                     arrowprops={"arrowstyle": "-", "color": "lightgrey", "lw": 0.6}, gid="target-label")
 
 
-def plot_curves(
-    path: str | os.PathLike[str],
-    series: Sequence[tuple[str, np.ndarray, np.ndarray]],
-    *,
-    xlabel: str,
-    ylabel: str = "hit rate",
-    title: str = "",
-    hlines: Sequence[tuple[str, float]] = (),
-    vlines: Sequence[tuple[str, float] | tuple[str, float, str]] = (),
-    xscale: str = "linear",
-    styles: Sequence[dict[str, Any]] | None = None,
-    legend_loc: str = "lower right",
-) -> None:
+def plot_curves(path: str | os.PathLike[str], series: Sequence[tuple[str, np.ndarray, np.ndarray]], **options: Any) -> None:
     """Step curves ``(label, x, y)`` (y a fraction, drawn in percent) on one axis, with labelled
     horizontal and vertical marker lines (labels spread apart; a vertical line ``(label, x,
-    colour)``: black solid for a budget, red dashed by default), saved atomically as a PNG."""
-    fig = curves_figure(series, xlabel=xlabel, ylabel=ylabel, title=title, hlines=hlines, vlines=vlines, xscale=xscale,
-                        styles=styles, legend_loc=legend_loc)
+    colour)``: black solid for a budget, red dashed by default), saved atomically as a PNG;
+    ``options`` are :func:`curves_figure`'s."""
+    fig = curves_figure(series, **options)
     save_png(fig, path)
     pyplot().close(fig)
 
