@@ -397,20 +397,27 @@ class _Manager:
         self.pool.free_blocks(blocks[head:][::-1])
 
 
+def _cached_run(spec: GroupSpec, req: _Request, start: int, max_len: int, gids: list[int],
+                pool: _Pool) -> tuple[list[list[int]], int]:
+    """The run of cached blocks from block ``start`` on (the blocks before it are null, block id
+    0), below ``max_len`` tokens; per group its block ids, and the tokens hit. O(blocks)."""
+    b = spec.block_size
+    out = [[0] * start for _ in gids]
+    for j in range(start, max_len // b):
+        got = pool.get_cached(req.block_key(j, b), gids)
+        if got is None:
+            break
+        for o, x in zip(out, got):
+            o.append(x)
+    return out, len(out[0]) * b
+
+
 class FullAttention(_Manager):
     """``FullAttentionManager``: the cached run of full blocks from the head."""
 
     @staticmethod
     def find_hit(spec: GroupSpec, req: _Request, max_len: int, gids: list[int], pool: _Pool) -> tuple[list[list[int]], int]:
-        b = spec.block_size
-        out: list[list[int]] = [[] for _ in gids]
-        for j in range(max_len // b):
-            got = pool.get_cached(req.block_key(j, b), gids)
-            if got is None:
-                break
-            for o, x in zip(out, got):
-                o.append(x)
-        return out, len(out[0]) * b
+        return _cached_run(spec, req, 0, max_len, gids, pool)
 
 
 class SlidingWindow(_Manager):
@@ -464,16 +471,8 @@ class ChunkedLocal(_Manager):
 
     @staticmethod
     def find_hit(spec: GroupSpec, req: _Request, max_len: int, gids: list[int], pool: _Pool) -> tuple[list[list[int]], int]:
-        b = spec.block_size
-        start = max_len // spec.chunk * spec.chunk // b if max_len > 0 else 0
-        out = [[0] * start for _ in gids]
-        for j in range(start, max_len // b):
-            got = pool.get_cached(req.block_key(j, b), gids)
-            if got is None:
-                break
-            for o, x in zip(out, got):
-                o.append(x)
-        return out, len(out[0]) * b
+        start = max_len // spec.chunk * spec.chunk // spec.block_size if max_len > 0 else 0
+        return _cached_run(spec, req, start, max_len, gids, pool)
 
     def skipped(self, n: int) -> int:
         return n // self.spec.chunk * self.spec.chunk
