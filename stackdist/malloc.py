@@ -24,10 +24,7 @@ TRIM = 1 << 30
 
 def keep_freed_memory() -> bool:
     """Set glibc's thresholds (module docstring); False where there is no glibc (macOS, musl) or
-    it refuses. O(1).
-
-    >>> isinstance(keep_freed_memory(), bool)
-    True
+    it refuses (tests/test_malloc.py). O(1).
     """
     if not sys.platform.startswith("linux"):
         return False
