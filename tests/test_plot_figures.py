@@ -142,3 +142,19 @@ def test_engine_models_plot_names_the_dtype(tmp_path, capsys, monkeypatch):
     assert main(argv) == 0, capsys.readouterr().err
     (title,) = figs
     assert "model qwen3-8b, KV dtype float16, 2 B/element" in title  # vLLM's name for fp16
+
+
+def test_offload_plot_labels_targets_of_one_size_once(tmp_path, capsys, monkeypatch):
+    """Targets the GPU pool reaches alone all need 0 GiB of the tier: one line, one label naming
+    them all (three labels at one x overprinted)."""
+    figs = []
+    monkeypatch.setattr(plot, "save_png", lambda fig, path: figs.append(fig))
+    argv = ["plan", str(_mooncake(tmp_path)), "--semantics", "vllm", "--gpu-blocks", "inf,2000", "--model", "qwen3-8b",
+            "--offload", "vllm-native:cpu=100blocks", "--targets", "0.1,0.2,0.9", "--plot", str(tmp_path / "o.png")]
+    assert main(argv) == 0, capsys.readouterr().err
+    (fig,) = [f for f in figs if "tier size" in f.axes[0].get_xlabel()]
+    for ax in fig.axes:
+        labels = [t for t in ax.texts if "GiB" in t.get_text() and "ceiling" not in t.get_text()]
+        xs = [t.xy[0] for t in labels]
+        assert len(xs) == len(set(xs)), [t.get_text() for t in labels]
+    assert any(t.get_text().startswith("10%, 20%") for ax in fig.axes for t in ax.texts)

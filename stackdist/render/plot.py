@@ -429,13 +429,14 @@ def plot_offload(path: str | os.PathLike[str], report: Any) -> None:
         ax.plot(x, total, "o-", color="black", ms=2.5, lw=0.8, label="total (each point simulated)")
         ceiling = tier["ceiling_prefix_token_hit_rate"]
         top = max(float(total.max(initial=0.05)), ceiling)
-        for n, a in enumerate(tier["answers"]):
-            gib = a["gib"]
+        sizes: dict[float, list[str]] = {}  # targets that need the same size share one line and label
+        for a in tier["answers"]:
+            sizes.setdefault(a["gib"], []).append(f"{a['fraction_of_ceiling']:.0%}")
+        for n, (gib, fractions) in enumerate(sizes.items()):
             ax.axvline(gib, color="grey", lw=0.7, ls="--")
-            ax.annotate(f"{a['fraction_of_ceiling']:.0%}: {gib:,.0f} GiB" if gib >= 100 else
-                        f"{a['fraction_of_ceiling']:.0%}: {gib:.3g} GiB", xy=(gib, 0.03 + 0.22 * n),
-                        xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color="dimgrey", va="bottom",
-                        ha="right")
+            ax.annotate(f"{', '.join(fractions)}: " + (f"{gib:,.0f} GiB" if gib >= 100 else f"{gib:.3g} GiB"),
+                        xy=(gib, 0.03 + 0.22 * n), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                        color="dimgrey", va="bottom", ha="right")
         _percent_axis(ax, top)
         _target_lines(ax, [(f"ceiling {ceiling:.1%}", ceiling)], top)
         ax.set_xscale("symlog", linthresh=max(float(x[x > 0].min(initial=1.0)), 1e-3), linscale=0.25)
