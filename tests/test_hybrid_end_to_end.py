@@ -185,6 +185,13 @@ def test_the_plan_says_which_group_limits_the_hit(tmp_path, capsys):
     assert (row["hit_tokens"], row["full_attention_hit_tokens"], row["requests_cut"]) == (1792, 2304, 1)
     assert "sliding-window group" in hybrid["limited_by"] and "misses twice" in hybrid["limited_by"]
     assert section["pools"][0]["gib"] == pytest.approx(section["pools"][0]["gpu_blocks"] * hybrid["bytes_per_block"] / 2**30)
+    # The HBM row runs the hybrid at vLLM's whole num_gpu_blocks (every group spends it), not at the
+    # full-attention tokens left after a window's reserve converted back to blocks.
+    plan = json.loads(js.read_text())
+    hbm = plan["budgets"]["rows"][0]
+    assert hbm["budget"] == "HBM of 1 replica"
+    assert hbm["vllm_gpu_blocks"] == plan["budgets"]["hardware"]["num_gpu_blocks"] == section["pools"][0]["gpu_blocks"]
+    assert hbm["engine_models"]["vllm"]["pool"] == hbm["vllm_gpu_blocks"]
 
 
 def test_the_deployment_search_runs_the_hybrid_cache(tmp_path, capsys):

@@ -22,6 +22,8 @@ from stackdist.planning.budgets import (
     BUDGET_UNITS,
     BudgetOptions,
     budget_capacity,
+    hbm_budgets,
+    hybrid_engine_pools,
     parse_budgets,
 )
 from stackdist.planning.geometry import (
@@ -250,9 +252,7 @@ def with_budget_pools(options: Any, trace: Any) -> Any:
     sizes = list(budgets.budgets)
     if budgets.hardware is not None and budgets.spec is not None:
         pool = replica_pool(budgets.spec, budgets.hardware)
-        sizes += [parse_budgets(f"{max(pool['kv_tokens'], 1)}tokens")[0]]
-        if pool["replicas"] > 1:
-            sizes += [parse_budgets(f"{max(pool['kv_tokens_all_replicas'], 1)}tokens")[0]]
+        sizes += hbm_budgets(pool, hybrid_engine_pools(options.geometry, engine.models if engine.kv_groups else ()))
     longest = int(trace.input_length.max(initial=0) + trace.output_length.max(initial=0))
     pools: set[int] = set()
     for budget in sizes:

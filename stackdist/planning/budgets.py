@@ -46,6 +46,7 @@ import numpy as np
 
 from stackdist.errors import UsageError
 from stackdist.serving.engine_model import ENGINE_MODELS, engine_model
+from stackdist.serving.hybrid import HybridResult
 from stackdist.serving.results import ServingResult
 from stackdist.serving.semantics import PrefixReplay
 from stackdist.traces import RequestTrace
@@ -94,6 +95,28 @@ class Budget:
     amount: int
     replicas: int = 1
     gpus: int = 0
+    engine_pools: tuple[tuple[str, int], ...] = ()  # (budget key, pool): the engine's own pool, when known
+
+
+def hbm_budgets(pool: dict[str, Any], hybrid: bool = False) -> list[Budget]:
+    """The budgets of a ``--gpu`` deployment: the HBM of one replica, and of all its replicas as one cache.
+
+    Their size is the full-attention tokens the replica's KV holds (``kv_tokens``). With ``hybrid``
+    (a model whose sliding-window groups share vLLM's pool, simulated by a hybrid engine model)
+    the vLLM rows run at vLLM's own ``num_gpu_blocks`` (the whole pool: the hybrid model spends
+    its blocks on every group itself), not at the tokens converted back to blocks. O(1).
+
+    >>> [b.engine_pools for b in hbm_budgets({"kv_tokens": 160, "kv_tokens_all_replicas": 320, "replicas": 2,
+    ...     "gpus_per_replica": 1, "num_gpu_blocks": 20}, hybrid=True)]
+    [(('vllm_gpu_blocks', 20),), (('vllm_gpu_blocks', 39),)]
+    """
+    n, tp = pool["replicas"], pool["gpus_per_replica"]
+    own = lambda k: (("vllm_gpu_blocks", k * (pool["num_gpu_blocks"] - 1) + 1),) if hybrid else ()
+    out = [Budget("HBM of 1 replica", "tokens", max(pool["kv_tokens"], 1), gpus=tp, engine_pools=own(1))]
+    if n > 1:
+        out.append(Budget(f"HBM of {n} replicas", "tokens", max(pool["kv_tokens_all_replicas"], 1), n, gpus=tp * n,
+                          engine_pools=own(n)))
+    return out
 
 
 def parse_budgets(text: str, flag: str = "--capacity", page_tokens: int = 16) -> tuple[Budget, ...]:
@@ -156,6 +179,7 @@ def budget_capacity(budget: Budget, block_size: int, geometry: ModelGeometry, lo
         tokens = budget.amount if budget.unit == "tokens" else budget.amount * block_size
         conservative = tokens // block_size
         pools = {m.budget_key: int(m.pool_for_tokens(tokens, engine_block_size)) for m in ENGINE_MODELS.values()}
+    pools.update(budget.engine_pools)
     blocks = tokens // block_size
     return {"budget": budget.label, "unit": budget.unit, "amount": budget.amount, "blocks": int(blocks),
             "tokens": int(blocks * block_size), "pool_tokens": int(tokens), "gib": blocks * block_size * full / GIB,
@@ -271,10 +295,8 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
         out["hardware"] = pool
         hbm_blocks = pool["kv_tokens_all_replicas"] // trace.block_size
         tp = pool["gpus_per_replica"]
-        budgets.insert(0, Budget("HBM of 1 replica", "tokens", max(pool["kv_tokens"], 1), gpus=tp))
-        if pool["replicas"] > 1:
-            budgets.insert(1, Budget(f"HBM of {pool['replicas']} replicas", "tokens", max(pool["kv_tokens_all_replicas"], 1),
-                                     pool["replicas"], gpus=tp * pool["replicas"]))
+        budgets[:0] = hbm_budgets(pool, hybrid_engine_pools(geometry, [n for n, r in (engine_results or {}).items()
+                                                                         if isinstance(r, HybridResult)]))
         if options.prices is not None and pool["fits"]:  # weights that do not fit: no deployment, no US$
             cost, out["cost"] = pricing(trace, counted, options.prices)
             pool["cost"] = cost(tp * pool["replicas"], 0.0, 0.0, None)
@@ -314,6 +336,13 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
         out["notes"].append("the engine models simulate the full-attention blocks only; vLLM also spends blocks of the "
                             "same pool on the sliding-window groups (up to one window per running request per group)")
     return out
+
+
+def hybrid_engine_pools(geometry: ModelGeometry, engines: Any) -> bool:
+    """Whether the HBM rows run the engine models at vLLM's own ``num_gpu_blocks``: a hybrid
+    model and a vLLM model that simulates its groups (:func:`hbm_budgets`)."""
+    return geometry.is_hybrid and any(engine_model(name).supports_hybrid_groups and engine_model(name).budget_key ==
+                                      "vllm_gpu_blocks" for name in engines or ())
 
 
 def pricing(trace: RequestTrace, counted: np.ndarray, prices: DeploymentPrices) -> tuple[Any, dict[str, Any]]:
