@@ -43,6 +43,7 @@ HAND = {
     "llama-3.3-70b": (80, 0, None, 2 * 8 * 128 * 2),
     "deepseek-v3": (61, 0, None, (512 + 64) * 2),
     "deepseek-r1": (61, 0, None, (512 + 64) * 2),
+    "deepseek-v3.2": (61, 0, None, (512 + 64) * 2 + 128 + 4),  # + the DSA indexer key: 128 fp8 values, one fp32 scale
     "kimi-k2": (61, 0, None, (512 + 64) * 2),
     "gpt-oss-20b": (12, 12, 128, 2 * 8 * 64 * 2),  # layer_types alternate sliding, full
     "gpt-oss-120b": (18, 18, 128, 2 * 8 * 64 * 2),

@@ -41,6 +41,34 @@ def test_deepseek_v3_config_is_mla_hand_computed():
     assert geometry.kv_bytes_per_token == KNOWN_MODELS["deepseek-v3"].kv_bytes_per_token
 
 
+def test_deepseek_sparse_attention_adds_the_indexer_key_hand_computed(tmp_path, capsys):
+    """DeepSeek-V3.2 (DSA): every layer keeps the MLA latent and the indexer's key (128 fp8 values
+    and one fp32 scale); fp8 is vLLM's fp8_ds_mla row (latent fp8, 4 fp32 scales, RoPE key bf16)."""
+    config = json.loads(DEEPSEEK.read_text()) | {"index_topk": 2048, "index_head_dim": 128, "index_n_heads": 64}
+    bf16 = from_hf_config(config)
+    assert bf16.is_sparse_mla and bf16.layer_bytes_per_token == (512 + 64) * 2 + (128 + 4) == 1284
+    fp8 = from_hf_config(config, dtype="fp8")
+    assert fp8.layer_bytes_per_token == 512 + 4 * 4 + 64 * 2 + (128 + 4) == 788
+    assert fp8.kv_bytes_per_token == 61 * 788 and bf16.vllm_block_size == 64
+    assert from_hf_config(DEEPSEEK).vllm_block_size is None  # dense MLA: vLLM's default block
+    with pytest.raises(UsageError, match="index_topk_freq or index_topk_pattern"):
+        from_hf_config(config | {"index_topk_freq": 2})
+    # the plan runs vLLM's model at 64-token blocks unless --engine-block-size says otherwise
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i, "input_length": 1024, "output_length": 1, "hash_ids": [0, 1]})
+                             + "\n" for i in range(3)))
+    from naive import run_stackdist
+
+    for extra, block in (([], 64), (["--engine-block-size", "16"], 16)):
+        out = tmp_path / f"plan{block}.json"
+        code, _, err = run_stackdist(capsys, "plan", trace, "--format", "mooncake", "--model-config", path, "--semantics",
+                                     "vllm", "--gpu-blocks", "inf", "--json", out, *extra)
+        assert code == 0, err
+        assert json.loads(out.read_text())["engine_models"]["vllm"]["engine_block_size_tokens"] == block
+
+
 def test_dtype_override_and_dict_and_folder_input(tmp_path):
     assert from_hf_config(QWEN, dtype="float8_e4m3fn").kv_bytes_per_token == 14336
     assert from_hf_config(QWEN, dtype="float32").kv_bytes_per_token == 57344

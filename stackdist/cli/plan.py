@@ -622,6 +622,8 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
     """The engine models' options from the flags (decode defaults to whether outputs are known)."""
     models = tuple(m for m in args.semantics if m in ENGINE_MODELS)
     _refuse_engine_flags(args, models)
+    if getattr(args, "engine_block_size_given", 0) is None and getattr(geometry, "vllm_block_size", None):
+        args.engine_block_size = geometry.vllm_block_size  # the block vLLM gives the model (DeepSeek sparse attention: 64)
     groups = _hybrid_groups(args, models, geometry)
     if groups:  # pages stay 16 tokens (the hash block); the groups carry their own block size
         args.engine_block_size = 16

@@ -106,6 +106,9 @@ class ModelGeometry:
     attention_chunk_size: int | None = None
     mamba_state_bytes: int = 0
     """Bytes of one Mamba layer's state (one request, one checkpoint)."""
+    indexer_bytes_per_token: int = 0
+    """DeepSeek sparse attention (DSA, DeepSeek-V3.2): the lightning indexer's key cache per token
+    and layer, kept beside the MLA latent in every layer (:attr:`layer_bytes_per_token`)."""
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes"):
@@ -131,6 +134,9 @@ class ModelGeometry:
         if self.kv_lora_rank is not None:
             _require_int("kv_lora_rank", self.kv_lora_rank, minimum=1)
             _require_int("qk_rope_head_dim", self.qk_rope_head_dim, minimum=0)
+        _require_int("indexer_bytes_per_token", self.indexer_bytes_per_token, minimum=0)
+        if self.indexer_bytes_per_token and self.kv_lora_rank is None:
+            raise UsageError("indexer_bytes_per_token (DeepSeek sparse attention) needs an MLA model (kv_lora_rank)")
 
     @property
     def is_mla(self) -> bool:
@@ -138,15 +144,40 @@ class ModelGeometry:
         return self.kv_lora_rank is not None
 
     @property
+    def is_sparse_mla(self) -> bool:
+        """True for DeepSeek sparse attention (an MLA latent plus an indexer key in every layer)."""
+        return self.indexer_bytes_per_token > 0
+
+    @property
     def layer_bytes_per_token(self) -> int:
         """KV-cache bytes one token occupies in one layer (MLA: the latent plus the RoPE key).
 
+        DeepSeek sparse attention adds the indexer's key (:attr:`indexer_bytes_per_token`), and
+        its fp8 cache is vLLM 0.33.0's ``fp8_ds_mla`` layout: the latent in fp8, one fp32 scale
+        per 128 values, the RoPE key kept in bf16 (656 B for DeepSeek-V3.2,
+        ``v1/attention/backends/mla/flashmla_sparse.py:79``; any quantized dtype is served in it,
+        ``model_executor/layers/attention/mla_attention.py:359``).
+
         >>> KNOWN_MODELS["llama-3.1-8b"].layer_bytes_per_token
         4096
+        >>> KNOWN_MODELS["deepseek-v3.2"].layer_bytes_per_token  # bf16 latent + RoPE key, fp8 indexer key
+        1284
         """
         if self.kv_lora_rank is not None and self.qk_rope_head_dim is not None:
-            return (self.kv_lora_rank + self.qk_rope_head_dim) * self.dtype_bytes
+            if self.indexer_bytes_per_token and self.dtype_bytes == 1:
+                latent = self.kv_lora_rank + self.kv_lora_rank // 128 * 4 + self.qk_rope_head_dim * 2
+            else:
+                latent = (self.kv_lora_rank + self.qk_rope_head_dim) * self.dtype_bytes
+            return latent + self.indexer_bytes_per_token
         return 2 * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def vllm_block_size(self) -> int | None:
+        """The KV block vLLM 0.33.0 gives this model when the user sets none, if not its default 16:
+        64 for DeepSeek sparse attention (its indexer kernels read 64-token pages:
+        ``v1/attention/backends/mla/indexer.py:285``; FlashMLA sparse needs a multiple of 64,
+        ``flashmla_sparse.py:158``)."""
+        return 64 if self.is_sparse_mla else None
 
     @property
     def num_full_layers(self) -> int:
@@ -342,7 +373,7 @@ def from_hf_config(
         nope = _config_int(config, "qk_nope_head_dim", where) or 0
         return ModelGeometry(
             name, layers, kv_heads or 1, head_dim or (nope + rope) or 1, element_bytes,
-            kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope,
+            kv_lora_rank=kv_lora_rank, qk_rope_head_dim=rope, indexer_bytes_per_token=_indexer_bytes(config, where),
         )
     if not kv_heads:
         raise UsageError(f"{where}: missing field 'num_key_value_heads' (or 'num_attention_heads')")
@@ -364,6 +395,26 @@ def from_hf_config(
                              attention_chunk_size=chunk, mamba_state_bytes=state)
     window, sliding = _sliding_layers(config, layers, where)
     return ModelGeometry(name, layers, kv_heads, head_dim, element_bytes, sliding_window=window, num_sliding_layers=sliding)
+
+
+def _indexer_bytes(config: Mapping[str, Any], where: str) -> int:
+    """DeepSeek sparse attention's indexer key bytes per token and layer, 0 without DSA.
+
+    vLLM 0.33.0 (``model_executor/models/deepseek_v2.py``): a config with ``index_topk`` is
+    DeepSeek-V3.2 (:1138); each layer whose indexer is not skipped keeps a key cache of
+    ``index_head_dim`` fp8 values plus one fp32 scale per 128 (``Indexer``, :699, :729-734:
+    ``head_dim + head_dim // 128 * 4`` bytes, uint8, whatever the KV dtype), one
+    ``MLAAttentionSpec`` beside the latent's in the same full-attention group (:658). With the
+    default ``index_topk_freq`` 1 and no ``index_topk_pattern`` no layer skips it (:1145-1156); a
+    config that skips some is refused (their caches would differ by layer).
+    """
+    if config.get("index_topk") is None:
+        return 0
+    if (_config_int(config, "index_topk_freq", where) or 1) != 1 or config.get("index_topk_pattern"):
+        raise UsageError(f"{where}: an index_topk_freq or index_topk_pattern that skips the indexer in some layers "
+                         "is not modelled (their KV caches differ by layer)")
+    head = _config_int(config, "index_head_dim", where) or 128
+    return head + head // 128 * 4
 
 
 _KIND_OF_TYPE = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
@@ -546,7 +597,8 @@ class ModelSpec:
             "weights_source": self.weights_source, "kv_dtype_bytes": g.dtype_bytes,
             "num_layers": g.num_layers, "num_full_layers": g.num_full_layers,
             "num_sliding_layers": g.num_sliding_layers, "sliding_window_tokens": g.sliding_window,
-            "mla": g.is_mla, "sliding_bytes_per_token": g.sliding_bytes_per_token,
+            "mla": g.is_mla, "dsa_indexer_bytes_per_token_and_layer": g.indexer_bytes_per_token,
+            "sliding_bytes_per_token": g.sliding_bytes_per_token,
             "all_layers_bytes_per_token": g.all_layers_bytes_per_token,
             "attention_flops_per_pair": self.attention_flops_per_pair,
         }
@@ -692,7 +744,7 @@ def catalog_help() -> str:
     for name, spec in catalog().items():
         g = spec.geometry
         others = {k: g.layer_kinds.count(k) for k in ("chunked", "mamba") if k in g.layer_kinds}
-        kind = "MLA" if g.is_mla else (f"{g.num_sliding_layers}/{g.num_layers} layers window {g.sliding_window}"
+        kind = "MLA + DSA indexer key" if g.is_sparse_mla else "MLA" if g.is_mla else (f"{g.num_sliding_layers}/{g.num_layers} layers window {g.sliding_window}"
                                        if g.is_hybrid else ", ".join(f"{n}/{g.num_layers} layers {k}" for k, n in
                                                                      others.items()) or "full attention")
         lines.append(f"  {name:<18} {g.kv_bytes_per_token:>7,} B/token ({kind})  {spec.hf_repo}")
