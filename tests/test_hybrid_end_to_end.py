@@ -181,6 +181,9 @@ def test_the_plan_says_which_group_limits_the_hit(tmp_path, capsys):
     hybrid = section["hybrid"]
     assert hybrid["bytes_per_block"] == 18 * 16 * 2 * 8 * 64 * 2  # 18 layers a group, 16 tokens, K and V, 8 heads x 64
     assert [(g["kind"], g["groups"], g["window_tokens"]) for g in hybrid["groups"]] == [("sliding", 1, 128), ("full", 1, None)]
+    # a kept window costs cdiv(128 - 1, 16) = 8 blocks of the shared pool; a full block is one
+    assert [(g["blocks_per_checkpoint"], g["bytes_per_checkpoint"]) for g in hybrid["groups"]] == \
+        [(8, 8 * hybrid["bytes_per_block"]), (1, hybrid["bytes_per_block"])]
     row = hybrid["pools"][0]
     assert (row["hit_tokens"], row["full_attention_hit_tokens"], row["requests_cut"]) == (1792, 2304, 1)
     assert "sliding-window group" in hybrid["limited_by"] and "misses twice" in hybrid["limited_by"]

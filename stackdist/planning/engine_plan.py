@@ -809,6 +809,20 @@ _LIMIT = {"sliding": "the sliding-window group: a hit needs the window's blocks 
                    "misses twice and a prefix shared only partly hits at the last kept state below it"}
 
 
+_KEPT = {"full": "every full block of every prompt (and of the answer with decode), until evicted",
+         "sliding": "with vLLM's default retention (0) only the window's blocks before each request's replay boundary and "
+                    "its junction: at most two checkpoints per request; the rest is freed as the window moves",
+         "chunked": "every full block, but blocks before the current chunk's start are freed while the request runs "
+                    "(cached ones stay hittable until reused)",
+         "mamba": "one state block per kept position: the replay boundary and the junction (at most two per request)"}
+
+
+def _checkpoint_blocks(spec: GroupSpec) -> int:
+    """Blocks one group spends on one kept position: a sliding window's ``cdiv(W - 1, b)``, one
+    Mamba state, one block of full or chunked attention (per block of prefix)."""
+    return spec.need_blocks if spec.kind == "sliding" else 1
+
+
 def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarray, input_tokens: int) -> dict[str, Any]:
     """The hybrid KV cache's answers: its groups and bytes per block, and per pool the hit against
     the longest single-group hit (the full-attention group's own), naming the group that limits it.
@@ -817,9 +831,12 @@ def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarr
     kinds = [g.kind for g in groups]
     described = []
     for spec in dict.fromkeys(groups):
-        described.append({"kind": spec.kind, "groups": groups.count(spec), "block_size_tokens": spec.block_size,
+        n = groups.count(spec)
+        described.append({"kind": spec.kind, "groups": n, "block_size_tokens": spec.block_size,
                           "window_tokens": spec.window or None, "chunk_tokens": spec.chunk or None,
-                          "bytes_per_block": options.kv_block_bytes})
+                          "bytes_per_block": options.kv_block_bytes, "kept": _KEPT[spec.kind],
+                          "blocks_per_checkpoint": n * _checkpoint_blocks(spec),
+                          "bytes_per_checkpoint": n * _checkpoint_blocks(spec) * options.kv_block_bytes})
     others = [k for k in dict.fromkeys(kinds) if k != "full"]
     pools = []
     longest = result.group_hit_tokens if isinstance(result, HybridResult) else None

@@ -249,11 +249,18 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
         lines.append(f"  hybrid KV cache: {hybrid['kv_cache_groups']} groups ({groups}) in one pool; "
                      f"{hybrid['block_size_tokens']}-token blocks of {hybrid['bytes_per_block']:,} B (one group's layers); "
                      f"prefill chunks of {hybrid['max_num_batched_tokens']:,} tokens")
+        for g in hybrid["groups"]:
+            full = sum(f["groups"] for f in hybrid["groups"] if f["kind"] == "full") or 1
+            per = (f"per kept position: {g['blocks_per_checkpoint']:,} blocks = {g['bytes_per_checkpoint'] / 2**20:,.1f} MiB, "
+                   f"as much as {g['blocks_per_checkpoint'] // full * g['block_size_tokens']:,} tokens of full-attention prefix"
+                   if g["kind"] in ("sliding", "mamba") else
+                   f"per cached block of prefix: {g['bytes_per_checkpoint'] / 2**20:,.1f} MiB")
+            lines.append(f"    {g['kind']:<8} keeps {g['kept']}; {per}")
         for p in hybrid["pools"]:
             if "full_attention_hit_tokens" in p:
                 lines.append(f"  {p['gpu_blocks']!s:>12} full attention alone would hit {p['full_attention_hit_tokens']:,} "
                              f"tokens ({p['full_attention_prefix_token_hit_rate']:.2%}); the hybrid hits {p['hit_tokens']:,} "
-                             f"({p['prefix_token_hit_rate']:.2%}; {p['requests_cut']:,} requests cut)")
+                             f"({p['prefix_token_hit_rate']:.2%}; {p['requests_cut']:,} request(s) cut)")
         lines.append(f"  {hybrid['limited_by']}")
     minimum = section["min_feasible_pool"]
     if minimum:
