@@ -12,9 +12,11 @@ null block (vllm/v1/core/block_pool.py:191).
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
+from naive import run_stackdist
 
 from stackdist.errors import UsageError
 from stackdist.planning.geometry import model_spec
@@ -74,6 +76,32 @@ def test_hybrid_groups_as_vllm_groups_them():
     reserve = 6 * (math.ceil(1023 / 16) + 1)  # one request's window in each sliding group
     assert (pool["num_gpu_blocks"], pool["sliding_reserve_blocks"]) == (blocks, reserve)
     assert pool["kv_tokens"] == (blocks - 1 - reserve) * 16
+
+
+def test_a_mamba_hybrid_block_is_raised_per_gpu(tmp_path, capsys):
+    """Qwen3-Next on 4 GPUs: the GDN state (1,097,728 B) splits 4 ways, the 2 KV heads give one per
+    GPU (2 x 256 x 2 B = 1,024 B per token and layer), so the attention block is raised to
+    64 x cdiv(274,432, 64 x 1,024) = 320 tokens (576 on one GPU); a block holds one group's 12 layers."""
+    spec = model_spec("qwen3-next-80b-a3b")
+    one = replica_pool(spec, HardwareOptions("h200", gpus_per_replica=2))
+    four = replica_pool(spec, HardwareOptions("h200", gpus_per_replica=4))
+    assert (one["block_size_tokens"], four["block_size_tokens"]) == (64 * math.ceil(548864 / (64 * 1024)), 320) == (576, 320)
+    assert four["bytes_per_block_per_gpu"] == 12 * 320 * 1024
+    assert four["num_gpu_blocks"] == vllm_blocks(143771, 0.9, 80e9 * 2 / 4, 320 * 1024, 12)
+    assert four["kv_cache_groups"] == {"mamba": 3, "full": 1}
+    assert four["kv_tokens"] == (four["num_gpu_blocks"] - 1 - 3 * 2) * 320  # one running request's state blocks kept back
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": i, "input_length": 1500, "output_length": 1, "hash_ids": [0, 1, 2]})
+                             + "\n" for i in range(4)))
+    out = tmp_path / "plan.json"
+    code, _, err = run_stackdist(capsys, "plan", trace, "--format", "mooncake", "--model", "qwen3-next-80b-a3b", "--gpu",
+                                 "h200", "--gpus-per-replica", "4", "--semantics", "vllm", "--schedule", "serial",
+                                 "--no-decode", "--json", out)
+    assert code == 0, err
+    plan = json.loads(out.read_text())
+    section = plan["engine_models"]["vllm"]
+    assert section["hybrid"]["block_size_tokens"] == 320 and section["pools"][0]["gpu_blocks"] == four["num_gpu_blocks"]
+    assert plan["budgets"]["rows"][0]["engine_models"]["vllm"]["pool"] == four["num_gpu_blocks"]
 
 
 def test_weights_that_do_not_fit():

@@ -66,7 +66,7 @@ SMALL = Path(__file__).parent / "data" / "mooncake_small.jsonl"
 @pytest.mark.parametrize("extra, config, message", [
     (["--schedule", "scheduler"], "gpt-oss-20b.json", "modelled on one vLLM instance"),
     (["--workers", "2"], "gpt-oss-20b.json", "modelled on one vLLM instance"),
-    (["--gpu", "h200"], "Qwen3-Next-80B-A3B-Instruct.json", "chunked-local or Mamba layers"),
+    (["--capacity", "10GiB"], "Qwen3-Next-80B-A3B-Instruct.json", "chunked-local or Mamba layers"),
     (["--engine-block-size", "24"], "gpt-oss-20b.json", "multiple of 16"),
     (["--gdn-checkpoint-alignment", "64"], "gpt-oss-20b.json", "applies to a model with Mamba"),
     (["--gdn-checkpoint-alignment", "40"], "Qwen3-Next-80B-A3B-Instruct.json", "multiple of 16"),

@@ -200,18 +200,21 @@ def budget_options(args: argparse.Namespace, spec: ModelSpec) -> BudgetOptions |
         raise UsageError("--gpu-price prices the GPUs of --gpu: give --gpu too.")
     if not (args.capacity or args.gpu or args.ttft_calibration):
         return None
-    if {"chunked", "mamba"} & set(spec.geometry.layer_kinds) and (args.capacity or args.gpu):
-        raise UsageError(f"--gpu and --capacity size the KV cache of full-attention and sliding-window layers only; "
+    if {"chunked", "mamba"} & set(spec.geometry.layer_kinds) and args.capacity:
+        raise UsageError(f"--capacity sizes the KV cache of full-attention and sliding-window layers only; "
                          f"{spec.name} has chunked-local or Mamba layers: give vLLM's pool as --gpu-blocks N "
-                         "(num_gpu_blocks) with --semantics vllm.")
+                         "(num_gpu_blocks) with --semantics vllm, or the GPUs as --gpu.")
     budgets = parse_budgets(args.capacity, "--capacity", max(args.engine_block_size, 1)) if args.capacity else ()
     hardware = None
     prices: DeploymentPrices | None = None
     if args.gpu:
         if args.gpus is not None and args.gpus % args.gpus_per_replica:
             raise UsageError(f"--gpus ({args.gpus}) must be a multiple of --gpus-per-replica ({args.gpus_per_replica}).")
+        block = getattr(args, "engine_block_size_given", None) or spec.geometry.vllm_block_size or 16  # vLLM's block
+        alignment = getattr(args, "gdn_checkpoint_alignment", None)
         hardware = HardwareOptions(args.gpu, args.gpus_per_replica, args.gpus, args.gpu_memory_utilization, args.weights,
-                                   args.activation_gib, args.non_torch_gib, args.cudagraph_gib)
+                                   args.activation_gib, args.non_torch_gib, args.cudagraph_gib, block,
+                                   64 if alignment is None else alignment)
         if args.weights is not None:
             spec = dataclasses.replace(spec, weights_bytes=args.weights * 2**30, weights_source="--weights")
         prices = _deployment_prices(args)

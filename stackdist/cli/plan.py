@@ -737,7 +737,8 @@ def _hybrid_groups(args: argparse.Namespace, models: tuple[str, ...], geometry: 
     (``stackdist.serving.hybrid``), for the engine models that run them; () otherwise. The block is
     ``--engine-block-size`` (default 16), raised for a Mamba hybrid as vLLM's
     ``_align_hybrid_block_size`` raises it until an attention page holds a Mamba state."""
-    from stackdist.serving.hybrid import groups_from_layers, mamba_attention_block_size
+    from stackdist.planning.hardware import vllm_layout
+    from stackdist.serving.hybrid import groups_from_layers
 
     kinds = getattr(geometry, "layer_kinds", ())
     runs = models or ((next(iter(ENGINE_MODELS)),) if getattr(args, "gpu", None) else ())  # --gpu: the deployment's
@@ -753,8 +754,8 @@ def _hybrid_groups(args: argparse.Namespace, models: tuple[str, ...], geometry: 
         return ()
     grid = 64 if grid is None else grid
     block = getattr(args, "engine_block_size_given", args.engine_block_size) or 16
-    if "mamba" in kinds and block % 16 == 0:  # vLLM raises a block too small for a Mamba state page
-        block = mamba_attention_block_size(geometry.mamba_state_bytes, geometry.layer_bytes_per_token, block, grid)
+    if "mamba" in kinds and block % 16 == 0:  # vLLM raises a block too small for a Mamba state page, per GPU
+        block = vllm_layout(geometry, args.gpus_per_replica if getattr(args, "gpu", None) else 1, block, grid)["block_size_tokens"]
     if block < 16 or block % 16:
         raise UsageError(f"--engine-block-size must be a positive multiple of 16 tokens for a hybrid model's groups; "
                          f"got {block}.")

@@ -341,7 +341,7 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
 def hybrid_engine_pools(geometry: ModelGeometry, engines: Any) -> bool:
     """Whether the HBM rows run the engine models at vLLM's own ``num_gpu_blocks``: a hybrid
     model and a vLLM model that simulates its groups (:func:`hbm_budgets`)."""
-    return geometry.is_hybrid and any(engine_model(name).supports_hybrid_groups and engine_model(name).budget_key ==
+    return geometry.has_kv_groups and any(engine_model(name).supports_hybrid_groups and engine_model(name).budget_key ==
                                       "vllm_gpu_blocks" for name in engines or ())
 
 
@@ -375,6 +375,18 @@ def _uncached(row: dict[str, Any], cost: dict[str, Any]) -> None:
 
 
 def _sliding_note(geometry: ModelGeometry) -> str:
+    kinds = geometry.layer_kinds
+    if not geometry.is_hybrid and geometry.has_kv_groups:
+        other = []
+        if "chunked" in kinds:
+            other.append(f"{kinds.count('chunked')} chunked-local layers hold at most the current "
+                         f"{geometry.attention_chunk_size:,}-token chunk")
+        if "mamba" in kinds:
+            other.append(f"{kinds.count('mamba')} linear-attention (Mamba) layers hold one {geometry.mamba_state_bytes:,}-byte "
+                         "state per running request and per kept checkpoint")
+        return (f"{'; '.join(other)}: capacities use the {geometry.num_full_layers} full-attention layers' "
+                f"{geometry.kv_bytes_per_token} B/token after reserving one running request's blocks of the other groups; "
+                "the vLLM rows run the hybrid cache at vLLM's own num_gpu_blocks, every group in the pool")
     if not geometry.is_hybrid:
         return "all layers full attention: a request's KV bytes are KV bytes per token x its tokens"
     return (f"{geometry.num_sliding_layers} of {geometry.num_layers} layers hold at most {geometry.sliding_window} "

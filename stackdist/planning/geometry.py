@@ -193,6 +193,12 @@ class ModelGeometry:
         return self.num_sliding_layers > 0
 
     @property
+    def has_kv_groups(self) -> bool:
+        """True when some layers are not full attention (sliding-window, chunked-local or Mamba):
+        vLLM caches them in several KV cache groups of one pool."""
+        return self.is_hybrid or bool(set(self.layer_kinds) - {"full"})
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes per token of the full-attention layers: what a cached block costs per
         token. Equal to :attr:`all_layers_bytes_per_token` unless the model is hybrid."""

@@ -108,6 +108,7 @@ __all__ = [
     "tensor_parallel_sizes",
     "ttft_summary",
     "vllm_groups",
+    "vllm_layout",
 ]
 
 GIB = 2**30
@@ -161,6 +162,9 @@ class HardwareOptions:
     non_torch_gib: float = 0.5
     cudagraph_gib: float = 0.5
     block_size: int = 16
+    """vLLM's block size, its ``cache_config.block_size`` (raised for a Mamba hybrid, :func:`vllm_layout`)."""
+    checkpoint_alignment: int = 64
+    """A Mamba hybrid's GDN checkpoint grid (:func:`~stackdist.serving.hybrid.mamba_attention_block_size`)."""
 
     @property
     def replicas(self) -> int:
@@ -169,19 +173,54 @@ class HardwareOptions:
 
 def vllm_groups(geometry: ModelGeometry) -> tuple[int, int, int]:
     """(layers per group, full-attention groups, sliding-window groups) as vLLM groups layers
-    (``kv_cache_planning.py:481-557``).
+    (``kv_cache_planning.py:481-557``); :func:`vllm_layout` has every kind.
 
     >>> from stackdist.planning.geometry import model_spec
     >>> vllm_groups(model_spec("gemma-3-27b").geometry), vllm_groups(model_spec("gpt-oss-120b").geometry)
     ((10, 1, 6), (18, 1, 1))
     """
-    if not geometry.is_hybrid:
-        return geometry.num_layers, 1, 0
-    full, sliding = geometry.num_full_layers, geometry.num_sliding_layers
-    size = min(full, sliding)
-    if max(full, sliding) < size * 1.5:
-        size = max(full, sliding)
-    return size, math.ceil(full / size), math.ceil(sliding / size)
+    layout = vllm_layout(geometry)
+    return layout["layers_per_group"], layout["groups"].get("full", 0), layout["groups"].get("sliding", 0)
+
+
+def _kinds(geometry: ModelGeometry) -> tuple[str, ...]:
+    """Per-layer kinds (sliding layers first when only their count is known: order sets only the
+    groups' order, not their sizes)."""
+    if geometry.layer_kinds:
+        return geometry.layer_kinds
+    return ("sliding",) * geometry.num_sliding_layers + ("full",) * geometry.num_full_layers
+
+
+def vllm_layout(geometry: ModelGeometry, tp: int = 1, block_size: int = 16, checkpoint_alignment: int = 64) -> dict[str, Any]:
+    """vLLM 0.33.0's KV cache groups of a model on one GPU of a tensor-parallel replica: layers per
+    group, groups per kind, the block (raised for a Mamba hybrid until an attention page holds a
+    Mamba state page, with the state and the attention heads split over the ``tp`` GPUs as
+    vLLM splits them: ``mamba_utils.py:272`` divides the conv and temporal state by the TP size,
+    ``config/model.py:1683`` the KV heads) and the bytes of one block per GPU (one group's layers;
+    a Mamba state is padded to that page). O(layers).
+
+    >>> from stackdist.planning.geometry import model_spec
+    >>> g = model_spec("qwen3-next-80b-a3b").geometry
+    >>> [(vllm_layout(g, tp)["block_size_tokens"], vllm_layout(g, tp)["groups"]) for tp in (1, 2, 4)]
+    [(576, {'mamba': 3, 'full': 1}), (576, {'mamba': 3, 'full': 1}), (320, {'mamba': 3, 'full': 1})]
+    """
+    from stackdist.serving.hybrid import layers_per_group, mamba_attention_block_size
+
+    kinds = _kinds(geometry)
+    size = layers_per_group(kinds) if len(set(kinds)) > 1 else len(kinds)
+    groups = {k: math.ceil(kinds.count(k) / size) for k in dict.fromkeys(kinds)}
+    token_page = _page_bytes(geometry, tp, 1)
+    block = block_size
+    if "mamba" in groups and block_size % 16 == 0:
+        block = mamba_attention_block_size(-(-geometry.mamba_state_bytes // tp), token_page, block_size, checkpoint_alignment)
+    reserve = 0  # one running request's blocks outside full attention (a window, a chunk, a state and its checkpoint)
+    if geometry.sliding_window and "sliding" in groups:
+        reserve += groups["sliding"] * (math.ceil((geometry.sliding_window - 1) / block) + 1)
+    if geometry.attention_chunk_size and "chunked" in groups:
+        reserve += groups["chunked"] * (math.ceil(geometry.attention_chunk_size / block) + 1)
+    reserve += groups.get("mamba", 0) * 2
+    return {"layers_per_group": size, "groups": groups, "block_size_tokens": block,
+            "bytes_per_block_per_gpu": size * block * token_page, "reserve_blocks": reserve}
 
 
 def _page_bytes(geometry: ModelGeometry, tp: int, block_size: int) -> int:
@@ -212,14 +251,14 @@ def replica_pool(spec: ModelSpec, options: HardwareOptions) -> dict[str, Any]:
     weights_per_gpu = weights / tp
     non_kv = weights_per_gpu + (options.activation_gib + options.non_torch_gib) * GIB
     available = int(requested - non_kv - options.cudagraph_gib * GIB)
-    size, full_groups, sliding_groups = vllm_groups(geometry)
-    bytes_per_block = size * _page_bytes(geometry, tp, options.block_size)
+    layout = vllm_layout(geometry, tp, options.block_size, options.checkpoint_alignment)
+    size, block = layout["layers_per_group"], layout["block_size_tokens"]
+    full_groups, sliding_groups = layout["groups"].get("full", 1), layout["groups"].get("sliding", 0)
+    bytes_per_block = layout["bytes_per_block_per_gpu"]
     blocks = max(0, available) // bytes_per_block
-    reserve = 0
-    if geometry.is_hybrid and geometry.sliding_window:
-        reserve = sliding_groups * (math.ceil((geometry.sliding_window - 1) / options.block_size) + 1)
+    reserve = layout["reserve_blocks"]
     usable = max(0, VLLM.pages_in_pool(blocks) - reserve)  # less the null block (the vllm model's pool unit)
-    tokens = usable // full_groups * options.block_size
+    tokens = usable // full_groups * block
     return {
         "gpu": gpu.name, "gpus_per_replica": tp, "replicas": options.replicas,
         "hbm_gib_per_gpu": gpu.hbm_bytes / GIB, "gpu_memory_utilization": options.gpu_memory_utilization,
@@ -228,14 +267,15 @@ def replica_pool(spec: ModelSpec, options: HardwareOptions) -> dict[str, Any]:
         "non_torch_gib_per_gpu": options.non_torch_gib, "cudagraph_gib_per_gpu": options.cudagraph_gib,
         "available_kv_gib_per_gpu": available / GIB, "fits": available >= bytes_per_block * (VLLM.min_pool + reserve),
         "layers_per_group": size, "full_attention_groups": full_groups, "sliding_window_groups": sliding_groups,
-        "bytes_per_block_per_gpu": bytes_per_block, "block_size_tokens": options.block_size,
+        "bytes_per_block_per_gpu": bytes_per_block, "block_size_tokens": block,
+        "kv_cache_groups": layout["groups"],
         "num_gpu_blocks": int(blocks), "sliding_reserve_blocks": reserve,
         "kv_tokens": int(tokens), "kv_gib": tokens * geometry.kv_bytes_per_token / GIB,
         "kv_tokens_all_replicas": int(tokens) * options.replicas,
         "kv_gib_all_replicas": tokens * options.replicas * geometry.kv_bytes_per_token / GIB,
         "assumptions": ["weights split evenly over the replica's GPUs",
                         "activation peak, non-torch and CUDA-graph memory as given (vLLM measures them at start-up)",
-                        "hybrid models: one running request's sliding-window blocks reserved"],
+                        "hybrid models: one running request's sliding-window, chunk or Mamba-state blocks reserved"],
         "sources": gpu.source,
     }
 
