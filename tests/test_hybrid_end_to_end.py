@@ -10,6 +10,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from naive import run_stackdist
 
@@ -64,8 +65,8 @@ SMALL = Path(__file__).parent / "data" / "mooncake_small.jsonl"
 
 
 @pytest.mark.parametrize("extra, config, message", [
-    (["--schedule", "scheduler"], "gpt-oss-20b.json", "modelled on one vLLM instance"),
-    (["--workers", "2"], "gpt-oss-20b.json", "modelled on one vLLM instance"),
+    (["--schedule", "scheduler"], "gpt-oss-20b.json", "modelled per vLLM instance"),
+    (["--shared-blocks", "100"], "gpt-oss-20b.json", "modelled per vLLM instance"),
     (["--capacity", "10GiB"], "Qwen3-Next-80B-A3B-Instruct.json", "chunked-local or Mamba layers"),
     (["--engine-block-size", "24"], "gpt-oss-20b.json", "multiple of 16"),
     (["--gdn-checkpoint-alignment", "64"], "gpt-oss-20b.json", "applies to a model with Mamba"),
@@ -219,3 +220,33 @@ def test_decode_reuse_bounds_are_not_given_for_a_hybrid_model(tmp_path, capsys):
     assert code == 0, err
     bounds = json.loads(js.read_text())["engine_models"]["vllm"]["decode_reuse_bounds"]
     assert "not modelled" in bounds["not_given"] and bounds["pools"] == []
+
+
+def test_workers_behind_a_static_router_run_the_hybrid_cache_each(tmp_path, capsys):
+    """--workers K with a router that reads no pool: each worker's hybrid cache on its own requests
+    (round-robin: request i on worker i mod K), against direct runs of the hybrid model."""
+    from stackdist.planning.geometry import from_hf_config
+    from stackdist.serving.hybrid import groups_from_layers, simulate_hybrid
+    from stackdist.traces.hashed import read_mooncake
+
+    trace_path = CONFIGS.parent / "hyb_edges_b64.jsonl"
+    js = tmp_path / "plan.json"
+    code, _, err = run_stackdist(capsys, "plan", trace_path, "--format", "mooncake", "--block-size", "64", "--semantics",
+                                 "vllm", "--model-config", CONFIGS / "gpt-oss-20b.json", "--gpu-blocks", "1800,inf", "--schedule", "serial",
+                                 "--no-decode", "--workers", "3", "--router", "round-robin", "--json", js)
+    assert code == 0, err
+    cluster = json.loads(js.read_text())["engine_models"]["vllm"]["cluster"]
+    trace = read_mooncake(trace_path, 64)
+    geometry = from_hf_config(CONFIGS / "gpt-oss-20b.json")
+    groups = groups_from_layers(geometry.layer_kinds, 16, geometry.sliding_window)
+    for row, pool in zip(cluster["pools"], (1800, None)):
+        for worker in row["per_worker"]:
+            index = np.arange(worker["worker"], trace.n_requests, 3)
+            alone = simulate_hybrid(trace.select(index), groups, [pool], "serial", False, 8192)
+            assert worker["hit_tokens"] == int(alone.hit_tokens[0].sum()), (pool, worker["worker"])
+    # the worth table compares only routers the hybrid runs behind (the joint runs are full attention)
+    assert all(set(row["routers"]) and not {"kv-aware", "llm-d"} & set(row["routers"]) for row in cluster["routing_worth"])
+    code, _, err = run_stackdist(capsys, "plan", trace_path, "--format", "mooncake", "--block-size", "64", "--semantics",
+                                 "vllm", "--model-config", CONFIGS / "gpt-oss-20b.json", "--gpu-blocks", "1800", "--workers", "2",
+                                 "--router", "llm-d")
+    assert code == 2 and "reads every worker's pool" in err

@@ -639,11 +639,13 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
         raise UsageError(_sized_pools_hint(args.gpu_blocks) or str(exc)) from None
     schedule: Any = args.schedule or ("recorded" if trace.recorded_schedule_s is not None else "model")
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
-    if groups and (schedule == "scheduler" or offload or args.decode_reuse or args.shared_blocks is not None
-                   or args.workers != "one"):
-        raise UsageError("a model with sliding-window, chunked-local or Mamba groups is modelled on one vLLM instance, "
-                         "serial or timed (no --schedule scheduler, --offload, --decode-reuse, --shared-blocks or "
-                         "--workers yet).")
+    if groups and (schedule == "scheduler" or offload or args.decode_reuse or args.shared_blocks is not None):
+        raise UsageError("a model with sliding-window, chunked-local or Mamba groups is modelled per vLLM instance, "
+                         "serial or timed (no --schedule scheduler, --offload, --decode-reuse or --shared-blocks yet).")
+    if groups and args.workers != "one" and args.router in JOINT_ROUTERS:
+        raise UsageError(f"--router {args.router} reads every worker's pool at each arrival; with sliding-window, "
+                         "chunked-local or Mamba groups the workers run one at a time behind a router that does not: "
+                         f"--router {', '.join(r for r in ROUTERS)}.")
     scheduler = (_scheduler_settings(args, models, trace, budgets.ttft if budgets is not None else None, decode)
                  if schedule == "scheduler" else None)
     if schedule != "scheduler":

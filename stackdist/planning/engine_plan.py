@@ -516,7 +516,8 @@ def _worth_runs(model: str, trace: RequestTrace, options: EngineOptions, schedul
     """Every router at K workers of N, and one pool of K x N (key ``one-cache``), same shared tier."""
     k = int(options.workers)
     out: dict[str, ClusterResult] = {}
-    for name in (*ROUTERS, *JOINT_ROUTERS):
+    hybrid = bool(options.kv_groups) and engine_model(model).supports_hybrid_groups  # joint runs are full attention
+    for name in (*ROUTERS, *(() if hybrid else JOINT_ROUTERS)):
         have = done.get(name)
         if have is not None:
             out[name] = have
