@@ -158,3 +158,26 @@ def test_offload_plot_labels_targets_of_one_size_once(tmp_path, capsys, monkeypa
         xs = [t.xy[0] for t in labels]
         assert len(xs) == len(set(xs)), [t.get_text() for t in labels]
     assert any(t.get_text().startswith("10%, 20%") for ax in fig.axes for t in ax.texts)
+
+
+def test_hybrid_plot_shows_what_the_other_groups_cut(tmp_path, capsys, monkeypatch):
+    """A hybrid model: beside its hits, the full-attention group's own hit in the same runs (from
+    the plan's JSON), and an x axis in the hybrid's bytes per block."""
+    from pathlib import Path
+
+    figs = []
+    monkeypatch.setattr(plot, "save_png", lambda fig, path: figs.append(fig))
+    data = Path(__file__).parent / "data"
+    argv = ["plan", str(data / "hybrid_two_miss.jsonl"), "--format", "mooncake", "--semantics", "vllm", "--model",
+            "gpt-oss-120b", "--gpu-blocks", "200,inf", "--schedule", "serial", "--no-decode", "--plot",
+            str(tmp_path / "h.png"), "--json", str(tmp_path / "h.json")]
+    assert main(argv) == 0, capsys.readouterr().err
+    (fig,) = figs
+    ax = fig.axes[0]
+    hybrid = json.loads((tmp_path / "h.json").read_text())["engine_models"]["vllm"]["hybrid"]
+    own = [line for line in ax.get_lines() if "full-attention group's own hit" in line.get_label()]
+    assert len(own) == 1
+    assert own[0].get_ydata().tolist() == [p["full_attention_prefix_token_hit_rate"] for p in hybrid["pools"]
+                                           if p["gpu_blocks"] != "inf"]
+    assert own[0].get_ydata()[0] > [p["prefix_token_hit_rate"] for p in hybrid["pools"]][0]  # the window cut hits
+    assert f"{hybrid['bytes_per_block']:,} B per 16-token block" in ax.get_xlabel()

@@ -491,6 +491,19 @@ def plot_engine_models(path: str | os.PathLike[str], report: Any, kv_dtype: str 
             ax.plot(x, y, marker, color=colour, ms=6 if k == 0 else 4.5, mfc="none" if marker in "o^s" else colour,
                     label=f"{who}: simulated pools ({x.size}, each an exact simulation)")
         xs_all += x[:-1].tolist() if ws.get("exact") else x.tolist()
+        hybrid = sec.get("hybrid") or {}
+        own = [(r["gib"], h["full_attention_prefix_token_hit_rate"]) for r in rows for h in hybrid.get("pools", [])
+               if h["gpu_blocks"] == r["gpu_blocks"] and "full_attention_prefix_token_hit_rate" in h]
+        if own:  # what the other groups cut: the full-attention group's own hit in the same runs
+            ax.plot([g for g, _ in own], [v for _, v in own], "+", color=colour, ms=8, mew=1.2, alpha=0.8,
+                    label=f"{who}: the full-attention group's own hit in the same runs (the window/state groups cut the rest)")
+            top = max(top, *[v for _, v in own])
+        own_inf = [h["full_attention_prefix_token_hit_rate"] for h in hybrid.get("pools", [])
+                   if h["gpu_blocks"] == "inf" and "full_attention_prefix_token_hit_rate" in h]
+        if own_inf:
+            levels.append((f"{name}: full-attention group's own hit, infinite pool {own_inf[0]:.2%}", own_inf[0]))
+            ax.axhline(own_inf[0], color=colour, lw=0.7, ls=":", alpha=0.6)
+            top = max(top, own_inf[0])
         inf_rows = [r for r in sec["pools"] if r["gib"] is None and r["feasible"]]
         ceiling = ws.get("ceiling_prefix_token_hit_rate", inf_rows[0]["prefix_token_hit_rate"] if inf_rows else None)
         if ceiling is not None:
@@ -508,7 +521,9 @@ def plot_engine_models(path: str | os.PathLike[str], report: Any, kv_dtype: str 
         for budget in (report.get("budgets") or {}).get("rows", []):
             got = budget.get("engine_models", {}).get(name)
             if got:
-                gib = got["pool"] * sec["engine_block_size_tokens"] * report["model"]["kv_bytes_per_token"] / 2**30
+                per_block = (sec.get("hybrid") or {}).get("bytes_per_block") or \
+                    sec["engine_block_size_tokens"] * report["model"]["kv_bytes_per_token"]
+                gib = got["pool"] * per_block / 2**30
                 marks.append((f"GPU budget {budget['budget']}: {name} pool {got['pool']:,} ({_gib_text(gib)})"
                               + ("" if got["feasible"] else ", infeasible"), gib, "black"))
     positive = [v for v in xs_all + [m[1] for m in marks] if v > 0]
@@ -532,7 +547,10 @@ def plot_engine_models(path: str | os.PathLike[str], report: Any, kv_dtype: str 
     sched = first["schedule"]["kind"]
     page = first["engine_block_size_tokens"]
     t, m = report["trace"], report["model"]
-    ax.set_xlabel(f"KV pool (GiB = 2^30 bytes: the engine's pool x {page}-token pages x "
+    hybrid_first = first.get("hybrid")
+    ax.set_xlabel(f"KV pool (GiB: the pool x {hybrid_first['bytes_per_block']:,} B per {page}-token block of one "
+                  "KV cache group, all groups in one pool; log axis)" if hybrid_first else
+                  f"KV pool (GiB = 2^30 bytes: the engine's pool x {page}-token pages x "
                   f"{m['kv_bytes_per_token']:,} B/token; log axis)")
     ax.set_ylabel("prefix token hit rate (counted requests)")
     follows = "; ".join(f"{name} follows {sec['follows']}" for name, sec in sections.items())
