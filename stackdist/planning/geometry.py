@@ -750,8 +750,10 @@ def catalog_help() -> str:
     for name, spec in catalog().items():
         g = spec.geometry
         others = {k: g.layer_kinds.count(k) for k in ("chunked", "mamba") if k in g.layer_kinds}
-        kind = "MLA + DSA indexer key" if g.is_sparse_mla else "MLA" if g.is_mla else (f"{g.num_sliding_layers}/{g.num_layers} layers window {g.sliding_window}"
-                                       if g.is_hybrid else ", ".join(f"{n}/{g.num_layers} layers {k}" for k, n in
-                                                                     others.items()) or "full attention")
+        what = {"chunked": f"chunked local, chunk {g.attention_chunk_size:,}" if g.attention_chunk_size else "",
+                "mamba": f"Mamba/GDN, state {g.mamba_state_bytes:,} B"}
+        kind = "MLA + DSA indexer key" if g.is_sparse_mla else "MLA" if g.is_mla else (
+            f"{g.num_sliding_layers}/{g.num_layers} layers window {g.sliding_window}" if g.is_hybrid else
+            ", ".join(f"{n}/{g.num_layers} layers {what[k]}" for k, n in others.items()) or "full attention")
         lines.append(f"  {name:<18} {g.kv_bytes_per_token:>7,} B/token ({kind})  {spec.hf_repo}")
     return "\n".join(lines)
