@@ -64,7 +64,7 @@ SMALL = Path(__file__).parent / "data" / "mooncake_small.jsonl"
 
 
 @pytest.mark.parametrize("extra, config, message", [
-    (["--schedule", "scheduler"], "gpt-oss-20b.json", "modelled on one vLLM instance"),
+    (["--schedule", "scheduler", "--async-scheduling"], "gpt-oss-20b.json", "sync scheduler only"),
     (["--workers", "2"], "gpt-oss-20b.json", "modelled on one vLLM instance"),
     (["--gpu", "h200"], "Qwen3-Next-80B-A3B-Instruct.json", "chunked-local or Mamba layers"),
     (["--engine-block-size", "24"], "gpt-oss-20b.json", "multiple of 16"),

@@ -637,11 +637,13 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
         raise UsageError(_sized_pools_hint(args.gpu_blocks) or str(exc)) from None
     schedule: Any = args.schedule or ("recorded" if trace.recorded_schedule_s is not None else "model")
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
-    if groups and (schedule == "scheduler" or offload or args.decode_reuse or args.shared_blocks is not None
-                   or args.workers != "one"):
+    if groups and (offload or args.decode_reuse or args.shared_blocks is not None or args.workers != "one"):
         raise UsageError("a model with sliding-window, chunked-local or Mamba groups is modelled on one vLLM instance, "
-                         "serial or timed (no --schedule scheduler, --offload, --decode-reuse, --shared-blocks or "
+                         "serial, timed or under its scheduler (no --offload, --decode-reuse, --shared-blocks or "
                          "--workers yet).")
+    if groups and schedule == "scheduler" and args.async_scheduling:
+        raise UsageError("--async-scheduling: a model with sliding-window, chunked-local or Mamba groups is modelled "
+                         "under vLLM's sync scheduler only; drop --async-scheduling.")
     scheduler = (_scheduler_settings(args, models, trace, budgets.ttft if budgets is not None else None, decode)
                  if schedule == "scheduler" else None)
     if schedule != "scheduler":

@@ -326,6 +326,7 @@ class LoadResult(ServingResult):
     finish)."""
 
     load: SchedulerResult | None = None
+    group_hit_tokens: np.ndarray | None = None  # a hybrid KV cache: the longest single-group hit (HybridResult's)
 
 
 STATIC_ROUTERS = ("round-robin", "random", "session", "prefix-hash", PRODUCTION_STACK_PREFIXAWARE)
@@ -340,14 +341,16 @@ def scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools
     router (each its requests, at their own arrival times, with its own pool and scheduler)."""
     spec = engine_model(model)
     settings = options.scheduler or SchedulerSettings()
+    groups = options.kv_groups if spec.supports_hybrid_groups else ()  # the hybrid KV cache under the scheduler
     written = trace.input_length + (np.maximum(trace.output_length, 1) - 1 if options.decode else 0)
     smallest = int((-(-written // options.engine_block_size)).max(initial=0)) + 1
     if options.workers == "one":
         if progress is not None:
             progress(f"{model} model under its scheduler, {len(pools)} pool sizes")
-        load = spec.simulate_scheduler(trace, pools, options.decode, settings)
-        return LoadResult(model, load.pools, load.hit_tokens, load.failed_request,
-                          smallest if (load.failed_request >= 0).any() else None, "scheduler", True, load=load)
+        load = spec.simulate_scheduler(trace, pools, options.decode, settings, groups=groups)
+        return LoadResult(model, load.pools, load.hit_tokens, load.failed_request,  # hybrid: the smallest pool unknown
+                          smallest if (load.failed_request >= 0).any() and not groups else None, "scheduler", True,
+                          load=load, group_hit_tokens=load.group_hit_tokens)
     if options.workers != "recorded" and options.router not in STATIC_ROUTERS:
         raise ValueError(f"under the scheduler the router must be one of {', '.join(STATIC_ROUTERS)} (each worker "
                          f"runs its own scheduler; {options.router} would need them jointly)")
@@ -360,10 +363,11 @@ def scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools
     for w in ids.tolist():
         index = np.flatnonzero(workers == w)
         sub = trace if index.size == trace.n_requests else trace.select(index)
-        parts.append((index, spec.simulate_scheduler(sub, pools, options.decode, settings, arrival_s=arrival[index])))
+        parts.append((index, spec.simulate_scheduler(sub, pools, options.decode, settings, arrival_s=arrival[index],
+                                                     groups=groups)))
     load = merge_loads(parts, trace.n_requests, int(options.workers) if isinstance(options.workers, int) else ids.size)
     result = ServingResult(model, load.pools, load.hit_tokens, load.failed_request,
-                           smallest if (load.failed_request >= 0).any() else None, "scheduler", True)
+                           smallest if (load.failed_request >= 0).any() and not groups else None, "scheduler", True)
     cluster = _static_cluster(model, result, trace, options, Schedule.serial(trace.n_requests), workers, force=True)
     return LoadCluster(**vars(result), cluster=cluster, load=load)
 
@@ -397,7 +401,8 @@ def merge_loads(parts: list[tuple[np.ndarray, SchedulerResult]], n: int, workers
     hits[bad], pre[bad], queue[bad], tok[bad], fin[bad] = -1, -1, np.nan, np.nan, np.nan
     busy[bad], tokens[bad] = np.nan, -1
     return dataclasses.replace(first, hit_tokens=hits, preemptions=pre, queue_s=queue, first_token_s=tok, finish_s=fin,
-                               failed_request=failed, busy_s=busy, scheduled_tokens=tokens, workers=workers)
+                               failed_request=failed, busy_s=busy, scheduled_tokens=tokens, workers=workers,
+                               group_hit_tokens=None)
 
 
 CAPABILITIES = {"decode_reuse": "decode reuse", "tiers": "a shared tier", "routing": "the kv-aware and llm-d routers"}
@@ -822,7 +827,7 @@ def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarr
                           "bytes_per_block": options.kv_block_bytes})
     others = [k for k in dict.fromkeys(kinds) if k != "full"]
     pools = []
-    longest = result.group_hit_tokens if isinstance(result, HybridResult) else None
+    longest = result.group_hit_tokens if isinstance(result, (HybridResult, LoadResult)) else None
     for i, pool in enumerate(result.pools):
         if result.failed_request[i] >= 0:
             continue
