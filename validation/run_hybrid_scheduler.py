@@ -54,6 +54,17 @@ RUNS = [
      "14,20,40,inf", True, ["--max-num-batched-tokens", "1000"]),
     ("Qwen3-Next__b512__nodecode", f"{FULL}/Qwen3-Next-80B-A3B-Instruct.json", "hybrid_b512", 512,
      "14,20,40,inf", False, []),
+    # vLLM's AsyncScheduler, stepped as EngineCore.step_with_batch_queue (batch queue 2)
+    ("gpt-oss-20b-window40__b32__decode_budget64_async", f"{SMALL}/gpt-oss-20b-window40.json", "hybrid_b32", 32,
+     "20,30,60,inf", True, ["--max-num-batched-tokens", "64", "--async-scheduling"]),
+    ("gemma-3-27b-it-window64__b32__decode_budget64_async", f"{SMALL}/gemma-3-27b-it-window64.json", "hybrid_b32", 32,
+     "80,150,inf", True, ["--max-num-batched-tokens", "64", "--async-scheduling"]),
+    ("Llama-4-Scout-chunk64__b32__decode_budget64_async", f"{SMALL}/Llama-4-Scout-chunk64.json", "hybrid_b32", 32,
+     "45,80,inf", True, ["--max-num-batched-tokens", "64", "--async-scheduling"]),
+    ("Qwen3-Next__b512__decode_budget1000_async", f"{FULL}/Qwen3-Next-80B-A3B-Instruct.json", "hybrid_b512", 512,
+     "14,20,40,inf", True, ["--max-num-batched-tokens", "1000", "--async-scheduling"]),
+    ("gpt-oss-20b__b512__nodecode_async", f"{FULL}/gpt-oss-20b.json", "hybrid_b512", 512,
+     "420,600,inf", False, ["--async-scheduling"]),
 ]
 
 
@@ -74,7 +85,7 @@ def main(argv: list[str]) -> int:
         with open(path) as fh:
             old = {r["name"]: r for r in json.load(fh)["runs"]}
     manifest = {
-        "what": "vLLM 0.33.0 Scheduler (sync) with a hybrid KVCacheConfig (vLLM's own get_kv_cache_groups / "
+        "what": "vLLM 0.33.0 Scheduler (sync; AsyncScheduler in *_async runs) with a hybrid KVCacheConfig (vLLM's own get_kv_cache_groups / "
                 "get_kv_cache_config_from_groups), driven in simulated time by validation/drive_vllm_hybrid_scheduler.py; "
                 "see validation/HYBRID_NOTES.md section 4",
         "columns": "request,id,arrival_s,worker,input_tokens,output_tokens, then per pool N: hit_tokens_N, "
@@ -102,8 +113,9 @@ def main(argv: list[str]) -> int:
             "name": name, "csv": f"{name}.csv", "summary": f"{name}.json", "config": config,
             "trace": rel_trace, "hash_block_size": bh, "decode": decode, "pools": pools.split(","),
             "engine": s["engine"], "command": "$VLLM_PY " + " ".join(cmd[1:]),
-            "settings": {k: s[k] for k in ("max_num_seqs", "max_num_batched_tokens", "step_fixed_s", "step_per_token_s",
-                                            "gdn_checkpoint_alignment")},
+            "settings": {**{k: s[k] for k in ("max_num_seqs", "max_num_batched_tokens", "step_fixed_s", "step_per_token_s",
+                                               "gdn_checkpoint_alignment")},
+                         "async_scheduling": "--async-scheduling" in extra},
             "sha256": {p: sha256(os.path.join(ROOT, p)) for p in (config, rel_trace, rel_csv, rel_json,
                                                                    "validation/drive_vllm_hybrid_scheduler.py")},
         }
