@@ -64,7 +64,8 @@ SMALL = Path(__file__).parent / "data" / "mooncake_small.jsonl"
 
 
 @pytest.mark.parametrize("extra, config, message", [
-    (["--schedule", "scheduler", "--async-scheduling"], "gpt-oss-20b.json", "sync scheduler only"),
+    (["--schedule", "scheduler", "--workers", "2", "--router", "round-robin"], "gpt-oss-20b.json",
+     "modelled on one vLLM instance"),
     (["--workers", "2"], "gpt-oss-20b.json", "modelled on one vLLM instance"),
     (["--gpu", "h200"], "Qwen3-Next-80B-A3B-Instruct.json", "chunked-local or Mamba layers"),
     (["--engine-block-size", "24"], "gpt-oss-20b.json", "multiple of 16"),

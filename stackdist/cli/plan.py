@@ -641,9 +641,6 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
         raise UsageError("a model with sliding-window, chunked-local or Mamba groups is modelled on one vLLM instance, "
                          "serial, timed or under its scheduler (no --offload, --decode-reuse, --shared-blocks or "
                          "--workers yet).")
-    if groups and schedule == "scheduler" and args.async_scheduling:
-        raise UsageError("--async-scheduling: a model with sliding-window, chunked-local or Mamba groups is modelled "
-                         "under vLLM's sync scheduler only; drop --async-scheduling.")
     scheduler = (_scheduler_settings(args, models, trace, budgets.ttft if budgets is not None else None, decode)
                  if schedule == "scheduler" else None)
     if schedule != "scheduler":

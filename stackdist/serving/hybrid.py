@@ -698,10 +698,12 @@ class HybridRun:
                         del trimmed[-(-hit_len // spec.block_size):]
         return [x if x is not None else [] for x in blocks], hit_len, longest
 
-    def _allocate(self, req: _Request, new_tokens: int, computed: int, hit: list[list[int]] | None) -> bool:
-        """``allocate_slots``: free skipped blocks, count, touch the hit, allocate, cache."""
+    def _allocate(self, req: _Request, new_tokens: int, computed: int, hit: list[list[int]] | None,
+                  processed: int | None = None) -> bool:
+        """``allocate_slots``: free skipped blocks (on ``processed`` tokens when some are in flight,
+        ``kv_cache_manager.py:564``), count, touch the hit, allocate, cache."""
         for m in self.managers:
-            m.remove_skipped(req, computed)
+            m.remove_skipped(req, computed if processed is None else processed)
         tokens = computed + new_tokens
         empty: list[int] = []
         need = sum(m.num_to_allocate(req, tokens, hit[i] if hit else empty, computed) for i, m in enumerate(self.managers))
@@ -806,10 +808,21 @@ class HybridRun:
             return False
         return self._allocate(req, n, hit, blocks)
 
-    def extend(self, r: int, computed: int, n: int) -> bool:
+    def extend(self, r: int, computed: int, n: int, processed: int | None = None) -> bool:
         """The running loop's ``allocate_slots``: ``n`` more tokens after ``computed``; False when
-        they do not fit (the skipped blocks are freed all the same). O(blocks x groups)."""
-        return self._allocate(self.requests[r], n, computed, None)
+        they do not fit (the skipped blocks, below ``processed`` tokens when some are in flight, are
+        freed all the same). O(blocks x groups)."""
+        return self._allocate(self.requests[r], n, computed, None, processed)
+
+    def cache(self, r: int, tokens: int) -> None:
+        """``KVCacheManager.cache_blocks(request, tokens)`` outside an allocation (async scheduling's
+        output processing, ``sched/scheduler.py:2402-2415``). O(blocks x groups)."""
+        req = self.requests[r]
+        cacheable = min(tokens, req.tokens)
+        if self.round_cache:
+            cacheable = cacheable // self.sched_block * self.sched_block
+        for m in self.managers:
+            m.cache(req, cacheable)
 
     def split(self, r: int, start: int, n: int) -> int:
         """``_mamba_block_aligned_split`` of a chunk of ``n`` tokens from ``start`` (n itself

@@ -1,5 +1,5 @@
-"""vLLM 0.33.0's own scheduler (sync) over the hybrid KV cache: :mod:`.scheduler`'s step loop with
-:mod:`.hybrid`'s managers in place of the one full-attention pool.
+"""vLLM 0.33.0's own scheduler (sync, or async scheduling) over the hybrid KV cache: :mod:`.scheduler`'s
+step loop with :mod:`.hybrid`'s managers in place of the one full-attention pool.
 
 The loop is :func:`.scheduler._run` / ``_schedule`` rule for rule (``v1/core/sched/scheduler.py``;
 validation/SCHEDULER_NOTES.md): arrivals join the waiting queue, the running requests are served
@@ -11,7 +11,8 @@ read in the installed package; validation/HYBRID_NOTES.md section 4 has the driv
 
 - every allocation is :class:`.hybrid.HybridRun`'s ``allocate_slots`` (``kv_cache_manager.py:380-627``):
   skipped blocks freed first (``remove_skipped_blocks`` on ``computed - num_in_flight_tokens``,
-  :564; sync scheduling has nothing in flight at ``schedule()``), then the count over all groups;
+  :564; sync scheduling has nothing in flight at ``schedule()``, async the batch in flight), then
+  the count over all groups;
 - admission (``scheduler.py:1108-1128``, :1431-1448): the hybrid lookup capped at ``num_tokens - 1``
   (a resumed request replays its output, ``kv_cache_manager.py:301``), the junction set anew;
   the whole sequence must fit with the recycling groups' admission cap; the watermark
@@ -23,13 +24,17 @@ read in the installed package; validation/HYBRID_NOTES.md section 4 has the driv
   the head waits for the next step;
 - a chunk is clipped by ``_mamba_block_aligned_split`` (``scheduler.py:546-657``) in both loops; a
   running request whose split is 0 is skipped (:891), a head whose split is 0 stops admission (:1357-1358);
-- preemption and finish free group by group in group order (``kv_cache_coordinator.py:404-412``).
+- preemption and finish free group by group in group order (``kv_cache_coordinator.py:404-412``);
+- async scheduling (:func:`_run_async`, :func:`.scheduler._run_async`'s rules): the blocks of the
+  processed tokens are cached through every group when a batch's output is processed
+  (``scheduler.py:2402-2415``), and the sliding / chunked admission caps count two batches in
+  flight (``max_concurrent_batches x max_num_batched_tokens``, ``config/vllm.py:601-609``).
 
 Per request the outputs of :func:`.scheduler.simulate_scheduler`. Checked against vLLM's real
 Scheduler with the hybrid KVCacheConfig (``validation/drive_vllm_hybrid_scheduler.py``, the
 committed runs of ``tests/data/engines/hybrid_scheduler/``), and with one full-attention group
-against :mod:`.scheduler` (``tests/serving/test_hybrid_scheduler.py``). Async scheduling is not
-modelled here (refused). Pure Python: O(steps x running x groups + blocks) per pool.
+against :mod:`.scheduler` (``tests/serving/test_hybrid_scheduler.py``), sync and async. Pure
+Python: O(steps x running x groups + blocks) per pool.
 
 >>> from stackdist.traces import RequestTrace
 >>> from stackdist.serving.hybrid import GroupSpec
@@ -58,11 +63,12 @@ __all__ = ["simulate_hybrid_scheduler"]
 
 class _Req:
     __slots__ = ("P", "computed", "finish", "first", "first_hit", "first_longest", "first_sched", "generated", "i",
-                 "max_tokens", "preemptions")
+                 "in_flight", "max_tokens", "placeholders", "preemptions", "stale")
 
     def __init__(self, i: int, P: int, max_tokens: int) -> None:
         self.i, self.P, self.max_tokens = i, P, max_tokens
         self.generated = self.computed = self.preemptions = 0
+        self.placeholders = self.in_flight = self.stale = 0  # async scheduling only (scheduler.py's _run_async)
         self.first_hit = self.first_longest = -1
         self.first_sched = self.first = self.finish = float("nan")
 
@@ -82,22 +88,27 @@ def _schedule(run: HybridRun, running: list[_Req], waiting: deque[_Req], s: Sche
     i = 0
     while i < len(running) and budget > 0:
         q = running[i]
-        n = run.split(q.i, q.computed, min(q.num_tokens - q.computed, budget))
+        if q.placeholders > 0 and q.computed + 2 - q.placeholders >= q.P + q.max_tokens:
+            i += 1  # async: its last token is in flight (scheduler.py:800-814)
+            continue
+        n = run.split(q.i, q.computed, min(q.num_tokens + q.placeholders - q.computed, budget))
         if n == 0:
             i += 1
             continue
         run.requests[q.i].tokens = q.num_tokens
-        ok = run.extend(q.i, q.computed, n)
+        ok = run.extend(q.i, q.computed, n, q.computed - q.in_flight)
         while not ok:
             victim = running.pop()
             run.finish(victim.i)  # _preempt_request -> kv_cache_manager.free
             victim.computed = 0
+            victim.stale = victim.in_flight  # async: its in-flight output is delivered, stale (scheduler.py:1835)
+            victim.placeholders = 0
             victim.preemptions += 1
             waiting.appendleft(victim)
             preempted = True
             if victim is q:
                 break
-            ok = run.extend(q.i, q.computed, n)
+            ok = run.extend(q.i, q.computed, n, q.computed - q.in_flight)
         if not ok:
             break
         scheduled[q] = n
@@ -106,6 +117,8 @@ def _schedule(run: HybridRun, running: list[_Req], waiting: deque[_Req], s: Sche
     if not preempted:
         while waiting and budget > 0 and len(running) < s.max_num_seqs:
             q = waiting[0]
+            if q.stale:  # scheduler.py:1084-1089 (skip); unreachable with a batch queue of 2
+                raise AssertionError("a preempted request's stale output still in flight at schedule()")
             hit = run.lookup(q.i, q.generated)
             n = run.split(q.i, hit, min(q.num_tokens - hit, budget))
             if n == 0 or not run.admit(q.i, n):
@@ -171,6 +184,93 @@ def _run(pages: EnginePages, groups: Sequence[GroupSpec], arrival: np.ndarray, n
     return reqs, busy, tokens
 
 
+def _update_from_output(run: HybridRun, running: list[_Req], waiting: deque[_Req], scheduled: dict[_Req, int],
+                        samplers: set[_Req], end: float) -> int:
+    """``Scheduler.update_from_output`` for an async batch that ended at ``end``: as
+    :func:`.scheduler._update_from_output` (its docstring has vLLM's file:line), the blocks of the
+    processed tokens cached through the hybrid managers. Returns how many requests finished."""
+    done = 0
+    for q, n in scheduled.items():
+        q.in_flight -= n
+        stale = q.stale > 0
+        if stale:
+            q.stale -= n
+        if q not in samplers:
+            continue
+        q.generated += 1
+        if q.generated == 1:
+            q.first = end
+        if not stale:
+            q.placeholders -= 1
+            run.requests[q.i].tokens = q.num_tokens
+            run.cache(q.i, q.computed - q.in_flight)  # scheduler.py:2402-2415
+        if q.generated >= q.max_tokens:
+            q.finish = end
+            if stale:
+                waiting.remove(q)
+            else:
+                running.remove(q)
+                run.finish(q.i)
+            done += 1
+    return done
+
+
+def _run_async(pages: EnginePages, groups: Sequence[GroupSpec], arrival: np.ndarray, n_blocks: int, decode: bool,
+               s: SchedulerSettings) -> tuple[list[_Req], float, int]:
+    """vLLM's ``AsyncScheduler`` stepped as ``EngineCore.step_with_batch_queue`` with a batch queue
+    of 2, in the driver's time: :func:`.scheduler._run_async` rule for rule (its docstring has the
+    rules and vLLM's file:line) over the hybrid managers; the recycling groups' admission cap
+    counts two batches in flight (``max_concurrent_batches x max_num_batched_tokens``,
+    ``config/vllm.py:601-609``)."""
+    reqs = [_Req(r, int(pages.input_tokens[r]), max(int(pages.output_tokens[r]), 1) if decode else 1)
+            for r in range(pages.n_requests)]
+    order = sorted(range(len(reqs)), key=lambda i: (float(arrival[i]), i))
+    run = HybridRun(groups, n_blocks, pages, s.max_num_batched_tokens)
+    for m in run.managers:
+        m.cap = m.admission_cap(2 * s.max_num_batched_tokens, 1 << 40)
+    run.pool.step_keys = set()
+    waiting: deque[_Req] = deque()
+    running: list[_Req] = []
+    batches: deque[tuple[dict[_Req, int], set[_Req], float]] = deque()
+    cpu = gpu = 0.0
+    busy, tokens = 0.0, 0
+    nxt = done = empty = 0
+    limit = 64 * int((pages.input_tokens + pages.output_tokens + 1).sum()) + 100_000
+    while done < len(reqs):
+        if tokens > limit or empty > 10_000:
+            raise _Stuck(running[0].i if running else waiting[0].i if waiting else -1)
+        while nxt < len(order) and arrival[order[nxt]] <= cpu:
+            waiting.append(reqs[order[nxt]])
+            nxt += 1
+        if running or waiting:
+            start = max(cpu, gpu)
+            scheduled = _schedule(run, running, waiting, s, start)
+            samplers = set()
+            for q, n in scheduled.items():  # _update_after_schedule
+                q.computed += n
+                q.in_flight += n
+                if q.computed >= q.num_tokens + q.placeholders:
+                    q.placeholders += 1
+                    samplers.add(q)
+            total = sum(scheduled.values())
+            gpu = start + (s.step_fixed_s + total * s.step_per_token_s if total else 0.0)
+            busy += gpu - start
+            tokens += total
+            batches.appendleft((scheduled, samplers, gpu))
+            empty = 0 if total else empty + 1
+            if len(batches) < 2 and (total or running or waiting):
+                continue
+        elif not batches:
+            cpu = max(cpu, float(arrival[order[nxt]]))
+            continue
+        scheduled, samplers, end = batches.pop()
+        cpu = max(cpu, end)
+        done += _update_from_output(run, running, waiting, scheduled, samplers, end)
+        if not scheduled and not batches and nxt < len(order) and not running:
+            cpu = max(cpu, float(arrival[order[nxt]]))
+    return reqs, busy, tokens
+
+
 class _Stuck(Exception):
     """Nothing schedulable and no arrival left: the pool cannot serve ``request``."""
 
@@ -183,15 +283,14 @@ def simulate_hybrid_scheduler(trace: RequestTrace | EnginePages, groups: Sequenc
                               pools: Sequence[int | None], decode: bool = True,
                               settings: SchedulerSettings | None = None,
                               arrival_s: np.ndarray | None = None) -> SchedulerResult:
-    """vLLM's sync scheduler with a hybrid KV cache (``groups``, :func:`.hybrid.kv_cache_groups`)
+    """vLLM's scheduler (``settings.async_scheduling``: its AsyncScheduler) with a hybrid KV cache
+    (``groups``, :func:`.hybrid.kv_cache_groups`)
     at each ``num_gpu_blocks`` (None: a pool that never evicts); arrivals from the trace's
     timestamps unless ``arrival_s``. A pool where nothing can be scheduled with no arrival left
     (a request that never fits) has -1 / NaN rows and ``failed_request`` set. Pages are 16 tokens
     (the hash block; each group has its own block size). O(steps x running x groups + blocks) per
     pool, pure Python."""
     s = settings or SchedulerSettings()
-    if s.async_scheduling:
-        raise ValueError("async scheduling is not modelled with a hybrid KV cache (sync only)")
     if isinstance(trace, EnginePages):
         pages = trace
         if arrival_s is None:
@@ -213,7 +312,8 @@ def simulate_hybrid_scheduler(trace: RequestTrace | EnginePages, groups: Sequenc
     tokens = np.full(k, -1, np.int64)
     for p, pool in enumerate(pools):
         try:
-            reqs, busy[p], tokens[p] = _run(pages, groups, arrival, never_evicts if pool is None else int(pool), decode, s)
+            reqs, busy[p], tokens[p] = (_run_async if s.async_scheduling else _run)(
+                pages, groups, arrival, never_evicts if pool is None else int(pool), decode, s)
         except _Stuck as e:
             failed[p] = e.request
             continue
