@@ -125,3 +125,30 @@ def test_what_is_not_modelled_is_refused(extra: list[str], message: str, capsys)
                                    "mooncake", "--model-config", CONFIGS / "gpt-oss-20b.json", "--semantics", "vllm",
                                    "--gpu-blocks", "100000", "--no-decode", "--schedule", "scheduler", *extra)
     assert code == 2 and message in err and "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_requests_one_at_a_time_are_the_serial_hybrid_model(seed: int) -> None:
+    """Arrivals far apart (each request finishes before the next arrives) make the scheduler the
+    serial schedule: the hits equal :func:`.hybrid.simulate_hybrid`'s serial ones (prefill chunks of
+    the budget, the Mamba split) for sliding, chunked and Mamba groups, with no preemption."""
+    from stackdist.serving.hybrid import groups_from_layers, simulate_hybrid
+
+    rng = np.random.default_rng(500 + seed)
+    trace = random_trace(seed, n_requests=30, pages_per_block=1 + seed % 3, aligned=float(rng.random()))
+    kind = ["sliding", "chunked", "mamba"][seed % 3]
+    block = 16 if kind != "mamba" else int(rng.choice([16, 32, 64]))
+    groups = groups_from_layers([kind] * int(rng.integers(1, 4)) + ["full"], block, window=int(rng.choice([17, 40, 100])),
+                                chunk=int(rng.choice([32, 64])), mamba_checkpoints=int(rng.choice([0, 64])))
+    decode = bool(seed % 2)
+    budget = int(rng.choice([16, 48, 8192])) // block * block or block
+    written = trace.input_length + (np.maximum(trace.output_length, 1) - 1 if decode else 0)
+    peak = int(((written + block - 1) // block).max())
+    pools = [len(groups) * peak + 3, 3 * len(groups) * peak, None]
+    serial = simulate_hybrid(trace, groups, pools, "serial", decode, chunk_tokens=budget)
+    got = simulate_hybrid_scheduler(trace, groups, pools, decode, SchedulerSettings(max_num_batched_tokens=budget),
+                                    arrival_s=np.arange(trace.n_requests) * 1e6)
+    assert (serial.failed_request < 0).any() and serial.hit_tokens[-1].sum() > 0
+    for i in np.flatnonzero(serial.failed_request < 0):
+        assert got.hit_tokens[i].tolist() == serial.hit_tokens[i].tolist(), (i, [g.kind for g in groups])
+        assert got.preemptions[i].sum() == 0
