@@ -988,9 +988,11 @@ def _infeasible_status(report: Any) -> int:
         bad = [row for row in section["pools"] if not row["feasible"]]
         if bad:
             minimum = section["min_feasible_pool"]
+            why = ("nothing could be scheduled while it waited: it never fits under the engine's scheduler"
+                   if section.get("schedule", {}).get("kind") == "scheduler" else
+                   "the engine would queue or preempt, which is not modelled")
             print(f"stackdist plan: {name}: pool size(s) {', '.join(str(r['gpu_blocks']) for r in bad)} cannot hold "
-                  f"the requests running at once (request {bad[0]['failed_request']} cannot allocate; the engine would "
-                  f"queue or preempt, which is not modelled); smallest feasible pool: "
-                  f"{minimum['gpu_blocks'] if minimum else 'unknown'}", file=sys.stderr)
+                  f"the requests running at once (request {bad[0]['failed_request']} cannot allocate; {why}); "
+                  f"smallest feasible pool: {minimum['gpu_blocks'] if minimum else 'unknown'}", file=sys.stderr)
             status = 1
     return status
