@@ -54,6 +54,10 @@ RUNS = [
      "14,20,40,inf", True, ["--max-num-batched-tokens", "1000"]),
     ("Qwen3-Next__b512__nodecode", f"{FULL}/Qwen3-Next-80B-A3B-Instruct.json", "hybrid_b512", 512,
      "14,20,40,inf", False, []),
+    ("gemma-3-27b-it__b512__decode_budget512", f"{FULL}/gemma-3-27b-it.json", "hybrid_b512", 512,
+     "1450,2000,inf", True, ["--max-num-batched-tokens", "512"]),
+    ("Llama-4-Scout__b512__decode_budget512", f"{FULL}/Llama-4-Scout-17B-16E-Instruct.json", "hybrid_b512", 512,
+     "830,1200,inf", True, ["--max-num-batched-tokens", "512"]),
     # vLLM's AsyncScheduler, stepped as EngineCore.step_with_batch_queue (batch queue 2)
     ("gpt-oss-20b-window40__b32__decode_budget64_async", f"{SMALL}/gpt-oss-20b-window40.json", "hybrid_b32", 32,
      "20,30,60,inf", True, ["--max-num-batched-tokens", "64", "--async-scheduling"]),
