@@ -326,7 +326,6 @@ class LoadResult(ServingResult):
     finish)."""
 
     load: SchedulerResult | None = None
-    group_hit_tokens: np.ndarray | None = None  # a hybrid KV cache: the longest single-group hit (HybridResult's)
 
 
 STATIC_ROUTERS = ("round-robin", "random", "session", "prefix-hash", PRODUCTION_STACK_PREFIXAWARE)
@@ -350,7 +349,7 @@ def scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools
         load = spec.simulate_scheduler(trace, pools, options.decode, settings, groups=groups)
         return LoadResult(model, load.pools, load.hit_tokens, load.failed_request,  # hybrid: the smallest pool unknown
                           smallest if (load.failed_request >= 0).any() and not groups else None, "scheduler", True,
-                          load=load, group_hit_tokens=load.group_hit_tokens)
+                          load=load)
     if options.workers != "recorded" and options.router not in STATIC_ROUTERS:
         raise ValueError(f"under the scheduler the router must be one of {', '.join(STATIC_ROUTERS)} (each worker "
                          f"runs its own scheduler; {options.router} would need them jointly)")
@@ -386,11 +385,14 @@ def merge_loads(parts: list[tuple[np.ndarray, SchedulerResult]], n: int, workers
     first = parts[0][1]
     k = len(first.pools)
     hits, pre = np.full((k, n), -1, np.int64), np.full((k, n), -1, np.int64)
+    longest = np.full((k, n), -1, np.int64) if first.group_hit_tokens is not None else None
     queue, tok, fin = (np.full((k, n), np.nan) for _ in range(3))
     failed = np.full(k, -1, np.int64)
     busy, tokens = np.zeros(k), np.zeros(k, np.int64)
     for index, r in parts:
         hits[:, index], pre[:, index] = r.hit_tokens, r.preemptions
+        if longest is not None and r.group_hit_tokens is not None:
+            longest[:, index] = r.group_hit_tokens
         queue[:, index], tok[:, index], fin[:, index] = r.queue_s, r.first_token_s, r.finish_s
         busy += r.busy_s
         tokens += r.scheduled_tokens
@@ -399,10 +401,12 @@ def merge_loads(parts: list[tuple[np.ndarray, SchedulerResult]], n: int, workers
                 failed[i] = index[f]
     bad = failed >= 0
     hits[bad], pre[bad], queue[bad], tok[bad], fin[bad] = -1, -1, np.nan, np.nan, np.nan
+    if longest is not None:
+        longest[bad] = -1
     busy[bad], tokens[bad] = np.nan, -1
     return dataclasses.replace(first, hit_tokens=hits, preemptions=pre, queue_s=queue, first_token_s=tok, finish_s=fin,
                                failed_request=failed, busy_s=busy, scheduled_tokens=tokens, workers=workers,
-                               group_hit_tokens=None)
+                               group_hit_tokens=longest)
 
 
 CAPABILITIES = {"decode_reuse": "decode reuse", "tiers": "a shared tier", "routing": "the kv-aware and llm-d routers"}
@@ -827,7 +831,8 @@ def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarr
                           "bytes_per_block": options.kv_block_bytes})
     others = [k for k in dict.fromkeys(kinds) if k != "full"]
     pools = []
-    longest = result.group_hit_tokens if isinstance(result, (HybridResult, LoadResult)) else None
+    load = getattr(result, "load", None)  # under the scheduler (LoadResult, LoadCluster): its first admissions
+    longest = result.group_hit_tokens if isinstance(result, HybridResult) else getattr(load, "group_hit_tokens", None)
     for i, pool in enumerate(result.pools):
         if result.failed_request[i] >= 0:
             continue

@@ -117,8 +117,8 @@ CONFIGS = ROOT / "tests" / "data" / "engines" / "hybrid" / "configs"
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--workers", "2", "--router", "round-robin"], "modelled on one vLLM instance"),
-    (["--shared-blocks", "100"], "modelled on one vLLM instance"),
+    (["--shared-blocks", "100"], "vLLM instance"),
+    (["--decode-reuse"], "vLLM instance"),
 ])
 def test_what_is_not_modelled_is_refused(extra: list[str], message: str, capsys) -> None:
     code, out, err = run_stackdist(capsys, "plan", ROOT / "tests" / "data" / "mooncake_small.jsonl", "--format",
@@ -152,3 +152,23 @@ def test_requests_one_at_a_time_are_the_serial_hybrid_model(seed: int) -> None:
     for i in np.flatnonzero(serial.failed_request < 0):
         assert got.hit_tokens[i].tolist() == serial.hit_tokens[i].tolist(), (i, [g.kind for g in groups])
         assert got.preemptions[i].sum() == 0
+
+
+def test_workers_merge_keeps_each_requests_group_hit() -> None:
+    """Per-worker runs merged (``merge_loads``): every request's hit and its longest single-group
+    hit land at its own index, as one run of that worker's requests alone gives them."""
+    from stackdist.planning.engine_plan import merge_loads
+
+    trace = random_trace(7, n_requests=20)
+    groups = [GroupSpec("sliding", 16, window=17), GroupSpec("full", 16)]
+    arrival = np.arange(trace.n_requests) * 0.01
+    parts = []
+    for w in (0, 1):
+        index = np.arange(w, trace.n_requests, 2)
+        parts.append((index, simulate_hybrid_scheduler(trace.select(index), groups, [None], False, arrival_s=arrival[index])))
+    merged = merge_loads(parts, trace.n_requests, 2)
+    assert merged.group_hit_tokens is not None
+    for index, alone in parts:
+        assert merged.hit_tokens[0, index].tolist() == alone.hit_tokens[0].tolist()
+        assert merged.group_hit_tokens[0, index].tolist() == alone.group_hit_tokens[0].tolist()
+    assert (merged.group_hit_tokens >= merged.hit_tokens).all() and (merged.group_hit_tokens > merged.hit_tokens).any()
