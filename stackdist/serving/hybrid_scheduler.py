@@ -79,7 +79,8 @@ class _Req:
 
 def _schedule(run: HybridRun, running: list[_Req], waiting: deque[_Req], s: SchedulerSettings,
               start: float) -> dict[_Req, int]:
-    """One sync ``schedule()``: the tokens scheduled per request, in vLLM's order."""
+    """One ``schedule()`` (sync; async: the rules of :func:`.scheduler._schedule_async`, no-ops
+    without output placeholders): the tokens scheduled per request, in vLLM's order."""
     assert run.pool.step_keys is not None
     run.pool.step_keys.clear()  # new_step_starts (scheduler.py:746)
     budget = s.max_num_batched_tokens
@@ -150,7 +151,7 @@ def _run(pages: EnginePages, groups: Sequence[GroupSpec], arrival: np.ndarray, n
     limit = 64 * int((pages.input_tokens + pages.output_tokens + 1).sum()) + 100_000  # tokens: a preemption livelock
     while done < len(reqs):
         if tokens > limit:
-            raise _Stuck(running[0].i if running else waiting[0].i if waiting else -1)
+            raise _stuck(running, waiting)
         while nxt < len(order) and arrival[order[nxt]] <= clock:
             waiting.append(reqs[order[nxt]])
             nxt += 1
@@ -163,7 +164,7 @@ def _run(pages: EnginePages, groups: Sequence[GroupSpec], arrival: np.ndarray, n
             if nxt < len(order):  # nothing fits now: an arrival may change nothing, but time moves on
                 clock = max(clock, float(arrival[order[nxt]]))
                 continue
-            raise _Stuck(waiting[0].i if waiting else -1)
+            raise _stuck(running, waiting)
         end = clock + s.step_fixed_s + total * s.step_per_token_s
         busy += end - clock
         tokens += total
@@ -238,7 +239,7 @@ def _run_async(pages: EnginePages, groups: Sequence[GroupSpec], arrival: np.ndar
     limit = 64 * int((pages.input_tokens + pages.output_tokens + 1).sum()) + 100_000
     while done < len(reqs):
         if tokens > limit or empty > 10_000:
-            raise _Stuck(running[0].i if running else waiting[0].i if waiting else -1)
+            raise _stuck(running, waiting)
         while nxt < len(order) and arrival[order[nxt]] <= cpu:
             waiting.append(reqs[order[nxt]])
             nxt += 1
@@ -277,6 +278,15 @@ class _Stuck(Exception):
     def __init__(self, request: int) -> None:
         super().__init__(request)
         self.request = request
+
+
+def _stuck(running: list[_Req], waiting: deque[_Req]) -> _Stuck:
+    """The pool cannot serve the head of the queue (else the oldest running request)."""
+    if waiting:
+        return _Stuck(waiting[0].i)
+    if running:
+        return _Stuck(running[0].i)
+    raise RuntimeError("the hybrid scheduler model stopped with no request waiting or running (a defect)")
 
 
 def simulate_hybrid_scheduler(trace: RequestTrace | EnginePages, groups: Sequence[GroupSpec],
