@@ -65,7 +65,6 @@ SMALL = Path(__file__).parent / "data" / "mooncake_small.jsonl"
 
 
 @pytest.mark.parametrize("extra, config, message", [
-    (["--schedule", "scheduler"], "gpt-oss-20b.json", "modelled per vLLM instance"),
     (["--shared-blocks", "100"], "gpt-oss-20b.json", "modelled per vLLM instance"),
     (["--capacity", "10GiB"], "Qwen3-Next-80B-A3B-Instruct.json", "chunked-local or Mamba layers"),
     (["--engine-block-size", "24"], "gpt-oss-20b.json", "multiple of 16"),

@@ -639,9 +639,9 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
         raise UsageError(_sized_pools_hint(args.gpu_blocks) or str(exc)) from None
     schedule: Any = args.schedule or ("recorded" if trace.recorded_schedule_s is not None else "model")
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
-    if groups and (schedule == "scheduler" or offload or args.decode_reuse or args.shared_blocks is not None):
+    if groups and (offload or args.decode_reuse or args.shared_blocks is not None):
         raise UsageError("a model with sliding-window, chunked-local or Mamba groups is modelled per vLLM instance, "
-                         "serial or timed (no --schedule scheduler, --offload, --decode-reuse or --shared-blocks yet).")
+                         "serial, timed or under its scheduler (no --offload, --decode-reuse or --shared-blocks yet).")
     if groups and args.workers != "one" and args.router in JOINT_ROUTERS:
         raise UsageError(f"--router {args.router} reads every worker's pool at each arrival; with sliding-window, "
                          "chunked-local or Mamba groups the workers run one at a time behind a router that does not: "
@@ -994,9 +994,11 @@ def _infeasible_status(report: Any) -> int:
         bad = [row for row in section["pools"] if not row["feasible"]]
         if bad:
             minimum = section["min_feasible_pool"]
+            why = ("nothing could be scheduled while it waited: it never fits under the engine's scheduler"
+                   if section.get("schedule", {}).get("kind") == "scheduler" else
+                   "the engine would queue or preempt, which is not modelled")
             print(f"stackdist plan: {name}: pool size(s) {', '.join(str(r['gpu_blocks']) for r in bad)} cannot hold "
-                  f"the requests running at once (request {bad[0]['failed_request']} cannot allocate; the engine would "
-                  f"queue or preempt, which is not modelled); smallest feasible pool: "
-                  f"{minimum['gpu_blocks'] if minimum else 'unknown'}", file=sys.stderr)
+                  f"the requests running at once (request {bad[0]['failed_request']} cannot allocate; {why}); "
+                  f"smallest feasible pool: {minimum['gpu_blocks'] if minimum else 'unknown'}", file=sys.stderr)
             status = 1
     return status

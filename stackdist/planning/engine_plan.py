@@ -340,14 +340,16 @@ def scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools
     router (each its requests, at their own arrival times, with its own pool and scheduler)."""
     spec = engine_model(model)
     settings = options.scheduler or SchedulerSettings()
+    groups = options.kv_groups if spec.supports_hybrid_groups else ()  # the hybrid KV cache under the scheduler
     written = trace.input_length + (np.maximum(trace.output_length, 1) - 1 if options.decode else 0)
     smallest = int((-(-written // options.engine_block_size)).max(initial=0)) + 1
     if options.workers == "one":
         if progress is not None:
             progress(f"{model} model under its scheduler, {len(pools)} pool sizes")
-        load = spec.simulate_scheduler(trace, pools, options.decode, settings)
-        return LoadResult(model, load.pools, load.hit_tokens, load.failed_request,
-                          smallest if (load.failed_request >= 0).any() else None, "scheduler", True, load=load)
+        load = spec.simulate_scheduler(trace, pools, options.decode, settings, groups=groups)
+        return LoadResult(model, load.pools, load.hit_tokens, load.failed_request,  # hybrid: the smallest pool unknown
+                          smallest if (load.failed_request >= 0).any() and not groups else None, "scheduler", True,
+                          load=load)
     if options.workers != "recorded" and options.router not in STATIC_ROUTERS:
         raise ValueError(f"under the scheduler the router must be one of {', '.join(STATIC_ROUTERS)} (each worker "
                          f"runs its own scheduler; {options.router} would need them jointly)")
@@ -360,10 +362,11 @@ def scheduler_run(model: str, trace: RequestTrace, options: EngineOptions, pools
     for w in ids.tolist():
         index = np.flatnonzero(workers == w)
         sub = trace if index.size == trace.n_requests else trace.select(index)
-        parts.append((index, spec.simulate_scheduler(sub, pools, options.decode, settings, arrival_s=arrival[index])))
+        parts.append((index, spec.simulate_scheduler(sub, pools, options.decode, settings, arrival_s=arrival[index],
+                                                     groups=groups)))
     load = merge_loads(parts, trace.n_requests, int(options.workers) if isinstance(options.workers, int) else ids.size)
     result = ServingResult(model, load.pools, load.hit_tokens, load.failed_request,
-                           smallest if (load.failed_request >= 0).any() else None, "scheduler", True)
+                           smallest if (load.failed_request >= 0).any() and not groups else None, "scheduler", True)
     cluster = _static_cluster(model, result, trace, options, Schedule.serial(trace.n_requests), workers, force=True)
     return LoadCluster(**vars(result), cluster=cluster, load=load)
 
@@ -382,11 +385,14 @@ def merge_loads(parts: list[tuple[np.ndarray, SchedulerResult]], n: int, workers
     first = parts[0][1]
     k = len(first.pools)
     hits, pre = np.full((k, n), -1, np.int64), np.full((k, n), -1, np.int64)
+    longest = np.full((k, n), -1, np.int64) if first.group_hit_tokens is not None else None
     queue, tok, fin = (np.full((k, n), np.nan) for _ in range(3))
     failed = np.full(k, -1, np.int64)
     busy, tokens = np.zeros(k), np.zeros(k, np.int64)
     for index, r in parts:
         hits[:, index], pre[:, index] = r.hit_tokens, r.preemptions
+        if longest is not None and r.group_hit_tokens is not None:
+            longest[:, index] = r.group_hit_tokens
         queue[:, index], tok[:, index], fin[:, index] = r.queue_s, r.first_token_s, r.finish_s
         busy += r.busy_s
         tokens += r.scheduled_tokens
@@ -395,9 +401,12 @@ def merge_loads(parts: list[tuple[np.ndarray, SchedulerResult]], n: int, workers
                 failed[i] = index[f]
     bad = failed >= 0
     hits[bad], pre[bad], queue[bad], tok[bad], fin[bad] = -1, -1, np.nan, np.nan, np.nan
+    if longest is not None:
+        longest[bad] = -1
     busy[bad], tokens[bad] = np.nan, -1
     return dataclasses.replace(first, hit_tokens=hits, preemptions=pre, queue_s=queue, first_token_s=tok, finish_s=fin,
-                               failed_request=failed, busy_s=busy, scheduled_tokens=tokens, workers=workers)
+                               failed_request=failed, busy_s=busy, scheduled_tokens=tokens, workers=workers,
+                               group_hit_tokens=longest)
 
 
 CAPABILITIES = {"decode_reuse": "decode reuse", "tiers": "a shared tier", "routing": "the kv-aware and llm-d routers"}
@@ -840,7 +849,8 @@ def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarr
                           "bytes_per_checkpoint": n * _checkpoint_blocks(spec) * options.kv_block_bytes})
     others = [k for k in dict.fromkeys(kinds) if k != "full"]
     pools = []
-    longest = result.group_hit_tokens if isinstance(result, HybridResult) else None
+    load = getattr(result, "load", None)  # under the scheduler (LoadResult, LoadCluster): its first admissions
+    longest = result.group_hit_tokens if isinstance(result, HybridResult) else getattr(load, "group_hit_tokens", None)
     for i, pool in enumerate(result.pools):
         if result.failed_request[i] >= 0:
             continue

@@ -216,7 +216,8 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
         gib = "" if row["gib"] is None else f"{row['gib']:.2f}"
         if not row["feasible"]:
             lines.append(f"  {row['gpu_blocks']!s:>12} {gib:>9}   infeasible: request {row['failed_request']} cannot allocate "
-                         "(the engine would queue or preempt)")
+                         + ("(it never fits under the engine's scheduler)" if section.get("schedule", {}).get("kind")
+                            == "scheduler" else "(the engine would queue or preempt)"))
             continue
         lines.append(f"  {row['gpu_blocks']!s:>12} {gib:>9} {row['hit_tokens']:>14,} {row['prefix_token_hit_rate']:>22.2%} "
                      f"{row['requests_with_hits']:>13,}")

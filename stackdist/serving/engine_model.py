@@ -114,9 +114,11 @@ class EngineModel(ABC):
         ``schedule`` a :class:`.Schedule`, ``"serial"`` or ``"model"``. Complexity: the model's."""
 
     def simulate_scheduler(self, trace: RequestTrace, pools: Sequence[int | None], decode: bool,
-                           settings: SchedulerSettings, arrival_s: np.ndarray | None = None) -> SchedulerResult:
+                           settings: SchedulerSettings, arrival_s: np.ndarray | None = None,
+                           groups: Sequence[GroupSpec] = ()) -> SchedulerResult:
         """The engine's own scheduler under load at each pool, arrivals from the trace's
-        timestamps unless ``arrival_s`` is given; only for models with ``supports_scheduler``."""
+        timestamps unless ``arrival_s`` is given; only for models with ``supports_scheduler``;
+        ``groups``: the hybrid KV cache groups (models with ``supports_hybrid_groups``)."""
         raise NotImplementedError(f"the {self.name} model has no scheduler model")
 
     def simulate_hybrid(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str,

@@ -218,6 +218,7 @@ class _Pool:
         self.ntok: dict[int, int] = {}
         self.cached: dict[tuple[int, int], dict[int, None]] = {}
         self.n = n
+        self.step_keys: set[tuple[int, int]] | None = None  # scheduler hook: the keys cached in this step
 
     def get_cached(self, key: int, gids: Sequence[int]) -> list[int] | None:
         out = []
@@ -269,6 +270,8 @@ class _Pool:
 
     def cache(self, b: int, key: tuple[int, int], ntok: int) -> None:
         """``_insert_block_hash``."""
+        if self.step_keys is not None:
+            self.step_keys.add(key)
         have = self.key.setdefault(b, [])
         if have and have[0] == key or b in self.cached.get(key, ()):
             return
@@ -659,6 +662,7 @@ class HybridRun:
         self.sched_block = int(np.lcm.reduce([g.block_size for g in groups]))
         self.round_cache = len(groups) > 1  # HybridKVCacheCoordinator._align_cacheable
         self.requests: dict[int, _Request] = {}
+        self.pending: tuple[int, list[list[int]], int] = (-1, [], 0)  # lookup() -> admit()
         n = pages.n_requests
         self.hits = np.zeros(n, np.int64)
         self.full_hits = np.zeros(n, np.int64)
@@ -666,7 +670,7 @@ class HybridRun:
     def _lookup(self, req: _Request) -> tuple[list[list[int]], int, int]:
         """``find_longest_cache_hit``: per-group hit blocks, the hit, the longest single hit."""
         n = len(self.managers)
-        hit_len = req.prompt - 1
+        hit_len = req.tokens - 1  # kv_cache_manager.py:301 (num_tokens - 1: a resumed request's output too)
         longest = 0
         blocks: list[list[int] | None] = [None] * n
         lens = [0] * n
@@ -694,10 +698,12 @@ class HybridRun:
                         del trimmed[-(-hit_len // spec.block_size):]
         return [x if x is not None else [] for x in blocks], hit_len, longest
 
-    def _allocate(self, req: _Request, new_tokens: int, computed: int, hit: list[list[int]] | None) -> bool:
-        """``allocate_slots``: free skipped blocks, count, touch the hit, allocate, cache."""
+    def _allocate(self, req: _Request, new_tokens: int, computed: int, hit: list[list[int]] | None,
+                  processed: int | None = None) -> bool:
+        """``allocate_slots``: free skipped blocks (on ``processed`` tokens when some are in flight,
+        ``kv_cache_manager.py:564``), count, touch the hit, allocate, cache."""
         for m in self.managers:
-            m.remove_skipped(req, computed)
+            m.remove_skipped(req, computed if processed is None else processed)
         tokens = computed + new_tokens
         empty: list[int] = []
         need = sum(m.num_to_allocate(req, tokens, hit[i] if hit else empty, computed) for i, m in enumerate(self.managers))
@@ -765,6 +771,63 @@ class HybridRun:
             done += n
             first = False
         return True
+
+    # --- hooks for the scheduler model (hybrid_scheduler.py): one schedule()'s calls, the rules above ---
+
+    def lookup(self, r: int, generated: int = 0) -> int:
+        """``get_computed_blocks`` for request r with ``generated`` output tokens (a resumed request
+        replays them): sets its junction and keeps the hit blocks for :meth:`admit`; the hit in
+        tokens. O(pages x groups)."""
+        p = self.pages
+        keys = p.key[p.offsets[r]:p.offsets[r + 1]].tolist()
+        req = _Request(r, keys, int(p.input_tokens[r]), p.n_keys + r * (1 << 24))
+        req.tokens = req.prompt + generated
+        self.requests[r] = req
+        blocks, hit, longest = self._lookup(req)
+        self.hits[r], self.full_hits[r] = hit, longest
+        req.junction = longest if longest > hit else 0
+        self.pending = (r, blocks, hit)
+        return hit
+
+    def admit(self, r: int, n: int) -> bool:
+        """The waiting loop's ``allocate_slots(full_sequence_must_fit=True)`` after :meth:`lookup`:
+        the whole sequence must fit (recycling groups capped), then the first ``n`` tokens past
+        the hit are allocated; False (nothing changed) when either does not fit. A Mamba hit on a
+        state cached in this step (``pool.step_keys``) does not fit (``cached_blocks_this_step``,
+        ``single_type_kv_cache_manager.py:1704-1713``). O(blocks x groups)."""
+        req = self.requests[r]
+        rr, blocks, hit = self.pending
+        assert rr == r, "admit() follows lookup() of the same request"
+        if hit and self.pool.step_keys is not None:
+            for i, m in enumerate(self.managers):
+                if m.spec.kind == "mamba" and blocks[i] and \
+                        (i, req.block_key(len(blocks[i]) - 1, m.b)) in self.pool.step_keys:
+                    return False
+        gate = sum(m.num_to_allocate(req, req.tokens, blocks[i], hit, gate=True) for i, m in enumerate(self.managers))
+        if gate > self.pool.num_free():
+            return False
+        return self._allocate(req, n, hit, blocks)
+
+    def extend(self, r: int, computed: int, n: int, processed: int | None = None) -> bool:
+        """The running loop's ``allocate_slots``: ``n`` more tokens after ``computed``; False when
+        they do not fit (the skipped blocks, below ``processed`` tokens when some are in flight, are
+        freed all the same). O(blocks x groups)."""
+        return self._allocate(self.requests[r], n, computed, None, processed)
+
+    def cache(self, r: int, tokens: int) -> None:
+        """``KVCacheManager.cache_blocks(request, tokens)`` outside an allocation (async scheduling's
+        output processing, ``sched/scheduler.py:2402-2415``). O(blocks x groups)."""
+        req = self.requests[r]
+        cacheable = min(tokens, req.tokens)
+        if self.round_cache:
+            cacheable = cacheable // self.sched_block * self.sched_block
+        for m in self.managers:
+            m.cache(req, cacheable)
+
+    def split(self, r: int, start: int, n: int) -> int:
+        """``_mamba_block_aligned_split`` of a chunk of ``n`` tokens from ``start`` (n itself
+        without a Mamba group). O(1)."""
+        return n if self.mamba is None else self._mamba_split(self.requests[r], start, n)
 
     def decode(self, r: int, k: int) -> bool:
         req = self.requests[r]

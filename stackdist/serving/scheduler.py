@@ -98,6 +98,9 @@ class SchedulerResult:
     scheduled_tokens: np.ndarray
     decode: bool = True
     workers: int = 1
+    group_hit_tokens: np.ndarray | None = None
+    """A hybrid KV cache (:mod:`.hybrid_scheduler`): per pool and request, the longest single-group
+    hit at first admission (as :class:`.hybrid.HybridResult`'s); None otherwise."""
 
 
 class _Req:

@@ -87,6 +87,7 @@ from stackdist.traces import RequestTrace
 
 from .engine_model import EngineModel, register_engine_model
 from .hybrid import GroupSpec, simulate_hybrid
+from .hybrid_scheduler import simulate_hybrid_scheduler
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
@@ -575,7 +576,10 @@ class VllmModel(EngineModel):
         return simulate_vllm(trace, pools, schedule, decode, page_tokens, threads)
 
     def simulate_scheduler(self, trace: RequestTrace, pools: Sequence[int | None], decode: bool,
-                           settings: SchedulerSettings, arrival_s: np.ndarray | None = None) -> SchedulerResult:
+                           settings: SchedulerSettings, arrival_s: np.ndarray | None = None,
+                           groups: Sequence[GroupSpec] = ()) -> SchedulerResult:
+        if groups:  # the hybrid KV cache under the scheduler (pure Python, sync)
+            return simulate_hybrid_scheduler(trace, groups, pools, decode, settings, arrival_s)
         return simulate_scheduler(trace, pools, decode, settings, arrival_s)
 
     def hit_pools(self, pages: EnginePages, decode: bool) -> tuple[np.ndarray, np.ndarray, int] | None:
