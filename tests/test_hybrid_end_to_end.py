@@ -206,7 +206,7 @@ def test_the_deployment_search_runs_the_hybrid_cache(tmp_path, capsys):
     deployment = plan["deployment"]
     assert "HybridKVCacheCoordinator" in deployment["follows"]
     assert deployment["pool_per_replica"] == plan["budgets"]["hardware"]["num_gpu_blocks"]  # every group spends it
-    assert any("full attention only" in note for note in deployment["notes"])  # no load floor from a dense scheduler
+    assert any("does not run the scheduler for a hybrid" in note for note in deployment["notes"])  # no dense load floor
     assert deployment["load"]["runs"] == []
 
 

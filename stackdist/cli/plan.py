@@ -860,7 +860,9 @@ def _deployment(args: argparse.Namespace, options: PlanOptions, trace: Any) -> A
         f"--router {args.router} reads the replicas' state, which needs their schedulers jointly: the load runs use "
         f"{load_router} routing (the hits use {args.router})")
     if hybrid:
-        why = "the engine's scheduler is modelled for full attention only: no load floor or TTFT under load for a hybrid model"
+        why = ("the deployment search does not run the scheduler for a hybrid model (its model is pure Python, too slow "
+               "for every replica count): no load floor or TTFT under load here; --schedule scheduler --gpu-blocks N "
+               "runs it at one pool")
         note = f"{note}; {why}" if note else why
     vllm_pool = engine_model(engine).pool_for_pages(pages)
     if hybrid:
