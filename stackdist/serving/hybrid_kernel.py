@@ -44,7 +44,7 @@ from .pages import EnginePages, engine_pages
 from .results import check_pools, run_pools
 from .schedule import Schedule, event_order
 
-__all__ = ["hybrid_pool_run", "never_evicting_pool", "simulate_hybrid_fast"]
+__all__ = ["HybridRunner", "hybrid_pool_run", "never_evicting_pool", "simulate_hybrid_fast"]
 
 FULL, SLIDING, CHUNKED, MAMBA = range(4)
 _CODE = {k: i for i, k in enumerate(KINDS)}
@@ -738,8 +738,17 @@ def never_evicting_pool(pages: EnginePages, groups: Sequence[GroupSpec], decode:
     return len(groups) * int((-(-written // 16)).sum()) + 2
 
 
-class _Prepared:
-    """The kernel's inputs shared by every pool of one call."""
+class HybridRunner:
+    """One trace, model and schedule prepared for the kernel: :meth:`run` at any pool (the inputs
+    are shared by every pool; each run holds only its own pool's state).
+
+    >>> import numpy as np
+    >>> t = RequestTrace(np.arange(4), np.array([0, 2, 4]), np.full(4, 16), np.zeros(2),
+    ...     np.array([32, 32]), np.array([1, 1]), block_size=16)
+    >>> runner = HybridRunner(engine_pages(t, 16), [GroupSpec("full", 16)], Schedule.serial(2), False, 8192, 1 << 40)
+    >>> runner.run(2)[2], runner.never
+    (0, 6)
+    """
 
     def __init__(self, pages: EnginePages, groups: Sequence[GroupSpec], schedule: Schedule, decode: bool,
                  chunk_tokens: int, max_model_len: int) -> None:
@@ -781,15 +790,17 @@ class _Prepared:
         self.chunk_tokens = chunk_tokens
         self.pages = pages
 
-    def run(self, pool: int | None) -> tuple[np.ndarray, np.ndarray, int]:
-        """(hits, longest single-group hits, failing request or -1) at one pool (None: never evicts)."""
+    def run(self, pool: int | None, slots: int = 2) -> tuple[np.ndarray, np.ndarray, int]:
+        """(hits, longest single-group hits, failing request or -1) at one pool (None: never evicts);
+        ``slots`` hashes a block at first (doubled while a block needs more)."""
         p = self.pages
         N = self.never if pool is None else int(pool)
         M = min(N, self.never + 1)
-        if M * 8 >= 2**31 - 8:
-            raise ValueError(f"the hybrid kernel's pool must fit in int32 block ids; got {M} blocks")
-        K = 2
+        K = slots
         while True:
+            if M * K >= 2**31 - 8 or int(self.to[-1]) >= 2**62:
+                raise ValueError(f"the hybrid kernel's pool must fit in int32 block ids; got {M:,} blocks "
+                                 f"x {K} hashes each")
             hits = np.zeros(p.n_requests, np.int64)
             longest = np.zeros(p.n_requests, np.int64)
             failed, err = _hybrid_kernel(p.key, p.offsets, p.input_tokens.astype(np.int64), self.kind, self.req, self.k,
@@ -838,7 +849,7 @@ def hybrid_pool_run(trace: RequestTrace | EnginePages, groups: Sequence[GroupSpe
     [0, 48]
     """
     pages, sched = _resolve(trace, schedule)
-    return _Prepared(pages, groups, sched, decode, chunk_tokens, max_model_len).run(pool)
+    return HybridRunner(pages, groups, sched, decode, chunk_tokens, max_model_len).run(pool)
 
 
 def simulate_hybrid_fast(
@@ -867,7 +878,7 @@ def simulate_hybrid_fast(
         raise ValueError("a model needs at least one KV cache group")
     pages, sched = _resolve(trace, schedule)
     pools = check_pools(pool_blocks, 1)
-    prep = _Prepared(pages, groups, sched, decode, chunk_tokens, max_model_len)
+    prep = HybridRunner(pages, groups, sched, decode, chunk_tokens, max_model_len)
     def one(pool: int | None) -> tuple[np.ndarray, int]:
         hits, longest, failed = prep.run(pool)
         return np.stack([hits, longest]), failed
