@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from traces_random import random_trace
 
 from stackdist.planning.hybrid_working_set import hybrid_search, non_monotone
 from stackdist.serving.hybrid import GroupSpec, kv_cache_groups, simulate_hybrid
 from stackdist.serving.hybrid_kernel import simulate_hybrid_fast
 from stackdist.serving.schedule import Schedule
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "serving"))
+from traces_random import random_trace
 
 MODELS = [
     [GroupSpec("sliding", 16, window=33), GroupSpec("full", 16)],

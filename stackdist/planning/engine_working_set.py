@@ -82,10 +82,10 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
         return {"skipped": "not searched under the engine's scheduler: each probe would be a whole run of the "
                            "scheduler under load; the pools rows are the answers at the sizes given"}
     if options.kv_groups and spec.supports_hybrid_groups:  # planning/hybrid_working_set.py
-        known = {pool: int(result.hit_tokens[i][counted].sum()) if result.failed_request[i] < 0 else -1
+        given = {pool: int(result.hit_tokens[i][counted].sum()) if result.failed_request[i] < 0 else -1
                  for i, pool in enumerate(result.pools)}
         return hybrid_search(trace, options.kv_groups, schedule_for(trace, options), options.decode,
-                             options.max_num_batched_tokens, counted, options.kv_block_bytes, targets, known, progress)
+                             options.max_num_batched_tokens, counted, options.kv_block_bytes, targets, given, progress)
     if options.router in JOINT_ROUTERS and options.workers not in ("one", "recorded"):
         return {"skipped": f"not searched with the {options.router} router (each probe would be a joint run of the K pools); "
                            "the pools rows are the answers at the sizes given"}
