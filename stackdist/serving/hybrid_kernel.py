@@ -16,8 +16,11 @@ block id at or above M is never handed out, so an unused large pool costs nothin
   ``front`` (sentinels M, M + 1) and ``back`` (M + 2, M + 3); the blocks never handed out are the
   ids ``fresh``..N - 1 between them (:class:`.hybrid._Pool`'s three parts).
 - ``R`` ref counts; ``NK`` how many hashes a block has (0 = uncached), ``NT`` its primary's tokens;
-  ``SC[b * K + s]`` its s-th hash as ``key * G + group`` (K slots a block: a Mamba block can carry
-  two; a run needing more stops with ``overflow`` and is rerun with 2K).
+  ``SC[b * K + s]`` its s-th hash as ``key * G + group`` (K slots a block, one at first: every
+  hash of a block names a page at the block's own position (keys are prefix-chained page ids), so
+  :meth:`.hybrid._Pool.cache` never adds a second, and ``Mamba.cache`` adds one only for a block
+  whose primary ends beyond it, which that makes impossible; a run that needs more all the same
+  stops and is rerun with 2K). About 33 bytes a block beside the per-key and per-request tables.
 - ``KS[group * n_keys + key]``: first and last entry (``b * K + s``) of the key's cached blocks in
   insertion order, linked through ``SL`` (vLLM keeps duplicates; a lookup takes the first). Keys
   of generated blocks (``n_keys + r * 2**24 + page``, :meth:`.hybrid._Request.block_key`) are
@@ -625,8 +628,8 @@ def _hybrid_kernel(key, off, P, ev_kind, ev_req, ev_k, GP, spec_off, gids, simpl
     L[M + 2, 0] = M + 3
     L[M + 3, 1] = M + 2
     R = np.zeros(M, np.int32)
-    NK = np.zeros(M, np.int32)
-    NT = np.zeros(M, np.int64)
+    NK = np.zeros(M, np.int8)
+    NT = np.zeros(M, np.int32)
     SC = np.zeros(M * K, np.int64)
     SL = np.empty((M * K, 2), np.int32)
     KS = np.full((G * n_keys, 2), -1, np.int32)
@@ -790,7 +793,7 @@ class HybridRunner:
         self.chunk_tokens = chunk_tokens
         self.pages = pages
 
-    def run(self, pool: int | None, slots: int = 2) -> tuple[np.ndarray, np.ndarray, int]:
+    def run(self, pool: int | None, slots: int = 1) -> tuple[np.ndarray, np.ndarray, int]:
         """(hits, longest single-group hits, failing request or -1) at one pool (None: never evicts);
         ``slots`` hashes a block at first (doubled while a block needs more)."""
         p = self.pages
@@ -798,7 +801,7 @@ class HybridRunner:
         M = min(N, self.never + 1)
         K = slots
         while True:
-            if M * K >= 2**31 - 8 or int(self.to[-1]) >= 2**62:
+            if M * K >= 2**31 - 8 or K > 64:
                 raise ValueError(f"the hybrid kernel's pool must fit in int32 block ids; got {M:,} blocks "
                                  f"x {K} hashes each")
             hits = np.zeros(p.n_requests, np.int64)
