@@ -7,17 +7,20 @@ the never-evicting pool misses it, and every non-monotone pair of probes is repo
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from naive import run_stackdist
 
 from stackdist.planning.hybrid_working_set import hybrid_search, non_monotone
 from stackdist.serving.hybrid import GroupSpec, kv_cache_groups, simulate_hybrid
 from stackdist.serving.hybrid_kernel import simulate_hybrid_fast
 from stackdist.serving.schedule import Schedule
+from stackdist.traces import read_mooncake
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "serving"))
 from traces_random import random_trace
@@ -89,3 +92,28 @@ def test_non_monotone_probes_are_reported():
     assert non_monotone({2: -1, 3: 10, 4: 10, 5: 8, 6: 12, 7: 11}) == [
         {"smaller_pool": 3, "smaller_hit_tokens": 10, "pool": 5, "hit_tokens": 8},
         {"smaller_pool": 6, "smaller_hit_tokens": 12, "pool": 7, "hit_tokens": 11}]
+
+
+def test_the_plan_fills_the_working_set_of_a_hybrid_model(tmp_path, capsys):
+    # hybrid_two_miss: full attention alone hits 2,304 tokens with a pool that never evicts, the
+    # gpt-oss hybrid 1,792 (tests/test_hybrid_end_to_end.py): 50 % of 2,304 is reachable, 90 % is not
+    trace_path = Path(__file__).parent / "data" / "hybrid_two_miss.jsonl"
+    js = tmp_path / "plan.json"
+    code, out, err = run_stackdist(capsys, "plan", trace_path, "--format", "mooncake", "--semantics", "vllm", "--model",
+                                   "gpt-oss-120b", "--schedule", "serial", "--no-decode", "--gpu-blocks", "inf",
+                                   "--targets", "0.5,0.9", "--json", js)
+    assert code == 0, err
+    section = json.loads(js.read_text())["engine_models"]["vllm"]
+    ws = section["working_set"]
+    assert (ws["full_attention_ceiling_hit_tokens"], ws["ceiling_hit_tokens"]) == (2304, 1792)
+    low, high = ws["rows"]
+    assert low["reachable"] and not high["reachable"] and high["gpu_blocks"] is None
+    assert "1,792" in high["unreachable"] and "unreachable" in out and "not a proof" in out
+    t = read_mooncake(trace_path)
+    groups = kv_cache_groups([GroupSpec("sliding", 16, window=128), GroupSpec("full", 16)] * 18)
+    pools = [low["gpu_blocks"], low["one_smaller"]["gpu_blocks"]]
+    ref = simulate_hybrid(t, groups, pools, "serial", False, chunk_tokens=8192)  # the pure-Python model
+    got = [int(ref.hit_tokens[i].sum()) if ref.failed_request[i] < 0 else -1 for i in range(2)]
+    assert got[0] == low["hit_tokens"] >= 1152 > got[1]
+    assert low["gib"] == pytest.approx(low["gpu_blocks"] * section["hybrid"]["bytes_per_block"] / 2**30)
+    assert low["other_groups_cost_blocks"] == low["gpu_blocks"] - low["full_attention"]["gpu_blocks"]
