@@ -270,16 +270,17 @@ def _hybrid_working_set_lines(ws: Any) -> list[str]:
     if ws["full_attention_ceiling_hit_tokens"] == 0:
         return lines + ["    meaningless: no prefix is ever hit (ceiling 0)"]
     for row in ws["rows"]:
-        fa = row["full_attention"]
+        fa, own = row["full_attention"], row["of_own_ceiling"]
         alone = f"full attention alone {fa['gpu_blocks']:,} ({fa['gib']:.2f} GiB)"
-        own = row["of_own_ceiling"]
-        alone += f"; {row['fraction_of_ceiling']:.1%} of the hybrid's own ceiling: pool {own['gpu_blocks']:,} ({own['gib']:.2f} GiB)"
+        mine = f"{row['fraction_of_ceiling']:.1%} of its own ceiling: {own['gpu_blocks']:,} ({own['gib']:.2f} GiB)"
         if not row["reachable"]:
-            lines.append(f"  {row['fraction_of_ceiling']:>8.1%} of the ceiling  unreachable: {row['unreachable']}; {alone}")
+            lines.append(f"  {row['fraction_of_ceiling']:>8.1%} of the ceiling  unreachable (the hybrid's ceiling is "
+                         f"{ws['ceiling_prefix_token_hit_rate']:.2%}); {alone}; {mine}")
             continue
         lines.append(f"  {row['fraction_of_ceiling']:>8.1%} of the ceiling  pool {row['gpu_blocks']:>12,} "
-                     f"{row['gib']:9.2f} GiB  (prefix token hit rate {row['prefix_token_hit_rate']:.2%}); {alone}; "
-                     f"the other groups cost {row['other_groups_cost_blocks']:,} blocks ({row['other_groups_cost_gib']:.2f} GiB)")
+                     f"{row['gib']:9.2f} GiB  (prefix token hit rate {row['prefix_token_hit_rate']:.2%}); {alone}: the "
+                     f"other groups cost {row['other_groups_cost_blocks']:,} blocks ({row['other_groups_cost_gib']:.2f} GiB); "
+                     f"{mine}")
     return lines
 
 
