@@ -160,6 +160,8 @@ def hybrid_search(trace: RequestTrace, groups: Sequence[GroupSpec], schedule: Sc
         fa, fa_ceiling, fa_upper, fa_probe, fa_count = searcher(full, {}, "vllm full-attention group(s) alone:")
     else:
         fa, fa_ceiling, fa_upper, fa_probe, fa_count = hyb, hyb_ceiling, hyb_upper, hyb_probe, hyb_count
+    if hyb_ceiling < 0 or fa_ceiling < 0:  # a pool that never evicts cannot fail (it holds every block written)
+        return {"skipped": "the model cannot run the trace even with a pool that never evicts"}
     needs = [math.ceil(t * fa_ceiling - 1e-9) for t in targets]
     floor = MIN_POOL - 1
     own = [math.ceil(t * hyb_ceiling - 1e-9) for t in targets]
