@@ -50,7 +50,10 @@ def test_each_answer_against_a_scan_of_every_pool(seed):
     counted = np.ones(t.n_requests, bool)
     counted[:2] = False  # a warm-up: only the counted requests' hits
     targets = [0.3, 0.6, 0.9, 1.0]
-    ws = hybrid_search(t, groups, schedule, decode, 48, counted, 1024, targets, threads=1)
+    def run(model, pools):  # the model's own hybrid run, as the plan gives it
+        return simulate_hybrid_fast(t, model, pools, schedule, decode, chunk_tokens=48)
+
+    ws = hybrid_search(t, groups, run, decode, counted, 1024, targets)
     hyb, upper = _scan(t, groups, schedule, decode, counted)
     full = tuple(g for g in groups if g.kind == "full")
     fa, fa_upper = _scan(t, full, schedule, decode, counted)

@@ -50,6 +50,7 @@ PRECISION = 0.01
 import numpy as np
 
 from stackdist.serving.engine_model import engine_model
+from stackdist.serving.hybrid import GroupSpec
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.traces import RequestTrace
@@ -84,8 +85,12 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
     if options.kv_groups and spec.supports_hybrid_groups:  # planning/hybrid_working_set.py
         given = {pool: int(result.hit_tokens[i][counted].sum()) if result.failed_request[i] < 0 else -1
                  for i, pool in enumerate(result.pools)}
-        return hybrid_search(trace, options.kv_groups, schedule_for(trace, options), options.decode,
-                             options.max_num_batched_tokens, counted, options.kv_block_bytes, targets, given, progress)
+        pages, schedule = engine_pages(trace, 16), schedule_for(trace, options)  # the hybrid models' 16-token pages
+
+        def simulate(groups: tuple[GroupSpec, ...], pools: list[int | None]) -> ServingResult:
+            return spec.simulate_hybrid(pages, pools, schedule, options.decode, groups, options.max_num_batched_tokens)
+        return hybrid_search(trace, options.kv_groups, simulate, options.decode, counted, options.kv_block_bytes,
+                             targets, given, progress, spec.min_pool)
     if options.router in JOINT_ROUTERS and options.workers not in ("one", "recorded"):
         return {"skipped": f"not searched with the {options.router} router (each probe would be a joint run of the K pools); "
                            "the pools rows are the answers at the sizes given"}

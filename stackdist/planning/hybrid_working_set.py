@@ -12,8 +12,8 @@ cost. A target above the hybrid's ceiling (its hits with a pool that never evict
 every group kept) is reported unreachable, with that ceiling. Each row also answers the same
 fraction of the hybrid's own ceiling (``of_own_ceiling``, always reachable).
 
-**Search, not proof.** Each probe is one exact run of the compiled hybrid model
-(:class:`stackdist.serving.hybrid_kernel.HybridRunner`) at one ``num_gpu_blocks``. Per target the
+**Search, not proof.** Each probe is one exact run of the engine model's hybrid cache (vLLM's:
+the compiled :mod:`stackdist.serving.hybrid_kernel`) at one pool size. Per target the
 bracket ``(lo, hi]`` starts at ``(min_pool - 1, never-evicting pool]`` (the run's own pools are
 probes already); each round probes the geometric midpoints of every open bracket, until
 ``hi = lo + 1`` or ``hi <= lo x 1.01`` (:data:`PRECISION`). The answer is the smallest *probed*
@@ -26,10 +26,11 @@ the bracket.
 
 >>> from stackdist.traces import RequestTrace
 >>> from stackdist.serving.hybrid import GroupSpec, kv_cache_groups
->>> from stackdist.serving.schedule import Schedule
+>>> from stackdist.serving.hybrid_kernel import simulate_hybrid_fast
 >>> t = RequestTrace.from_blocks([[1, 2, 3], [1, 2, 3], [1, 2, 3]], block_size=16, last_tokens=[8, 8, 8])
 >>> g = kv_cache_groups([GroupSpec("sliding", 16, window=16), GroupSpec("full", 16)])
->>> ws = hybrid_search(t, g, Schedule.serial(3), False, 8192, np.ones(3, bool), 16 * 1024, [0.5, 1.0])
+>>> run = lambda groups, pools: simulate_hybrid_fast(t, groups, pools)
+>>> ws = hybrid_search(t, g, run, False, np.ones(3, bool), 16 * 1024, [0.5, 1.0])
 >>> [(r["reachable"], r["gpu_blocks"], r["full_attention"]["gpu_blocks"]) for r in ws["rows"]]
 [(True, 7, 4), (True, 7, 4)]
 """
@@ -43,20 +44,18 @@ from typing import Any
 import numpy as np
 
 from stackdist.serving.hybrid import GroupSpec
-from stackdist.serving.hybrid_kernel import HybridRunner
+from stackdist.serving.hybrid_kernel import never_evicting_pool
 from stackdist.serving.pages import engine_pages
-from stackdist.serving.results import run_pools
-from stackdist.serving.schedule import Schedule
+from stackdist.serving.results import ServingResult
 from stackdist.traces import RequestTrace
 
-__all__ = ["PRECISION", "bisect_targets", "hybrid_search", "non_monotone"]
+__all__ = ["PRECISION", "Simulate", "bisect_targets", "hybrid_search", "non_monotone"]
+
+Simulate = Callable[[tuple[GroupSpec, ...], list[int | None]], ServingResult]
+"""An engine model's hybrid run: (its KV cache groups, pools) -> per-pool, per-request hits."""
 
 PRECISION = 0.01
 """The search stops when a bracket ``(lo, hi]`` is within this relative width (or one pool)."""
-
-MIN_POOL = 2
-"""vLLM's smallest pool: block 0 is the null block."""
-
 
 def bisect_targets(known: dict[int, int], needs: Sequence[int], probe: Callable[[list[int]], list[int]], floor: int,
                    upper: int, progress: Callable[[str], None] | None = None, what: str = "") -> int:
@@ -115,15 +114,16 @@ def non_monotone(known: dict[int, int]) -> list[dict[str, int]]:
     return out
 
 
-def hybrid_search(trace: RequestTrace, groups: Sequence[GroupSpec], schedule: Schedule, decode: bool, chunk_tokens: int,
+def hybrid_search(trace: RequestTrace, groups: Sequence[GroupSpec], simulate: Simulate, decode: bool,
                   counted: np.ndarray, block_bytes: int, targets: Sequence[float],
                   known: dict[int | None, int] | None = None, progress: Callable[[str], None] | None = None,
-                  threads: int = 2) -> dict[str, Any]:
+                  min_pool: int = 2) -> dict[str, Any]:
     """The working-set section of a hybrid model (module docstring): per target the smallest probed
-    ``num_gpu_blocks`` whose exact hybrid run reaches it, or why not, beside the full-attention
-    group's own; ``known`` the counted hit tokens of pools already run (None: the never-evicting
-    pool; -1 infeasible). ``block_bytes`` is one block's bytes (one group's layers).
-    Complexity: O(probes x (pages x groups + decode steps x groups)), compiled.
+    pool whose exact hybrid run reaches it, or why not, beside the full-attention group's own.
+    ``simulate(groups, pools)`` is the engine model's hybrid run (every pool exact; None: a pool
+    that never evicts); ``known`` the counted hit tokens of pools already run (-1 infeasible);
+    ``block_bytes`` one block's bytes (one group's layers); ``min_pool`` the smallest pool there is.
+    Complexity: O(probes) runs of the model.
     """
     pages = engine_pages(trace, 16)
     full = tuple(g for g in groups if g.kind == "full")
@@ -136,34 +136,29 @@ def hybrid_search(trace: RequestTrace, groups: Sequence[GroupSpec], schedule: Sc
         return {"gpu_blocks": int(pool), "gib": pool * block_bytes / 2**30, "hit_tokens": int(hits),
                 "prefix_token_hit_rate": rate(hits)}
 
-    def searcher(model: Sequence[GroupSpec], given: dict[int | None, int], what: str) -> tuple[Any, ...]:
-        runner = HybridRunner(pages, model, schedule, decode, chunk_tokens, 1 << 40)
+    def searcher(model: tuple[GroupSpec, ...], given: dict[int | None, int]) -> tuple[Any, ...]:
         count = [0]
-
-        def one(pool: int | None) -> tuple[np.ndarray, int]:
-            hits, _, failed = runner.run(pool)
-            return hits, failed
 
         def probe(pools: list[int | None]) -> list[int]:
             count[0] += len(pools)
-            runs = run_pools(one, pools, threads, what)
-            return [int(h[counted].sum()) if f < 0 else -1 for h, f in runs]
+            r = simulate(model, pools)
+            return [int(r.hit_tokens[i][counted].sum()) if r.failed_request[i] < 0 else -1 for i in range(len(pools))]
 
         state = {int(p): h for p, h in given.items() if p is not None}
         ceiling = given[None] if None in given else probe([None])[0]
-        upper = runner.never  # the pool None runs: nothing is evicted
+        upper = never_evicting_pool(pages, model, decode)  # the pool None stands for: nothing is evicted
         state[upper] = ceiling
         return state, ceiling, upper, probe, count
 
-    hyb, hyb_ceiling, hyb_upper, hyb_probe, hyb_count = searcher(groups, dict(known or {}), "vllm hybrid model:")
+    hyb, hyb_ceiling, hyb_upper, hyb_probe, hyb_count = searcher(tuple(groups), dict(known or {}))
     if full and len(full) < len(groups):
-        fa, fa_ceiling, fa_upper, fa_probe, fa_count = searcher(full, {}, "vllm full-attention group(s) alone:")
+        fa, fa_ceiling, fa_upper, fa_probe, fa_count = searcher(full, {})
     else:
         fa, fa_ceiling, fa_upper, fa_probe, fa_count = hyb, hyb_ceiling, hyb_upper, hyb_probe, hyb_count
     if hyb_ceiling < 0 or fa_ceiling < 0:  # a pool that never evicts cannot fail (it holds every block written)
         return {"skipped": "the model cannot run the trace even with a pool that never evicts"}
     needs = [math.ceil(t * fa_ceiling - 1e-9) for t in targets]
-    floor = MIN_POOL - 1
+    floor = min_pool - 1
     own = [math.ceil(t * hyb_ceiling - 1e-9) for t in targets]
     rounds = bisect_targets(hyb, [n for n in needs if n <= hyb_ceiling] + own, hyb_probe, floor, hyb_upper, progress,
                             "vllm hybrid model: working sets, ")
@@ -201,7 +196,7 @@ def hybrid_search(trace: RequestTrace, groups: Sequence[GroupSpec], schedule: Sc
         "full_attention_ceiling_hit_tokens": fa_ceiling,
         "full_attention_ceiling_prefix_token_hit_rate": rate(fa_ceiling),
         "ceiling_hit_tokens": hyb_ceiling, "ceiling_prefix_token_hit_rate": rate(hyb_ceiling),
-        "search": (f"a search, not a proof: bisection over num_gpu_blocks {MIN_POOL}..{hyb_upper:,} ({hyb_upper:,} never "
+        "search": (f"a search, not a proof: bisection over pools {min_pool}..{hyb_upper:,} ({hyb_upper:,} never "
                    f"evicts), every probe an exact run of the hybrid cache ({probes} runs, the full-attention group(s) "
                    f"alone searched the same way, geometric midpoints to within {PRECISION:.0%} or one pool); each answer "
                    "is the smallest probed pool reaching the target, the bracket's lower end probed and not reaching it; "
