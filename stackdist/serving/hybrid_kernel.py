@@ -1,16 +1,22 @@
 """The compiled form of :mod:`.hybrid` (vLLM 0.33.0's hybrid KV cache): the same calls, the same
 order, numba instead of dicts.
 
-:mod:`.hybrid` is the reference and states the rules with vLLM's file:line (``vllm/v1/core/``:
-``block_pool.py``, ``kv_cache_coordinator.py``, ``single_type_kv_cache_manager.py``,
-``sched/scheduler.py:546``); this module follows it function for function (each njit function
-below names the method of :mod:`.hybrid` it restates), so a fix there is ported here line by line,
-and ``tests/serving/test_hybrid_kernel.py`` checks the two equal per request (hits, longest single
+:mod:`.hybrid` is the reference and states the rules with vLLM 0.33.0's file:line (``vllm/v1/core/``):
+the pool and free queue (``block_pool.py:202`` ``get_cached_block``, ``:816`` ``free_blocks``), the
+lookup (``kv_cache_coordinator.py:835`` ``find_longest_cache_hit``; the managers' ``find_hit`` at
+``single_type_kv_cache_manager.py:797`` full, ``:1002`` sliding, ``:1355`` chunked, ``:1470`` Mamba),
+the allocation (``:176``, ``kv_cache_coordinator.py:295``), caching (``:477``, ``:1067``
+``reachable_block_mask``), freeing (``:682`` ``remove_skipped_blocks``, ``kv_cache_coordinator.py:397``),
+Mamba's align mode (``:1428``-``:2028``) and the scheduler's Mamba split (``sched/scheduler.py:546``).
+This module follows it function for function (each njit function below names the method of
+:mod:`.hybrid` it restates), so a fix there is ported here line by line, and
+``tests/serving/test_hybrid_kernel.py`` checks the two equal per request (hits, longest single
 group hit, failed request) on seeded random traces of every group kind, tiny pools, decode and
-prefill chunks, and the committed vLLM runs through the plan.
+prefill chunks; ``tests/test_hybrid_end_to_end.py`` checks both against vLLM on every committed run.
 
-State (one pool of ``N`` blocks; arrays of ``M = min(N, blocks ever handed out + 1)`` rows: a
-block id at or above M is never handed out, so an unused large pool costs nothing):
+State (one pool of ``N`` blocks; arrays of ``M = min(N, the never-evicting pool + 1)`` rows:
+a request takes at most one new block per position and group, so no id at or above the
+never-evicting pool (:func:`never_evicting_pool`) is ever handed out, and a larger pool costs no more):
 
 - ``L`` (int32, ``M + 4`` rows of next/prev): two intrusive doubly linked lists, the free queue's
   ``front`` (sentinels M, M + 1) and ``back`` (M + 2, M + 3); the blocks never handed out are the
