@@ -47,9 +47,9 @@ def _case(seed: int, kinds: list[str] | None = None):
     return t, groups, pools, schedule, decode, chunk
 
 
-def _same(t, groups, pools, schedule, decode, chunk) -> None:
-    want = simulate_hybrid(t, groups, pools, schedule, decode, chunk_tokens=chunk)
-    got = simulate_hybrid_fast(t, groups, pools, schedule, decode, chunk_tokens=chunk)
+def _same(t, groups, pools, schedule, decode, chunk, max_model_len=1 << 40) -> None:
+    want = simulate_hybrid(t, groups, pools, schedule, decode, chunk_tokens=chunk, max_model_len=max_model_len)
+    got = simulate_hybrid_fast(t, groups, pools, schedule, decode, chunk_tokens=chunk, max_model_len=max_model_len)
     where = ([g.kind for g in groups], groups[0].block_size, decode, schedule.is_serial, chunk)
     assert got.failed_request.tolist() == want.failed_request.tolist(), where
     assert got.hit_tokens.tolist() == want.hit_tokens.tolist(), where
@@ -67,6 +67,12 @@ def test_the_kernel_equals_the_python_model_on_random_traces(batch):
 def test_the_kernel_equals_the_python_model_per_kind(kinds):
     for seed in range(15):
         _same(*_case(7000 + seed, kinds))
+
+
+def test_the_admission_cap_follows_max_model_len():
+    # the sliding and chunked groups' admission caps are min(window or chunk + chunk_tokens, max_model_len) in blocks
+    for seed in range(15):
+        _same(*_case(8000 + seed, ["sliding", "chunked", "full"]), max_model_len=int(np.random.default_rng(seed).choice([17, 64, 200])))
 
 
 def test_the_random_cases_reach_what_they_are_for():
