@@ -120,3 +120,35 @@ def test_the_plan_fills_the_working_set_of_a_hybrid_model(tmp_path, capsys):
     assert got[0] == low["hit_tokens"] >= 1152 > got[1]
     assert low["gib"] == pytest.approx(low["gpu_blocks"] * section["hybrid"]["bytes_per_block"] / 2**30)
     assert low["other_groups_cost_blocks"] == low["gpu_blocks"] - low["full_attention"]["gpu_blocks"]
+
+
+def test_on_workers_each_probe_runs_every_workers_cache():
+    # two workers behind round-robin: every answer is checked against each worker's own hybrid
+    # cache run directly (the pure-Python model on that worker's requests at that pool)
+    from stackdist.planning.engine_plan import EngineOptions, run_engine_models
+    from stackdist.planning.engine_working_set import engine_working_set
+
+    t = random_trace(11, 16)
+    groups = kv_cache_groups(MODELS[0])
+    opts = EngineOptions(models=("vllm",), pools=(None,), schedule="serial", decode=False, workers=2,
+                         router="round-robin", kv_groups=groups, max_num_batched_tokens=48, kv_block_bytes=1024)
+    counted = np.ones(t.n_requests, bool)
+    ws = engine_working_set(run_engine_models(t, opts)["vllm"], t, opts, counted, 64, [0.3, 0.6, 1.0])
+
+    def hits(pool):
+        total = 0
+        for w in range(2):
+            sub = t.select(np.arange(w, t.n_requests, 2))
+            r = simulate_hybrid(sub, groups, [pool], "serial", False, chunk_tokens=48)
+            if r.failed_request[0] >= 0:
+                return -1
+            total += int(r.hit_tokens[0].sum())
+        return total
+
+    assert ws["ceiling_hit_tokens"] == hits(None)
+    for row in ws["rows"]:
+        for answer in [row["of_own_ceiling"]] + ([row] if row["reachable"] else []):
+            need = answer["hit_tokens_needed"]
+            assert hits(answer["gpu_blocks"]) == answer["hit_tokens"] >= need
+            if answer["one_smaller"] is not None:
+                assert hits(answer["one_smaller"]["gpu_blocks"]) < need

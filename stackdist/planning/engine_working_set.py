@@ -40,6 +40,7 @@ whole run under load, or the K pools jointly): the section says so and the pools
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -85,10 +86,19 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
     if options.kv_groups and spec.supports_hybrid_groups:  # planning/hybrid_working_set.py
         given = {pool: int(result.hit_tokens[i][counted].sum()) if result.failed_request[i] < 0 else -1
                  for i, pool in enumerate(result.pools)}
-        pages, schedule = engine_pages(trace, 16), schedule_for(trace, options)  # the hybrid models' 16-token pages
+        schedule = schedule_for(trace, options)
+        if options.workers == "one":
+            pages = engine_pages(trace, 16)  # the hybrid models' 16-token pages, made once
 
-        def simulate(groups: tuple[GroupSpec, ...], pools: list[int | None]) -> ServingResult:
-            return spec.simulate_hybrid(pages, pools, schedule, options.decode, groups, options.max_num_batched_tokens)
+            def simulate(groups: tuple[GroupSpec, ...], pools: list[int | None]) -> ServingResult:
+                return spec.simulate_hybrid(pages, pools, schedule, options.decode, groups,
+                                            options.max_num_batched_tokens)
+        else:  # each worker's hybrid cache on its own requests, every worker at the probed pool
+            assigned = assign_workers(trace, options, schedule)
+
+            def simulate(groups: tuple[GroupSpec, ...], pools: list[int | None]) -> ServingResult:
+                return per_worker_run(result.engine, trace, dataclasses.replace(options, kv_groups=groups), schedule,
+                                      tuple(pools), assigned)
         return hybrid_search(trace, options.kv_groups, simulate, options.decode, counted, options.kv_block_bytes,
                              targets, given, progress, spec.min_pool)
     if options.router in JOINT_ROUTERS and options.workers not in ("one", "recorded"):

@@ -301,10 +301,10 @@ def _find_hit(kind, g0, g1, gids, GP, r, max_len, HB, HN, key, off, P, KS, S):  
 
 
 @njit(cache=True, nogil=True)
-def _lookup(r, GP, spec_off, gids, simple, HB, HN, HL, key, off, P, KS, S):  # type: ignore[no-untyped-def]
+def _lookup(r, GP, spec_off, gids, simple, HB, HN, HL, key, off, P, TOK, KS, S):  # type: ignore[no-untyped-def]
     """``HybridRun._lookup``: fills the per-group hit blocks; returns (hit, longest single hit)."""
     G = S[_G]
-    hit_len = P[r] - 1
+    hit_len = TOK[r] - 1  # kv_cache_manager.py:301 (num_tokens - 1)
     longest = 0
     for g in range(G):
         HN[g] = -1
@@ -665,7 +665,7 @@ def _hybrid_kernel(key, off, P, ev_kind, ev_req, ev_k, GP, spec_off, gids, simpl
         if kind == 3:  # arrive
             TOK[r] = P[r]
             JUN[r] = 0
-            hit, lng = _lookup(r, GP, spec_off, gids, simple, HB, HN, HL, key, off, P, KS, S)
+            hit, lng = _lookup(r, GP, spec_off, gids, simple, HB, HN, HL, key, off, P, TOK, KS, S)
             hits[r] = hit
             longest[r] = lng
             JUN[r] = lng if lng > hit else 0
