@@ -1,8 +1,9 @@
 """End to end against vLLM 0.33.0's own hybrid cache: ``stackdist plan --semantics vllm
---model-config CONFIG`` on each committed run of tests/data/engines/hybrid_model/ (recorded by
-the validation helper's driver, validation/drive_vllm_hybrid.py on branch hybrid-validation,
-which runs vLLM's Scheduler and HybridKVCacheCoordinator) must give the engine's hit on every
-request at every pool, agree on the infeasible pools, and group the layers as vLLM did."""
+--model-config CONFIG`` (the compiled model, and the pure-Python reference swapped in) on each
+committed run of tests/data/engines/hybrid_model/ (recorded by the validation helper's driver,
+validation/drive_vllm_hybrid.py on branch hybrid-validation, which runs vLLM's Scheduler and
+HybridKVCacheCoordinator) must give the engine's hit on every request at every pool, agree on the
+infeasible pools, and group the layers as vLLM did."""
 
 from __future__ import annotations
 
@@ -26,8 +27,21 @@ def test_every_committed_config_is_checked():
             "Llama-4-Scout-17B-16E-Instruct.json"} <= configs
 
 
+@pytest.fixture(params=["kernel", "python"])
+def implementation(request, monkeypatch):
+    """The plan runs the compiled model (serving/hybrid_kernel.py); ``python`` swaps the pure-Python
+    reference (serving/hybrid.py) back in, so both are checked against vLLM on every committed run."""
+    if request.param == "python":
+        from stackdist.serving.hybrid import simulate_hybrid
+        from stackdist.serving.vllm import VllmModel
+
+        monkeypatch.setattr(VllmModel, "simulate_hybrid", lambda self, trace, pools, schedule, decode, groups,
+                            chunk_tokens=8192: simulate_hybrid(trace, groups, pools, schedule, decode, chunk_tokens))
+    return request.param
+
+
 @pytest.mark.parametrize("run", RUNS, ids=[r["name"] for r in RUNS])
-def test_plan_equals_vllm_hybrid_on_every_request(run, tmp_path, capsys):
+def test_plan_equals_vllm_hybrid_on_every_request(run, implementation, tmp_path, capsys):
     summary = json.loads((DATA / run["summary"]).read_text())
     out, js = tmp_path / "per.csv", tmp_path / "plan.json"
     pools = [str(r["pool"]) for r in summary["runs"]]
@@ -107,7 +121,7 @@ THEIR_RUNS = json.loads((THEIRS / "manifest.json").read_text())["runs"] if (THEI
 
 @pytest.mark.skipif(not THEIR_RUNS, reason="the validation helper's hybrid results are not merged yet")
 @pytest.mark.parametrize("run", THEIR_RUNS, ids=[r["file"] for r in THEIR_RUNS])
-def test_plan_equals_the_validation_helpers_vllm_runs(run, tmp_path, capsys):
+def test_plan_equals_the_validation_helpers_vllm_runs(run, implementation, tmp_path, capsys):
     manifest = json.loads((THEIRS / "manifest.json").read_text())
     info, config = manifest["traces"][run["trace"]], manifest["models"][run["model"]]["config"]
     flags = manifest["models"][run["model"]].get("driver_flags", [])  # e.g. --gdn-checkpoint-alignment 0, the same flag
@@ -145,7 +159,7 @@ TIMED_RUNS = json.loads((TIMED / "manifest.json").read_text())["runs"]
 
 
 @pytest.mark.parametrize("run", TIMED_RUNS, ids=[r["name"] for r in TIMED_RUNS])
-def test_plan_equals_vllm_hybrid_on_a_timed_schedule(run, tmp_path, capsys):
+def test_plan_equals_vllm_hybrid_on_a_timed_schedule(run, implementation, tmp_path, capsys):
     summary = json.loads((TIMED / run["summary"]).read_text())
     pools = [str(r["pool"]) for r in summary["runs"]]
     out, js = tmp_path / "per.csv", tmp_path / "plan.json"

@@ -214,6 +214,13 @@ def scheduler(out: str) -> None:
                "--json", os.path.join(out, "s.json"))
 
 
+def hybrid(out: str) -> None:
+    """vLLM's hybrid KV cache, compiled (stackdist/serving/hybrid_kernel.py: one signature)."""
+    _stackdist("plan", MOONCAKE, "--semantics", "vllm", "--model-config",
+               str(DATA / "engines" / "hybrid" / "configs" / "gpt-oss-20b.json"), "--gpu-blocks", "100000",
+               "--schedule", "serial", "--no-decode", "--json", os.path.join(out, "y.json"))
+
+
 def offload(out: str) -> None:
     """The offload tiers behind vLLM: vLLM's native CPU tier (lru and arc), LMCache's CPU and disk."""
     for spec in ("vllm-native:cpu=64blocks", "vllm-native:cpu=64blocks,policy=arc", "lmcache:cpu=8chunks,disk=16chunks"):
@@ -284,6 +291,7 @@ TASKS: list[tuple[str, Callable[[str], None], tuple[str, ...]]] = [
     ("sampled_plan", sampled_plan, ("plan", "sampling")),
     ("scheduler", scheduler, ("vllm",)),
     ("offload", offload, ("vllm",)),
+    ("hybrid", hybrid, ("plan",)),
 ]
 
 

@@ -22,6 +22,9 @@ Two ways, and the plan says which (``working_set.method`` and ``exact``):
   pool (SGLang's are not, :mod:`stackdist.serving.sglang`), so a smaller unprobed pool may reach
   it too; the search is stated beside the answer.
 
+With hybrid KV cache groups the search is :func:`.hybrid_working_set.hybrid_search` (targets as
+fractions of the full-attention group's ceiling, the full-attention group's own working set beside).
+
 Under the engine's scheduler (schedule ``scheduler``) and the kv-aware router there is no search (each probe would be a
 whole run under load, or the K pools jointly): the section says so and the pools rows stand.
 
@@ -37,6 +40,7 @@ whole run under load, or the K pools jointly): the section says so and the pools
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -47,6 +51,7 @@ PRECISION = 0.01
 import numpy as np
 
 from stackdist.serving.engine_model import engine_model
+from stackdist.serving.hybrid import GroupSpec
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.results import ServingResult
 from stackdist.traces import RequestTrace
@@ -58,6 +63,7 @@ from .engine_plan import (
     per_worker_run,
     schedule_for,
 )
+from .hybrid_working_set import hybrid_search
 
 __all__ = ["CURVE_POINTS", "engine_working_set"]
 
@@ -77,10 +83,24 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
     if options.schedule == "scheduler":
         return {"skipped": "not searched under the engine's scheduler: each probe would be a whole run of the "
                            "scheduler under load; the pools rows are the answers at the sizes given"}
-    if options.kv_groups and spec.supports_hybrid_groups:
-        return {"skipped": "not searched for a model with sliding-window, chunked-local or Mamba groups (each probe "
-                           "is a whole pure-Python run of the hybrid cache); the pools rows are the answers at the "
-                           "sizes given"}
+    if options.kv_groups and spec.supports_hybrid_groups:  # planning/hybrid_working_set.py
+        given = {pool: int(result.hit_tokens[i][counted].sum()) if result.failed_request[i] < 0 else -1
+                 for i, pool in enumerate(result.pools)}
+        schedule = schedule_for(trace, options)
+        if options.workers == "one":
+            pages = engine_pages(trace, 16)  # the hybrid models' 16-token pages, made once
+
+            def simulate(groups: tuple[GroupSpec, ...], pools: list[int | None]) -> ServingResult:
+                return spec.simulate_hybrid(pages, pools, schedule, options.decode, groups,
+                                            options.max_num_batched_tokens)
+        else:  # each worker's hybrid cache on its own requests, every worker at the probed pool
+            assigned = assign_workers(trace, options, schedule)
+
+            def simulate(groups: tuple[GroupSpec, ...], pools: list[int | None]) -> ServingResult:
+                return per_worker_run(result.engine, trace, dataclasses.replace(options, kv_groups=groups), schedule,
+                                      tuple(pools), assigned)
+        return hybrid_search(trace, options.kv_groups, simulate, options.decode, counted, options.kv_block_bytes,
+                             targets, given, progress, spec.min_pool)
     if options.router in JOINT_ROUTERS and options.workers not in ("one", "recorded"):
         return {"skipped": f"not searched with the {options.router} router (each probe would be a joint run of the K pools); "
                            "the pools rows are the answers at the sizes given"}

@@ -512,6 +512,8 @@ def plot_engine_models(path: str | os.PathLike[str], report: Any, kv_dtype: str 
             top = max(top, ceiling)
         top = max([top, *y.tolist()])
         for row in ws.get("rows", []):
+            if row.get("gpu_blocks") is None:  # a hybrid target its cache cannot reach
+                continue
             marks.append(((f"{name}: {row['fraction_of_ceiling']:.0%} of its ceiling at pool {row['gpu_blocks']:,} "
                           f"({_gib_text(row['gib'])}{'' if ws.get('exact') else ', smallest probed'})"), row["gib"], colour))
         minimum = sec.get("min_feasible_pool")

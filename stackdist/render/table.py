@@ -270,6 +270,28 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
     return lines + _working_set_lines(dict(section).get("working_set"))
 
 
+def _hybrid_working_set_lines(ws: Any) -> list[str]:
+    """A hybrid model's working sets (planning/hybrid_working_set.py): per target the smallest
+    probed pool, or unreachable, beside the full-attention group(s) alone and what the others cost."""
+    lines = [(f"  working set, as a fraction of {ws['targets_of']} ({ws['full_attention_ceiling_prefix_token_hit_rate']:.2%}; "
+              f"the hybrid cache's own ceiling {ws['ceiling_prefix_token_hit_rate']:.2%}); {ws['search']}:")]
+    if ws["full_attention_ceiling_hit_tokens"] == 0:
+        return lines + ["    meaningless: no prefix is ever hit (ceiling 0)"]
+    for row in ws["rows"]:
+        fa, own = row["full_attention"], row["of_own_ceiling"]
+        alone = f"full attention alone {fa['gpu_blocks']:,} ({fa['gib']:.2f} GiB)"
+        mine = f"{row['fraction_of_ceiling']:.1%} of its own ceiling: {own['gpu_blocks']:,} ({own['gib']:.2f} GiB)"
+        if not row["reachable"]:
+            lines.append(f"  {row['fraction_of_ceiling']:>8.1%} of the ceiling  unreachable (the hybrid's ceiling is "
+                         f"{ws['ceiling_prefix_token_hit_rate']:.2%}); {alone}; {mine}")
+            continue
+        lines.append(f"  {row['fraction_of_ceiling']:>8.1%} of the ceiling  pool {row['gpu_blocks']:>12,} "
+                     f"{row['gib']:9.2f} GiB  (prefix token hit rate {row['prefix_token_hit_rate']:.2%}); {alone}: the "
+                     f"other groups cost {row['other_groups_cost_blocks']:,} blocks ({row['other_groups_cost_gib']:.2f} GiB); "
+                     f"{mine}")
+    return lines
+
+
 def _working_set_lines(ws: Any) -> list[str]:
     """An engine model's working sets: per target the smallest pool reaching that fraction of its
     own ceiling, and how it was found (exact from one replay, or the smallest probed pool)."""
@@ -277,6 +299,8 @@ def _working_set_lines(ws: Any) -> list[str]:
         return []
     if "skipped" in ws:
         return [f"  working set: {ws['skipped']}"]
+    if "full_attention_ceiling_hit_tokens" in ws:
+        return _hybrid_working_set_lines(ws)
     how = ("exact (one replay: every pool at once)" if ws["exact"] else
            f"smallest probed pool reaching it: bisection, {ws['probes']} exact simulations beyond the rows above; "
            "the pool one smaller (or within 1 % below) does not reach it, a smaller unprobed pool might (hits are not proved monotone)")

@@ -86,7 +86,8 @@ from stackdist.engine.kernels import njit
 from stackdist.traces import RequestTrace
 
 from .engine_model import EngineModel, register_engine_model
-from .hybrid import GroupSpec, simulate_hybrid
+from .hybrid import GroupSpec
+from .hybrid_kernel import simulate_hybrid_fast
 from .hybrid_scheduler import simulate_hybrid_scheduler
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
@@ -569,7 +570,7 @@ class VllmModel(EngineModel):
 
     def simulate_hybrid(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str,
                         decode: bool, groups: Sequence[GroupSpec], chunk_tokens: int = 8192) -> ServingResult:
-        return simulate_hybrid(trace, groups, pools, schedule, decode, chunk_tokens)
+        return simulate_hybrid_fast(trace, groups, pools, schedule, decode, chunk_tokens, threads=2)
 
     def simulate(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str = "serial",
                  decode: bool = False, page_tokens: int = _B, threads: int = 2) -> ServingResult:
