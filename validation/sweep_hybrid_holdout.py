@@ -212,6 +212,7 @@ def make_cases(seed: int, big: bool) -> list[dict]:
         ("qwen3-next", 64, 3001), ("qwen3-next", 32, 8192), ("qwen3-next", None, 600),
         ("qwen3-next@linear_num_value_heads=16", None, 8192), ("qwen3-next@linear_num_value_heads=8", None, 1000),
         ("qwen3.5-27b", None, 8192), ("qwen3.5-27b", None, 2048),
+        ("gpt-oss-20b", 576, 8192), ("llama-4-scout@attention_chunk_size=1152", 576, 8192), ("gpt-oss-120b", 64, 600),
     ]
     for j, (m, ebs, mnbt) in enumerate(variants):
         cfg = load_config(m)
@@ -362,11 +363,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cases", type=int, default=0, help="run at most this many cases (0: all)")
     ap.add_argument("--big", action="store_true", help="the first 1,000 requests of each Mooncake trace")
-    ap.add_argument("--only", default="", help="run the cases whose name contains this")
+    ap.add_argument("--only", default="", help="run the cases whose name starts with this")
     ap.add_argument("--start", type=int, default=0, help="skip the first cases (resume)")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args(argv)
-    cases = [c for c in make_cases(args.seed, args.big) if args.only in c["name"]]
+    cases = [c for c in make_cases(args.seed, args.big) if c["name"].startswith(args.only)]
     cases = cases[args.start:]
     if args.cases:
         cases = cases[:args.cases]
