@@ -356,6 +356,41 @@ def run_case(case: dict, out_dir: str, product_python: str) -> dict:
     return res
 
 
+def import_case(name: str, out_dir: str, seed: int, big: bool) -> None:
+    """Copy a case's trace, config and vLLM run (CSV + summary) from ``out_dir`` into
+    tests/data/engines/hybrid_holdout/ and add it to the manifest (checked by
+    tests/serving/test_hybrid_holdout.py)."""
+    import shutil
+
+    case = next(c for c in make_cases(seed, big) if c["name"] == name)
+    dest = os.path.join(REPO, "tests", "data", "engines", "hybrid_holdout")
+    safe = name.replace("@", "_").replace("=", "")
+    files = {"trace": f"{safe}.jsonl", "config": f"configs/{safe}.config.json", "csv": f"{safe}.vllm.csv",
+             "summary": f"{safe}.vllm.json"}
+    for src, key in ((f"{name}.jsonl", "trace"), (f"{name}.config.json", "config"), (f"{name}.vllm.csv", "csv")):
+        shutil.copyfile(os.path.join(out_dir, src), os.path.join(dest, files[key]))
+    with open(os.path.join(out_dir, f"{name}.vllm.json")) as fh:
+        summary = json.load(fh)
+    summary["trace"] = f"tests/data/engines/hybrid_holdout/{files['trace']}"
+    summary["config"] = f"tests/data/engines/hybrid_holdout/{files['config']}"
+    with open(os.path.join(dest, files["summary"]), "w") as fh:
+        json.dump(summary, fh, indent=1)
+        fh.write("\n")
+    path = os.path.join(dest, "manifest.json")
+    with open(path) as fh:
+        manifest = json.load(fh)
+    manifest["runs"] = [r for r in manifest["runs"] if r["name"] != safe] + [{
+        "name": safe, "trace": f"data/engines/hybrid_holdout/{files['trace']}", "hash_block_size": 512,
+        "config": f"data/engines/hybrid_holdout/{files['config']}", "csv": files["csv"], "summary": files["summary"],
+        "engine_block_size": case["ebs"],
+        "why": f"validation/sweep_hybrid_holdout.py --seed {seed} case {name}: config {case['config']}, "
+               f"--max-num-batched-tokens {case['mnbt']}, decode {case['decode']}, trace {json.dumps(case['trace'])}"}]
+    with open(path + ".tmp", "w") as fh:
+        json.dump(manifest, fh, indent=1)
+        fh.write("\n")
+    os.replace(path + ".tmp", path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-dir", required=True)
@@ -366,11 +401,15 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="run the cases whose name starts with this")
     ap.add_argument("--start", type=int, default=0, help="skip the first cases (resume)")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--import-case", metavar="NAME", help="copy case NAME's run from --out-dir into the test data")
     args = ap.parse_args(argv)
     cases = [c for c in make_cases(args.seed, args.big) if c["name"].startswith(args.only)]
     cases = cases[args.start:]
     if args.cases:
         cases = cases[:args.cases]
+    if args.import_case:
+        import_case(args.import_case, args.out_dir, args.seed, args.big)
+        return 0
     if args.list:
         for c in cases:
             print(json.dumps(c))
