@@ -135,6 +135,23 @@ def synthetic_trace(seed: int, n: int, special: list[int], max_len: int, out_max
              "hash_ids": r["hash_ids"]} for r in reqs]
 
 
+def edge_trace(lengths: list[int], out_max: int) -> list[dict]:
+    """Per length L: a fresh prompt, its exact repeat, and a continuation (its full 512-token
+    blocks + 700 new tokens), in that order; outputs of 1..out_max tokens."""
+    rows: list[dict] = []
+    nid = 0
+    for i, length in enumerate(lengths):
+        ids = list(range(nid, nid + -(-length // 512)))
+        nid += len(ids)
+        cont_len = length // 512 * 512 + 700
+        cont = ids[:length // 512] + list(range(nid, nid + -(-cont_len // 512) - length // 512))
+        nid += len(cont) - length // 512
+        for k, (n, h) in enumerate(((length, ids), (length, ids), (cont_len, cont))):
+            rows.append({"timestamp": len(rows) * 100, "input_length": n, "output_length": 1 + (i + k) % out_max,
+                         "hash_ids": h})
+    return rows
+
+
 def slice_trace(name: str, start: int, n: int, out_max: int | None) -> list[dict]:
     with open(os.path.join(TRACES, name)) as fh:
         rows = [json.loads(x) for i, x in enumerate(fh) if start <= i < start + n]
@@ -195,6 +212,14 @@ def make_cases(seed: int, big: bool) -> list[dict]:
         add(f"slice-{tr[9:13]}{start}-{m}", {"kind": "slice", "file": tr, "start": start, "n": n}, m)
         m2 = models[(i + 2) % len(models)]
         add(f"slice-{tr[9:13]}{start}-{m2}-mnbt2048", {"kind": "slice", "file": tr, "start": start, "n": n}, m2, mnbt=2048)
+    # prompt lengths at and next to every boundary, each fresh / repeated / continued
+    edges = sorted({1, 2, 15, 16, 17, 127, 128, 129, 511, 512, 513, 575, 576, 577, 1151, 1152, 1153, 1727, 1728,
+                    2047, 2048, 2049, 8191, 8192, 8193, 8767, 8768, 9000, 16384, 16385})
+    for m, ebs in (("gpt-oss-20b", None), ("gemma-3-27b", None), ("qwen3-next", None), ("qwen3-next", 576),
+                   ("llama-4-scout@attention_chunk_size=1152", None), ("qwen3.5-27b", None)):
+        for dec in (False, True):
+            add(f"edge-{m}-e{ebs}-{'dec' if dec else 'nodec'}", {"kind": "edge", "lengths": edges, "out_max": 5 if dec else 1},
+                m, ebs=ebs, decode=dec)
     # decode on real slices (outputs capped so vLLM's per-token steps stay affordable)
     for m in models:
         add(f"slice-dec-{m}", {"kind": "slice", "file": "mooncake_conversation_trace.jsonl", "start": 200, "n": 40,
@@ -229,6 +254,8 @@ def make_cases(seed: int, big: bool) -> list[dict]:
 
 
 def build_trace(spec: dict) -> list[dict]:
+    if spec["kind"] == "edge":
+        return edge_trace(spec["lengths"], spec["out_max"])
     if spec["kind"] == "slice":
         return slice_trace(spec["file"], spec["start"], spec["n"], spec.get("out_max"))
     return synthetic_trace(spec["seed"], spec["n"], spec["special"], spec["max_len"], spec["out_max"])
