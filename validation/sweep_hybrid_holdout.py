@@ -418,9 +418,22 @@ def import_case(name: str, out_dir: str, seed: int, big: bool) -> None:
     os.replace(path + ".tmp", path)
 
 
+def summarize(paths: list[str]) -> dict:
+    """Totals over sweep logs (the JSON lines this script prints)."""
+    rows = []
+    for path in paths:
+        with open(path) as fh:
+            rows += [json.loads(x) for x in fh if x.startswith("{")]
+    return {"cases": len(rows), "requests": sum(r.get("requests", 0) for r in rows),
+            "hit_cells_compared": sum(r.get("compared_cells", 0) for r in rows),
+            "feasible_pools": sum(r.get("feasible_pools", 0) for r in rows),
+            "infeasible_pools_compared": sum(len(r.get("infeasible_vllm", {})) for r in rows),
+            "not_matching": [r["case"] for r in rows if r["status"] != "match"]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--out-dir", default=".")
     ap.add_argument("--product-python", default=sys.executable)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cases", type=int, default=0, help="run at most this many cases (0: all)")
@@ -428,12 +441,16 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="run the cases whose name starts with this")
     ap.add_argument("--start", type=int, default=0, help="skip the first cases (resume)")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--summarize", nargs="+", metavar="LOG", help="totals over sweep logs (stdout of earlier runs)")
     ap.add_argument("--import-case", metavar="NAME", help="copy case NAME's run from --out-dir into the test data")
     args = ap.parse_args(argv)
     cases = [c for c in make_cases(args.seed, args.big) if c["name"].startswith(args.only)]
     cases = cases[args.start:]
     if args.cases:
         cases = cases[:args.cases]
+    if args.summarize:
+        print(json.dumps(summarize(args.summarize)))
+        return 0
     if args.import_case:
         import_case(args.import_case, args.out_dir, args.seed, args.big)
         return 0
