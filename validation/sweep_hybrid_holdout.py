@@ -420,10 +420,14 @@ def import_case(name: str, out_dir: str, seed: int, big: bool) -> None:
 
 def summarize(paths: list[str]) -> dict:
     """Totals over sweep logs (the JSON lines this script prints)."""
-    rows = []
+    runs: dict[tuple, dict] = {}  # a case run twice (same seed, requests and pools) counts once
     for path in paths:
         with open(path) as fh:
-            rows += [json.loads(x) for x in fh if x.startswith("{")]
+            for x in fh:
+                if x.startswith("{"):
+                    r = json.loads(x)
+                    runs[(r.get("seed", 0), r["case"], r.get("requests"), tuple(r.get("pools", ())))] = r
+    rows = list(runs.values())
     return {"cases": len(rows), "requests": sum(r.get("requests", 0) for r in rows),
             "hit_cells_compared": sum(r.get("compared_cells", 0) for r in rows),
             "feasible_pools": sum(r.get("feasible_pools", 0) for r in rows),
