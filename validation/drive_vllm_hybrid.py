@@ -100,8 +100,22 @@ ATTN_KERNEL_ALIGNMENT = 16
 GDN_CHECKPOINT_ALIGNMENT = 64
 
 
+# Architectures whose config's mamba_ssm_dtype becomes cache_config.mamba_ssm_cache_dtype
+# (Qwen3_5ForConditionalGenerationConfig.verify_and_update_config, models/config.py:953-977, 1259-1262).
+QWEN3_5 = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
+           "Qwen3_5MoeForConditionalGeneration")
+
+
 class ConfigError(ValueError):
     pass
+
+
+def mamba_ssm_cache_dtype(cfg: dict) -> str:
+    """cache_config.mamba_ssm_cache_dtype after vLLM's per-architecture config update: "auto", or
+    the Qwen3.5 config's mamba_ssm_dtype (checked against vLLM's own update in HybridEngine)."""
+    t = text_config(cfg)
+    arch = (cfg.get("architectures") or t.get("architectures") or ["?"])[0]
+    return str(t["mamba_ssm_dtype"]) if arch in QWEN3_5 and t.get("mamba_ssm_dtype") is not None else "auto"
 
 
 def text_config(cfg: dict) -> dict:
@@ -148,14 +162,15 @@ def layer_kinds(cfg: dict) -> tuple[list[str], dict]:
             nr = [int((i + 1) % interval != 0) for i in range(n)]
         kinds = ["full" if nr[i] == 0 else "chunked" for i in range(n)]
         params["attention_chunk_size"] = chunk
-    elif arch == "Qwen3NextForCausalLM":
+    elif arch in ("Qwen3NextForCausalLM",) + QWEN3_5:
+        # Qwen3.5 (models/qwen3_5.py:259) reads config.layer_types as Qwen3-Next does
         lt = t.get("layer_types")
         if not lt:
             k = int(t.get("full_attention_interval", 4))
             lt = ["linear_attention" if (i + 1) % k else "full_attention" for i in range(n)]
         kinds = ["linear" if x == "linear_attention" else "full" for x in lt]
     else:
-        raise ConfigError(f"architecture {arch!r} not supported (gpt-oss, Gemma 3, Llama 4, Qwen3-Next)")
+        raise ConfigError(f"architecture {arch!r} not supported (gpt-oss, Gemma 3, Llama 4, Qwen3-Next, Qwen3.5)")
     if len(kinds) != n:
         raise ConfigError(f"{len(kinds)} layer kinds for {n} layers")
     return kinds, params
@@ -182,7 +197,7 @@ def build_specs(cfg: dict, block_size: int | None, mamba_cache_mode: str, gdn_al
         shapes = MambaStateShapeCalculator.gated_delta_net_state_shape(
             1, int(t["linear_num_key_heads"]), int(t["linear_num_value_heads"]), int(t["linear_key_head_dim"]),
             int(t["linear_value_head_dim"]), int(t["linear_conv_kernel_dim"]), 0)
-        dts = MambaStateDtypeCalculator.gated_delta_net_state_dtype(dtype, "auto", "auto")
+        dts = MambaStateDtypeCalculator.gated_delta_net_state_dtype(dtype, "auto", mamba_ssm_cache_dtype(cfg))
         mamba_page = MambaSpec(shapes=tuple(shapes), dtypes=tuple(dts), block_size=-1).page_size_bytes
         # Platform._align_hybrid_block_size (platforms/interface.py:1060-1115)
         kernel = max(ATTN_KERNEL_ALIGNMENT, bs)
@@ -258,6 +273,14 @@ class HybridEngine:
                                     enable_chunked_prefill=True, async_scheduling=False)
         cache = CacheConfig(block_size=bs, enable_prefix_caching=True,
                             mamba_cache_mode=args.mamba_cache_mode if has_mamba else "none")
+        arch = (cfg.get("architectures") or t.get("architectures") or ["?"])[0]
+        if arch in QWEN3_5:  # vLLM's own per-architecture update (models/config.py:953-977) on a stand-in
+            from types import SimpleNamespace
+
+            from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+            MODELS_CONFIG_MAP[arch].verify_and_update_config(SimpleNamespace(
+                cache_config=cache, model_config=SimpleNamespace(hf_text_config=SimpleNamespace(**t))))
+            assert cache.mamba_ssm_cache_dtype == mamba_ssm_cache_dtype(cfg), cache.mamba_ssm_cache_dtype
         if has_mamba:
             cache.mamba_block_size = deriv["mamba_block_size"]
             cache.mamba_page_size_padded = deriv["mamba_page_size_padded"]

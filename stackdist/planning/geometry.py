@@ -392,7 +392,8 @@ def from_hf_config(
         sliding = kinds.count("sliding")
         window = _required(config, "sliding_window", where, " (needed with sliding layers)") if sliding else None
         chunk = _required(config, "attention_chunk_size", where, " (needed with chunked layers)") if "chunked" in kinds else None
-        state = _mamba_state_bytes(config, where, element_bytes) if "mamba" in kinds else 0
+        state = _mamba_state_bytes(config, where, element_bytes, _mamba_ssm_bytes(top, config, where, element_bytes)) \
+            if "mamba" in kinds else 0
         if kinds.count("full") == 0:
             what = "every layer is sliding-window" if set(kinds) == {"sliding"} else "no layer is full attention"
             raise UsageError(f"{where}: {what}; a prefix cache of such a model is not modelled")
@@ -470,12 +471,41 @@ def _layer_kinds(config: Mapping[str, Any], layers: int, where: str) -> tuple[st
     return ()
 
 
-def _mamba_state_bytes(config: Mapping[str, Any], where: str, element_bytes: int) -> int:
-    """One gated-delta-net layer's state bytes (Qwen3-Next), vLLM 0.33.0
+_QWEN3_5 = ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
+            "Qwen3_5MoeForConditionalGeneration")
+"""The architectures whose ``mamba_ssm_dtype`` vLLM 0.33.0 applies (``models/config.py:1259-1262``)."""
+
+
+def _mamba_ssm_bytes(top: Mapping[str, Any], config: Mapping[str, Any], where: str, element_bytes: int) -> int:
+    """Bytes per element of a gated-delta-net layer's temporal (SSM) state. vLLM 0.33.0 keeps
+    ``mamba_ssm_cache_dtype`` "auto" (the model dtype) except for Qwen3.5, whose config's
+    ``mamba_ssm_dtype`` (``float32`` in the published Qwen3.5 configs) becomes the SSM cache dtype
+    (``Qwen3_5ForConditionalGenerationConfig.verify_and_update_config``, ``models/config.py:953-977``).
+    Without ``architectures`` the ``model_type`` (``qwen3_5*``) decides. O(1).
+
+    >>> _mamba_ssm_bytes({"architectures": ["Qwen3_5ForConditionalGeneration"]}, {"mamba_ssm_dtype": "float32"}, "c", 2)
+    4
+    >>> _mamba_ssm_bytes({"architectures": ["Qwen3NextForCausalLM"]}, {"mamba_ssm_dtype": "float32"}, "c", 2)
+    2
+    """
+    found = config.get("mamba_ssm_dtype")
+    archs = top.get("architectures") or config.get("architectures") or []
+    if archs:
+        qwen3_5 = isinstance(archs, list) and str(archs[0]) in _QWEN3_5
+    else:
+        qwen3_5 = str(top.get("model_type") or config.get("model_type") or "").startswith("qwen3_5")
+    if found is None or not qwen3_5:
+        return element_bytes
+    return dtype_bytes(str(found), where=f"{where}: field 'mamba_ssm_dtype'")
+
+
+def _mamba_state_bytes(config: Mapping[str, Any], where: str, element_bytes: int, ssm_bytes: int | None = None) -> int:
+    """One gated-delta-net layer's state bytes (Qwen3-Next, Qwen3.5), vLLM 0.33.0
     ``MambaStateShapeCalculator.gated_delta_net_state_shape`` (``mamba_utils.py:272``): a conv
-    state of ``(kernel - 1) x (2 x key heads x key dim + value heads x value dim)`` and a
-    temporal state of ``value heads x value dim x key dim``, both in the model dtype
-    (``_mamba_state_dtype``, ``mamba_utils.py:98``: ``mamba_ssm_cache_dtype`` "auto").
+    state of ``(kernel - 1) x (2 x key heads x key dim + value heads x value dim)`` in the model
+    dtype and a temporal state of ``value heads x value dim x key dim`` in ``ssm_bytes``
+    (default the model dtype: ``_mamba_state_dtype``, ``mamba_utils.py:98``, with
+    ``mamba_ssm_cache_dtype`` "auto"; see :func:`_mamba_ssm_bytes`).
 
     >>> _mamba_state_bytes({"linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 32,
     ...     "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4}, "c", 2)
@@ -486,7 +516,7 @@ def _mamba_state_bytes(config: Mapping[str, Any], where: str, element_bytes: int
     nv = _required(config, "linear_num_value_heads", where, " (needed with linear-attention layers)")
     dv = _required(config, "linear_value_head_dim", where, " (needed with linear-attention layers)")
     kernel = _required(config, "linear_conv_kernel_dim", where, " (needed with linear-attention layers)")
-    return ((kernel - 1) * (2 * nk * dk + nv * dv) + nv * dv * dk) * element_bytes
+    return (kernel - 1) * (2 * nk * dk + nv * dv) * element_bytes + nv * dv * dk * (ssm_bytes or element_bytes)
 
 
 def _sliding_layers(config: Mapping[str, Any], layers: int, where: str) -> tuple[int | None, int]:
