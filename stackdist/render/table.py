@@ -246,7 +246,8 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
     if hybrid:
         groups = ", ".join(f"{g['groups']} {g['kind']}" + (f" (window {g['window_tokens']:,})" if g["window_tokens"] else "")
                            + (f" (chunk {g['chunk_tokens']:,})" if g["chunk_tokens"] else "") for g in hybrid["groups"])
-        lines.append(f"  hybrid KV cache: {hybrid['kv_cache_groups']} groups ({groups}) in one pool; "
+        lines.append(f"  hybrid KV cache: {hybrid['kv_cache_groups']} groups ({groups}) in "
+                     f"{'one pool' if hybrid['pool'].startswith('one pool') else 'a full and a sliding-window pool'}; "
                      f"{hybrid['block_size_tokens']}-token blocks of {hybrid['bytes_per_block']:,} B (one group's layers); "
                      f"prefill chunks of {hybrid['max_num_batched_tokens']:,} tokens")
         for p in hybrid["pools"]:
