@@ -1,6 +1,8 @@
 """Regenerate tests/data/engines/sglang_hybrid/: SGLang 0.5.23's hybrid (full + SWA) prefix cache.
 
-    python3 validation/run_sglang_hybrid.py --sglang-py /work/engines/venv-sglang/bin/python [--check]
+    $VENV/bin/python validation/run_sglang_hybrid.py --sglang-py /work/engines/venv-sglang/bin/python [--check]
+
+(``$VENV`` has stackdist installed: the pools come from the model's smallest no-eviction pool.)
 
 Writes into ``tests/data/engines/sglang_hybrid/``:
 
@@ -13,8 +15,9 @@ Writes into ``tests/data/engines/sglang_hybrid/``:
   request), the summaries, and the sha256 of every input and result.
 
 The traces ``hyb_edges_b64`` and ``conversation_sel37`` are read from ``../hybrid/`` (the vLLM
-hybrid validation's traces). Pools per (trace): the pages of the longest prompt (plus a page)
-times 1.25, 2, 4 and 8, and ``inf`` (no eviction). ``--check`` reruns the drivers into a scratch
+hybrid validation's traces). Pools per run: the pages of the longest prompt (plus a page) times
+1.25, 2 and 4 (SGLang evicts there; the model refuses), the smallest pool at which the model
+(``stackdist.serving.sglang_hybrid``) claims SGLang evicts nothing (A), A + 1, 2 A, and ``inf``. ``--check`` reruns the drivers into a scratch
 folder and compares the CSVs byte for byte with the committed ones.
 """
 
@@ -86,19 +89,28 @@ def sha(path: str) -> str:
         return hashlib.sha256(fh.read()).hexdigest()
 
 
-def pools_for(trace_path: str) -> list[str]:
+def pools_for(trace_path: str, bh: int, window: int, decode: bool) -> list[str]:
+    """Pools where SGLang evicts (1.25, 2 and 4 x the longest prompt's pages) and the model's
+    smallest pool that needs no eviction (``A``), A + 1, 2 A, and inf."""
     with open(trace_path) as fh:
         reqs = [json.loads(x) for x in fh if x.strip()]
     m = max(-(-r["input_length"] // 16) for r in reqs) + 1
-    return [str(int(m * f)) for f in (1.25, 2, 4, 8)] + ["inf"]
+    sys.path.insert(0, REPO)
+    from stackdist.serving.pages import engine_pages
+    from stackdist.serving.sglang_hybrid import _replay, _smallest_ample
+    from stackdist.traces import read_mooncake
+
+    _hits, room = _replay(engine_pages(read_mooncake(trace_path, block_size=bh)), window, decode, CHUNK)
+    a = _smallest_ample(room, RATIO)
+    return [str(p) for p in sorted({int(m * f) for f in (1.25, 2, 4)} | {a, a + 1, 2 * a})] + ["inf"]
 
 
 def run(py: str, outdir: str) -> list[dict]:
     runs = []
     for tname, (tpath, bh) in TRACES.items():
-        pools = pools_for(tpath)
         for model, cfg, w in MODELS:
             for decode in (False, True):
+                pools = pools_for(tpath, bh, w, decode)
                 tag = f"{tname}.{model}.w{w}.serial.{'decode' if decode else 'nodecode'}"
                 csv = os.path.join(outdir, "results", tag + ".csv")
                 summ = os.path.join(outdir, "results", tag + ".summary.json")

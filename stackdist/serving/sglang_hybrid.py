@@ -200,13 +200,26 @@ def _replay(pages: EnginePages, window: int, decode: bool, chunk_tokens: int) ->
     return hits, room
 
 
+def _room_for(room: list[tuple[int, int, int]], pool_pages: int, ratio: float) -> int:
+    """The first request whose arrival finds too little room at ``pool_pages`` pages, or -1."""
+    swa = swa_pool_pages(pool_pages, ratio)
+    return next((r for r, (held, live, own) in enumerate(room) if pool_pages - held < own or swa - live < own), -1)
+
+
 def _smallest_ample(room: list[tuple[int, int, int]], ratio: float) -> int:
-    """The smallest full pool (pages) whose check passes at every arrival."""
-    n = max((held + own for held, _live, own in room), default=1)
-    need_swa = max((live + own for _held, live, own in room), default=0)
-    while swa_pool_pages(n, ratio) < need_swa:
-        n += max(1, int((need_swa - swa_pool_pages(n, ratio)) / ratio) - 1)
-    return max(n, 1)
+    """The smallest full pool (pages) at which every arrival finds room (the check is monotone in
+    the pool: bisection). O(requests x log pool)."""
+    lo = max((held + own for held, _live, own in room), default=1) - 1  # lo fails (or is 0)
+    hi = max(lo + 1, 1)
+    while _room_for(room, hi, ratio) >= 0:
+        hi *= 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _room_for(room, mid, ratio) >= 0:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def sglang_hybrid_hits(pages: EnginePages, window: int, pool_pages: int | None, decode: bool,
@@ -219,13 +232,13 @@ def sglang_hybrid_hits(pages: EnginePages, window: int, pool_pages: int | None, 
     if window < 1:
         raise ValueError(f"the sliding window must be >= 1 token; got {window}")
     hits, room = _replay(pages, window, decode, chunk_tokens)
-    if pool_pages is not None:
-        swa = swa_pool_pages(pool_pages, ratio)
-        for r, (held, live, own) in enumerate(room):
-            if pool_pages - held < own or swa - live < own:
-                raise NotModelled(r, pool_pages, f"free full pages {pool_pages - held}, free SWA pages {swa - live}, "
-                                  f"the request may need {own}: SGLang may evict, which the sglang hybrid model does "
-                                  f"not follow; it answers pools of >= {_smallest_ample(room, ratio)} pages here")
+    r = -1 if pool_pages is None else _room_for(room, pool_pages, ratio)
+    if r >= 0 and pool_pages is not None:
+        held, live, own = room[r]
+        raise NotModelled(r, pool_pages, f"free full pages {pool_pages - held}, free SWA pages "
+                          f"{swa_pool_pages(pool_pages, ratio) - live}, the request may need {own}: SGLang may evict, "
+                          f"which the sglang hybrid model does not follow; it answers pools of >= "
+                          f"{_smallest_ample(room, ratio)} pages here")
     return hits
 
 
