@@ -53,6 +53,11 @@ and this model does not follow it. ``validation/drive_sglang_hybrid.py`` drives 
 objects; ``tests/serving/test_sglang_hybrid.py`` checks this model against every committed run
 at every pool it answers.
 
+A 320-token prompt, then prompts sharing its first 160, 304 and 288 tokens, W = 40: the first
+keeps live SWA on [256, 320) only, so 160 misses (full attention would hit it); 304 has 48 live
+tokens behind it; the 161-token request re-computed [96, 160) live, so 288 (32 live tokens behind
+it) falls back to 160. SGLang driven on this trace answers the same:
+
 >>> import numpy as np
 >>> from stackdist.serving.pages import EnginePages
 >>> pg = EnginePages(np.array(list(range(20)) + list(range(11)) + list(range(20)) + list(range(19))),
@@ -264,9 +269,10 @@ def simulate_hybrid_groups(trace: RequestTrace | EnginePages, groups: Sequence[G
         raise ValueError(f"the SWA to full pool token ratio must be in (0, 64]; got {ratio}")
     if chunk_tokens < _B or chunk_tokens % _B:
         raise ValueError(f"the sglang hybrid model needs a chunk of a positive multiple of 16 tokens; got {chunk_tokens}")
+    if isinstance(schedule, str) and schedule != "serial":
+        raise ValueError(f"the sglang hybrid model runs a serial schedule only; got {schedule!r}")
     pages = trace if isinstance(trace, EnginePages) else engine_pages(trace, _B)
-    sched = resolve_schedule(schedule, trace, pages)
-    if not sched.is_serial:
+    if not resolve_schedule(schedule, trace, pages).is_serial:
         raise ValueError("the sglang hybrid model runs a serial schedule only")
     pools = check_pools(pools, 1)
     window = windows[0] if windows else 1 << 62

@@ -8,12 +8,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from naive import run_stackdist
 from traces_random import random_trace
 
 from stackdist.serving.hybrid import GroupSpec
@@ -130,19 +129,16 @@ def test_group_kinds_schedules_and_pages_sglang_is_not_modelled_for_are_refused(
                                        GroupSpec("full", 16)), [None])
 
 
-def _plan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stackdist", "plan", *args], capture_output=True, text=True, check=False)
-
-
-def test_the_planner_gives_sglangs_hits_per_request(tmp_path):
+def test_the_planner_gives_sglangs_hits_per_request(capsys, tmp_path):
     run = next(r for r in MANIFEST["runs"] if r["trace"] == "hyb_edges_b64" and r["window"] == 128 and not r["decode"]
                and r["model"] == "gpt-oss-20b")
     answered = [p for p in run["pools"] if p != "inf" and _claims(run, p)][:1] + ["inf"]
     out = tmp_path / "pr.csv"
-    res = _plan(str(TRACES["hyb_edges_b64"][0]), "--format", "mooncake", "--block-size", "64", "--semantics", "sglang",
-                "--model-config", str(ROOT / "hybrid" / "configs" / "gpt-oss-20b.json"), "--gpu-blocks", ",".join(answered),
-                "--schedule", "serial", "--no-decode", "--per-request", str(out))
-    assert res.returncode == 0, res.stderr
+    code, _out, err = run_stackdist(capsys, "plan", TRACES["hyb_edges_b64"][0], "--format", "mooncake", "--block-size", "64",
+                                    "--semantics", "sglang", "--model-config", ROOT / "hybrid" / "configs" / "gpt-oss-20b.json",
+                                    "--gpu-blocks", ",".join(answered), "--schedule", "serial", "--no-decode",
+                                    "--per-request", out)
+    assert code == 0, err
     with open(out) as fh:
         got = list(csv.DictReader(fh))
     with open(DATA / run["file"]) as fh:
@@ -165,8 +161,17 @@ def _claims(run, pool: str) -> bool:
     ("gpt-oss-20b.json", ["--schedule", "model"], "serial schedule only"),
     ("gpt-oss-20b.json", ["--schedule", "serial", "--swa-full-tokens-ratio", "0"], "--swa-full-tokens-ratio"),
 ])
-def test_the_planner_refuses_what_the_sglang_model_does_not_run(config, extra, message):
-    res = _plan(str(TRACES["swa_shared_b64"][0]), "--format", "mooncake", "--block-size", "64", "--semantics", "sglang",
-                "--model-config", str(ROOT / "hybrid" / "configs" / config), "--gpu-blocks", "100000", "--no-decode", *extra)
-    assert res.returncode == 2 and message in res.stderr and len(res.stderr.strip().splitlines()) <= 2, res.stderr
-    assert "Traceback" not in res.stderr
+def test_the_planner_refuses_what_the_sglang_model_does_not_run(capsys, config, extra, message):
+    code, _out, err = run_stackdist(capsys, "plan", TRACES["swa_shared_b64"][0], "--format", "mooncake", "--block-size", "64",
+                                    "--semantics", "sglang", "--model-config", ROOT / "hybrid" / "configs" / config,
+                                    "--gpu-blocks", "100000", "--no-decode", *extra)
+    last = err.strip().splitlines()[-1]  # argparse prints its usage first
+    assert code == 2 and message in last and last.startswith("stackdist plan: error:"), err
+    assert "Traceback" not in err
+
+
+def test_the_planner_refuses_a_pool_where_sglang_would_evict(capsys):
+    code, _out, err = run_stackdist(capsys, "plan", TRACES["swa_shared_b64"][0], "--format", "mooncake", "--block-size", "64",
+                                    "--semantics", "sglang", "--model-config", ROOT / "hybrid" / "configs" / "gpt-oss-20b.json",
+                                    "--gpu-blocks", "100", "--schedule", "serial", "--no-decode")
+    assert code == 1 and "SGLang may evict" in err and "Traceback" not in err, err
