@@ -16,8 +16,9 @@ Writes into ``tests/data/engines/sglang_hybrid/``:
 
 The traces ``hyb_edges_b64`` and ``conversation_sel37`` are read from ``../hybrid/`` (the vLLM
 hybrid validation's traces). Pools per run: the pages of the longest prompt (plus a page) times
-1.25, 2 and 4 (SGLang evicts there; the model refuses), the smallest pool at which the model
-(``stackdist.serving.sglang_hybrid``) claims SGLang evicts nothing (A), A + 1, 2 A, and ``inf``. ``--check`` reruns the drivers into a scratch
+0.5 (SGLang cannot run the trace), 1.25, 2 and 4 (SGLang evicts there; the model refuses), the
+smallest pool at which the model (``stackdist.serving.sglang_hybrid``) claims SGLang evicts
+nothing (A), A + 1, 2 A, and ``inf``. ``--check`` reruns the drivers into a scratch
 folder and compares the CSVs byte for byte with the committed ones.
 """
 
@@ -90,7 +91,8 @@ def sha(path: str) -> str:
 
 
 def pools_for(trace_path: str, bh: int, window: int, decode: bool) -> list[str]:
-    """Pools where SGLang evicts (1.25, 2 and 4 x the longest prompt's pages) and the model's
+    """Pools too small for the longest prompt (0.5 x its pages: SGLang fails), pools where SGLang
+    evicts (1.25, 2 and 4 x) and the model's
     smallest pool that needs no eviction (``A``), A + 1, 2 A, and inf."""
     with open(trace_path) as fh:
         reqs = [json.loads(x) for x in fh if x.strip()]
@@ -102,7 +104,7 @@ def pools_for(trace_path: str, bh: int, window: int, decode: bool) -> list[str]:
 
     _hits, room = _replay(engine_pages(read_mooncake(trace_path, block_size=bh)), window, decode, CHUNK)
     a = _smallest_ample(room, RATIO)
-    return [str(p) for p in sorted({int(m * f) for f in (1.25, 2, 4)} | {a, a + 1, 2 * a})] + ["inf"]
+    return [str(p) for p in sorted({max(1, int(m * f)) for f in (0.5, 1.25, 2, 4)} | {a, a + 1, 2 * a})] + ["inf"]
 
 
 def run(py: str, outdir: str) -> list[dict]:
