@@ -36,7 +36,8 @@ def implementation(request, monkeypatch):
         from stackdist.serving.vllm import VllmModel
 
         monkeypatch.setattr(VllmModel, "simulate_hybrid", lambda self, trace, pools, schedule, decode, groups,
-                            chunk_tokens=8192: simulate_hybrid(trace, groups, pools, schedule, decode, chunk_tokens))
+                            chunk_tokens=8192, swa_full_tokens_ratio=0.8:
+                            simulate_hybrid(trace, groups, pools, schedule, decode, chunk_tokens))
     return request.param
 
 

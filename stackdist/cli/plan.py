@@ -49,6 +49,7 @@ from .args import (
     add_format_argument,
     bounded_int,
     duration,
+    finite_float,
     fraction_arg,
     fraction_list,
     parse_int,
@@ -154,6 +155,10 @@ def add_plan_parser(sub: Any) -> None:
                      help="--schedule scheduler: vLLM's max_num_seqs (default 1024)")
     eng.add_argument("--max-num-batched-tokens", type=bounded_int("--max-num-batched-tokens", 1, 2**30),
                      help="--schedule scheduler: vLLM's max_num_batched_tokens, the token budget per step (default 8192)")
+    eng.add_argument("--swa-full-tokens-ratio", type=finite_float("--swa-full-tokens-ratio", 0.0, 64.0, lo_open=True),
+                     metavar="R", help="a model with sliding-window layers on the sglang model: SGLang's "
+                     "swa_full_tokens_ratio, its sliding-window KV pool in tokens per full-attention pool token "
+                     "(default 0.8, SGLang's)")
     eng.add_argument("--async-scheduling", action="store_true",
                      help="--schedule scheduler: vLLM's async scheduling (AsyncScheduler: the next step is scheduled "
                      "while one runs, a finished request's blocks are freed a step later)")
@@ -639,6 +644,15 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
         raise UsageError(_sized_pools_hint(args.gpu_blocks) or str(exc)) from None
     schedule: Any = args.schedule or ("recorded" if trace.recorded_schedule_s is not None else "model")
     decode = bool((trace.output_length > 0).any()) if args.decode is None else args.decode
+    if args.swa_full_tokens_ratio is not None and not any(
+            "sliding" in {g.kind for g in groups} and ENGINE_MODELS[m].separate_swa_pool for m in models):
+        raise UsageError("--swa-full-tokens-ratio sizes the sliding-window KV pool of an engine that keeps one: it "
+                         "needs a model with sliding-window layers (--model-config) and --semantics "
+                         f"{_either([m for m, spec in ENGINE_MODELS.items() if spec.separate_swa_pool])}.")
+    serial_only = [m for m in models if groups and ENGINE_MODELS[m].supports_hybrid_groups and ENGINE_MODELS[m].hybrid_serial_only]
+    if serial_only and schedule != "serial":
+        raise UsageError(f"the {', '.join(serial_only)} model runs a model with sliding-window layers on a serial "
+                         f"schedule only; give --schedule serial (the schedule here is {args.schedule or schedule}).")
     if groups and (offload or args.decode_reuse or args.shared_blocks is not None):
         raise UsageError("a model with sliding-window, chunked-local or Mamba groups is modelled per vLLM instance, "
                          "serial, timed or under its scheduler (no --offload, --decode-reuse or --shared-blocks yet).")
@@ -681,6 +695,8 @@ def _engine_options(args: argparse.Namespace, trace: Any, offload: tuple[Offload
                             router_table_blocks=args.router_table_blocks,
                             shared_blocks=shared, offload=offload, scheduler=scheduler, kv_groups=groups,
                             max_num_batched_tokens=args.max_num_batched_tokens or 8192,
+                            swa_full_tokens_ratio=args.swa_full_tokens_ratio or 0.8,
+                            layer_kv_bytes=_layer_kv_bytes(groups, geometry),
                             kv_block_bytes=_hybrid_block_bytes(groups, geometry))
     try:
         check_models(options, {"decode_reuse": "--decode-reuse", "tiers": "--shared-blocks",
@@ -754,6 +770,12 @@ def _hybrid_groups(args: argparse.Namespace, models: tuple[str, ...], geometry: 
                          + ".")
     if not kinds or not able:
         return ()
+    for m in able:
+        allowed = ENGINE_MODELS[m].hybrid_kinds
+        other = [k for k in dict.fromkeys(kinds) if allowed is not None and k not in allowed]
+        if other:
+            raise UsageError(f"the {m} model does not run {' or '.join(other)} layers (it runs {', '.join(allowed or ())}); "
+                             f"this model has them: drop {m} from --semantics.")
     grid = 64 if grid is None else grid
     block = getattr(args, "engine_block_size_given", args.engine_block_size) or 16
     if "mamba" in kinds and block % 16 == 0:  # vLLM raises a block too small for a Mamba state page, per GPU
@@ -772,6 +794,14 @@ def _hybrid_block_bytes(groups: tuple[Any, ...], geometry: Any) -> int:
     from stackdist.serving.hybrid import layers_per_group
 
     return layers_per_group(geometry.layer_kinds) * max(g.block_size for g in groups) * geometry.layer_bytes_per_token
+
+
+def _layer_kv_bytes(groups: tuple[Any, ...], geometry: Any) -> tuple[int, int]:
+    """KV bytes per token of all full-attention layers and of all sliding-window layers."""
+    if not groups:
+        return (0, 0)
+    kinds = geometry.layer_kinds
+    return (kinds.count("full") * geometry.layer_bytes_per_token, kinds.count("sliding") * geometry.layer_bytes_per_token)
 
 
 def _scheduler_settings(args: argparse.Namespace, models: tuple[str, ...], trace: Any, ttft: Any, decode: bool) -> Any:

@@ -141,6 +141,11 @@ class EngineOptions:
     the models that support them run them all from one pool, pages stay ``engine_block_size``."""
     max_num_batched_tokens: int = 8192
     """The prefill chunk of a serial schedule with hybrid groups (vLLM's ``max_num_batched_tokens``)."""
+    swa_full_tokens_ratio: float = 0.8
+    """SGLang's sliding-window pool, in tokens per full-pool token (``swa_full_tokens_ratio``)."""
+    layer_kv_bytes: tuple[int, int] = (0, 0)
+    """With hybrid groups: KV bytes per token of all full-attention layers and of all sliding-window
+    layers (a model with a separate sliding-window pool prices its pools from them)."""
     kv_block_bytes: int = 0
     """With hybrid groups: the bytes of one block (one group's layers x its block of tokens)."""
 
@@ -439,7 +444,8 @@ def per_worker_run(model: str, trace: RequestTrace, options: EngineOptions, sche
 
     def run(source: Any, pools: Any, schedule: Any, decode: bool, page: int) -> ServingResult:
         if options.kv_groups and spec.supports_hybrid_groups:
-            return spec.simulate_hybrid(source, pools, schedule, decode, options.kv_groups, options.max_num_batched_tokens)
+            return spec.simulate_hybrid(source, pools, schedule, decode, options.kv_groups, options.max_num_batched_tokens,
+                                        options.swa_full_tokens_ratio)
         return spec.simulate(source, pools, schedule, decode, page)
     parts = []
     for w in np.unique(workers).tolist():
@@ -784,13 +790,20 @@ def engine_section(
     hybrid = hybrid_section(result, options, mask, input_tokens) if options.kv_groups and engine_model(result.engine).supports_hybrid_groups \
         else None
     if hybrid is not None:
+        separate = engine_model(result.engine).separate_swa_pool
+        full_b, swa_b = options.layer_kv_bytes
         for row in rows:
-            row["gib"] = None if row["gpu_blocks"] == "inf" else int(row["gpu_blocks"]) * options.kv_block_bytes / 2**30
+            n = 0 if row["gpu_blocks"] == "inf" else int(row["gpu_blocks"])
+            row["gib"] = None if row["gpu_blocks"] == "inf" else (
+                (n * 16 * full_b + int(n * 16 * options.swa_full_tokens_ratio) // 16 * 16 * swa_b) / 2**30 if separate
+                else n * options.kv_block_bytes / 2**30)
     return {
         "model": result.engine,
         "hybrid": hybrid,
-        "follows": engine_model(result.engine).follows + (" + HybridKVCacheCoordinator, one pool shared by "
-                                                          f"{len(options.kv_groups)} KV cache groups" if hybrid else ""),
+        "follows": engine_model(result.engine).follows + (
+            "" if not hybrid else f" + UnifiedRadixCache (FULL + SWA), a sliding-window pool of "
+            f"{options.swa_full_tokens_ratio:g} x the full pool's tokens" if engine_model(result.engine).separate_swa_pool
+            else f" + HybridKVCacheCoordinator, one pool shared by {len(options.kv_groups)} KV cache groups"),
         "engine": {"name": engine_model(result.engine).engine, "version": engine_model(result.engine).version},
         "pool_unit": engine_model(result.engine).pool_unit,
         "engine_block_size_tokens": hybrid["block_size_tokens"] if hybrid else options.engine_block_size,
@@ -827,6 +840,12 @@ _KEPT = {"full": "every full block of every prompt (and of the answer with decod
          "mamba": "one state block per kept position: the replay boundary and the junction (at most two per request)"}
 
 
+_KEPT_SGLANG = {"full": "every full page of every prompt in its radix tree, until evicted (LRU, leaves first)",
+                "sliding": "in its own sliding-window pool, the live window at the end of each inserted prefix (the KV "
+                           "outside the window is tombstoned at each checkpoint of a running request); a hit ends where "
+                           "the window's tokens behind it are live"}
+
+
 def _checkpoint_blocks(spec: GroupSpec) -> int:
     """Blocks one group spends on one kept position: a sliding window's ``cdiv(W - 1, b)``, one
     Mamba state, one block of full or chunked attention (per block of prefix)."""
@@ -840,13 +859,15 @@ def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarr
     groups = options.kv_groups
     kinds = [g.kind for g in groups]
     described = []
+    own_pool = engine_model(result.engine).separate_swa_pool  # SGLang: the window lives in a pool of its own
     for spec in dict.fromkeys(groups):
         n = groups.count(spec)
+        per = None if own_pool and spec.kind == "sliding" else n * _checkpoint_blocks(spec)
         described.append({"kind": spec.kind, "groups": n, "block_size_tokens": spec.block_size,
                           "window_tokens": spec.window or None, "chunk_tokens": spec.chunk or None,
-                          "bytes_per_block": options.kv_block_bytes, "kept": _KEPT[spec.kind],
-                          "blocks_per_checkpoint": n * _checkpoint_blocks(spec),
-                          "bytes_per_checkpoint": n * _checkpoint_blocks(spec) * options.kv_block_bytes})
+                          "bytes_per_block": options.kv_block_bytes, "kept": (_KEPT_SGLANG if own_pool else _KEPT)[spec.kind],
+                          "blocks_per_checkpoint": per,
+                          "bytes_per_checkpoint": None if per is None else per * options.kv_block_bytes})
     others = [k for k in dict.fromkeys(kinds) if k != "full"]
     pools = []
     load = getattr(result, "load", None)  # under the scheduler (LoadResult, LoadCluster): its first admissions
@@ -865,11 +886,15 @@ def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarr
         pools.append(row)
     lost_any = any(p.get("tokens_lost_to_other_groups", 0) > 0 for p in pools)
     note = (f"hits are limited by {'; and '.join(_LIMIT[k] for k in others)}" if lost_any else
-            "no hit was cut by the " + ", ".join(others) + " group(s) at these pools: full attention alone finds the same")
+            "no hit was cut by the " + ", ".join(others) + " group(s) at these pools: full attention alone finds the same"
+            if longest is not None else "the hits include the " + ", ".join(others) + " group(s)' rules (the model "
+            "does not separate what they cut)")
     return {"groups": described, "kv_cache_groups": len(groups), "bytes_per_block": options.kv_block_bytes,
             "block_size_tokens": max(g.block_size for g in groups),
             "max_num_batched_tokens": options.max_num_batched_tokens, "pools": pools, "limited_by": note,
-            "pool": "one pool of num_gpu_blocks shared by every group; a block holds one group's layers"}
+            "pool": "a full-attention pool of the pages given and a sliding-window pool of "
+                    f"{options.swa_full_tokens_ratio:g} x its tokens" if engine_model(result.engine).separate_swa_pool
+            else "one pool of num_gpu_blocks shared by every group; a block holds one group's layers"}
 
 
 def decode_reuse_bounds(result: ServingResult, trace: RequestTrace, options: EngineOptions,

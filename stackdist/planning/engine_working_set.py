@@ -83,6 +83,10 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
     if options.schedule == "scheduler":
         return {"skipped": "not searched under the engine's scheduler: each probe would be a whole run of the "
                            "scheduler under load; the pools rows are the answers at the sizes given"}
+    if options.kv_groups and spec.supports_hybrid_groups and spec.separate_swa_pool:
+        return {"skipped": f"not searched for {spec.engine} with sliding-window layers: its model answers only pools "
+                           "where the engine evicts nothing from its tree (smaller pools are refused), so no bisection "
+                           "over pools; the pools rows are the answers at the sizes given"}
     if options.kv_groups and spec.supports_hybrid_groups:  # planning/hybrid_working_set.py
         given = {pool: int(result.hit_tokens[i][counted].sum()) if result.failed_request[i] < 0 else -1
                  for i, pool in enumerate(result.pools)}
@@ -92,7 +96,7 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
 
             def simulate(groups: tuple[GroupSpec, ...], pools: list[int | None]) -> ServingResult:
                 return spec.simulate_hybrid(pages, pools, schedule, options.decode, groups,
-                                            options.max_num_batched_tokens)
+                                            options.max_num_batched_tokens, options.swa_full_tokens_ratio)
         else:  # each worker's hybrid cache on its own requests, every worker at the probed pool
             assigned = assign_workers(trace, options, schedule)
 

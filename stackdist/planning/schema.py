@@ -397,8 +397,9 @@ class ReplicaPool(TypedDict, total=False):
     layers_per_group: int  # layers sharing one KV block table (vLLM's KV cache groups)
     full_attention_groups: int
     sliding_window_groups: int
-    sliding_reserve_blocks: int
-    block_size_tokens: int
+    sliding_reserve_blocks: int  # one running request's blocks of the window, chunk and Mamba groups
+    kv_cache_groups: dict[str, int]  # vLLM's groups per layer kind (full, sliding, chunked, mamba)
+    block_size_tokens: int  # vLLM's block (raised per GPU for a Mamba hybrid)
     assumptions: list[str]
     sources: dict[str, str]  # where each GPU figure comes from
     fits: bool

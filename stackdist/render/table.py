@@ -247,11 +247,15 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
     if hybrid:
         groups = ", ".join(f"{g['groups']} {g['kind']}" + (f" (window {g['window_tokens']:,})" if g["window_tokens"] else "")
                            + (f" (chunk {g['chunk_tokens']:,})" if g["chunk_tokens"] else "") for g in hybrid["groups"])
-        lines.append(f"  hybrid KV cache: {hybrid['kv_cache_groups']} groups ({groups}) in one pool; "
+        lines.append(f"  hybrid KV cache: {hybrid['kv_cache_groups']} groups ({groups}) in "
+                     f"{'one pool' if hybrid['pool'].startswith('one pool') else 'a full and a sliding-window pool'}; "
                      f"{hybrid['block_size_tokens']}-token blocks of {hybrid['bytes_per_block']:,} B (one group's layers); "
                      f"prefill chunks of {hybrid['max_num_batched_tokens']:,} tokens")
         for g in hybrid["groups"]:
             full = sum(f["groups"] for f in hybrid["groups"] if f["kind"] == "full") or 1
+            if g["blocks_per_checkpoint"] is None:  # a window in a pool of its own (SGLang): no blocks of the shared pool
+                lines.append(f"    {g['kind']:<8} keeps {g['kept']}")
+                continue
             per = (f"per kept position: {g['blocks_per_checkpoint']:,} blocks = {g['bytes_per_checkpoint'] / 2**20:,.1f} MiB, "
                    f"as much as {g['blocks_per_checkpoint'] // full * g['block_size_tokens']:,} tokens of full-attention prefix"
                    if g["kind"] in ("sliding", "mamba") else

@@ -79,6 +79,13 @@ class EngineModel(ABC):
     supports_routing: bool = False
     supports_scheduler: bool = False
     """Whether :meth:`simulate_scheduler` models the engine's own scheduler under load."""
+    hybrid_kinds: tuple[str, ...] | None = None
+    """With ``supports_hybrid_groups``: the group kinds :meth:`simulate_hybrid` runs (None: every kind)."""
+    hybrid_serial_only: bool = False
+    """With ``supports_hybrid_groups``: whether :meth:`simulate_hybrid` runs a serial schedule only."""
+    separate_swa_pool: bool = False
+    """With ``supports_hybrid_groups``: whether sliding-window KV has its own pool, sized by
+    ``swa_full_tokens_ratio`` (SGLang), rather than sharing the full-attention pool (vLLM)."""
 
     @abstractmethod
     def pool_for_pages(self, pages: int) -> int:
@@ -122,10 +129,13 @@ class EngineModel(ABC):
         raise NotImplementedError(f"the {self.name} model has no scheduler model")
 
     def simulate_hybrid(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str,
-                        decode: bool, groups: Sequence[GroupSpec], chunk_tokens: int = 8192) -> ServingResult:
+                        decode: bool, groups: Sequence[GroupSpec], chunk_tokens: int = 8192,
+                        swa_full_tokens_ratio: float = 0.8) -> ServingResult:
         """Per-request hits with the model's KV cache groups (full attention beside sliding-window,
-        chunked-local or Mamba groups, :mod:`.hybrid`) sharing one pool, prefilled in chunks of
-        ``chunk_tokens`` on a serial schedule; only for models with ``supports_hybrid_groups``."""
+        chunked-local or Mamba groups, :mod:`.hybrid`), prefilled in chunks of ``chunk_tokens`` on a
+        serial schedule; only for models with ``supports_hybrid_groups``. vLLM's groups share one
+        pool; SGLang keeps the sliding-window KV in a pool of ``swa_full_tokens_ratio`` x the full
+        pool's tokens (ignored by a one-pool model)."""
         raise NotImplementedError(f"the {self.name} model has no hybrid KV cache model")
 
     @property

@@ -67,6 +67,7 @@ not on recency alone:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -77,7 +78,11 @@ from .engine_model import EngineModel, register_engine_model
 from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
+from .sglang_hybrid import simulate_hybrid_groups
 from .vllm import resolve_schedule
+
+if TYPE_CHECKING:
+    from .hybrid import GroupSpec
 
 __all__ = ["SGLANG", "SglangModel", "sglang_pool_run", "simulate_sglang", "tree_event", "tree_init", "tree_inputs",
            "tree_match_length", "tree_rows", "tree_usage"]
@@ -542,6 +547,10 @@ class SglangModel(EngineModel):
     min_pool = 1
     supports_tiers = True
     supports_routing = True
+    supports_hybrid_groups = True
+    hybrid_kinds = ("full", "sliding")
+    hybrid_serial_only = True
+    separate_swa_pool = True
 
     def pool_for_pages(self, pages: int) -> int:
         return pages
@@ -552,6 +561,13 @@ class SglangModel(EngineModel):
     def simulate(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str = "serial",
                  decode: bool = False, page_tokens: int = _B, threads: int = 2) -> ServingResult:
         return simulate_sglang(trace, pools, schedule, decode, page_tokens, threads)
+
+    def simulate_hybrid(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str,
+                        decode: bool, groups: Sequence[GroupSpec], chunk_tokens: int = 8192,
+                        swa_full_tokens_ratio: float = 0.8) -> ServingResult:
+        """SGLang's FULL + SWA tree (:mod:`.sglang_hybrid`): exact at pools where SGLang evicts
+        nothing, refused (ValueError) elsewhere and for group kinds it does not model."""
+        return simulate_hybrid_groups(trace, groups, pools, schedule, decode, chunk_tokens, swa_full_tokens_ratio)
 
 
 SGLANG = register_engine_model(SglangModel())

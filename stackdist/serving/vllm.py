@@ -569,8 +569,9 @@ class VllmModel(EngineModel):
     supports_hybrid_groups = True
 
     def simulate_hybrid(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str,
-                        decode: bool, groups: Sequence[GroupSpec], chunk_tokens: int = 8192) -> ServingResult:
-        return simulate_hybrid_fast(trace, groups, pools, schedule, decode, chunk_tokens, threads=2)
+                        decode: bool, groups: Sequence[GroupSpec], chunk_tokens: int = 8192,
+                        swa_full_tokens_ratio: float = 0.8) -> ServingResult:
+        return simulate_hybrid_fast(trace, groups, pools, schedule, decode, chunk_tokens, threads=2)  # one pool: no ratio
 
     def simulate(self, trace: RequestTrace | EnginePages, pools: Sequence[int | None], schedule: Schedule | str = "serial",
                  decode: bool = False, page_tokens: int = _B, threads: int = 2) -> ServingResult:
