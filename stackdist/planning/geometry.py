@@ -160,7 +160,7 @@ class ModelGeometry:
 
         >>> KNOWN_MODELS["llama-3.1-8b"].layer_bytes_per_token
         4096
-        >>> KNOWN_MODELS["deepseek-v3.2"].layer_bytes_per_token  # bf16 latent + RoPE key, fp8 indexer key
+        >>> geometry_for("deepseek-v3.2").layer_bytes_per_token  # bf16 latent + RoPE key, fp8 indexer key
         1284
         """
         if self.kv_lora_rank is not None and self.qk_rope_head_dim is not None:
