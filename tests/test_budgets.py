@@ -186,3 +186,35 @@ def test_hits_beyond_the_hbm_pool_are_loads_from_below():
     row = forty["semantics"]["engine"]
     assert row["hit_tokens_from_lower_tier"] == expected > 0
     assert row["hit_tokens"] == hbm["semantics"]["engine"]["hit_tokens"] + expected
+
+
+def test_a_byte_budget_of_a_hybrid_model_is_each_engines_own_pool(tmp_path, capsys):
+    """gpt-oss-120b, 8 GiB: vLLM's hybrid cache spends 8 GiB on 589,824-byte blocks of either group
+    (18 layers x 16 tokens x 8 heads x 64 x 2 x 2 B); SGLang splits it between a full pool and a
+    sliding-window pool of 0.8 x its tokens (36,864 B per token each)."""
+    from pathlib import Path
+
+    code, _, err = run_stackdist(capsys, "plan", Path(__file__).parent / "data" / "hybrid_two_miss.jsonl", "--format",
+                                 "mooncake", "--semantics", "vllm,sglang", "--model", "gpt-oss-120b", "--capacity", "8GiB",
+                                 "--schedule", "serial", "--no-decode", "--json", tmp_path / "b.json")
+    assert code == 0, err
+    row = json.loads((tmp_path / "b.json").read_text())["budgets"]["rows"][0]
+    assert row["vllm_gpu_blocks"] == 8 * 2**30 // (18 * 16 * 8 * 64 * 2 * 2) == 14563
+    assert row["sglang_pages"] == int(8 * 2**30 // (16 * (36864 + 0.8 * 36864))) == 8090
+    assert {k: v["pool"] for k, v in row["engine_models"].items()} == {"vllm": 14563, "sglang": 8090}
+
+
+def test_sglangs_hbm_pool_of_a_sliding_window_model_splits_the_replicas_kv(tmp_path, capsys):
+    from pathlib import Path
+
+    code, _, err = run_stackdist(capsys, "plan", Path(__file__).parent / "data" / "hybrid_two_miss.jsonl", "--format",
+                                 "mooncake", "--semantics", "vllm,sglang", "--model", "gpt-oss-120b", "--gpu", "h200",
+                                 "--schedule", "serial", "--no-decode", "--json", tmp_path / "g.json")
+    assert code == 0, err
+    budgets = json.loads((tmp_path / "g.json").read_text())["budgets"]
+    available = budgets["hardware"]["available_kv_gib_per_gpu"] * 2**30
+    per_token = 8 * 64 * 2 * 2 * (18 + 0.8 * 18)  # K and V of 8 heads x 64 in bf16, 18 full + 0.8 x 18 sliding layers
+    row = budgets["rows"][0]
+    assert row["sglang_pages"] == int(available // (16 * per_token))
+    assert row["engine_models"]["sglang"]["pool"] == row["sglang_pages"]
+    assert row["engine_models"]["vllm"]["pool"] == budgets["hardware"]["num_gpu_blocks"]

@@ -25,6 +25,7 @@ from stackdist.planning.budgets import (
     hbm_budgets,
     hybrid_engine_pools,
     parse_budgets,
+    sglang_hbm_pages,
 )
 from stackdist.planning.geometry import (
     KV_DTYPES,
@@ -246,6 +247,14 @@ def with_budget_pools(options: Any, trace: Any) -> Any:
     First, before any replay: a ``--gpu`` replica whose pool cannot hold the trace's longest
     prompt is refused (:func:`~stackdist.planning.hardware.require_holds`, exit 1)."""
     budgets, engine = options.budgets, options.engine
+    if budgets is not None and engine.kv_groups:  # the hybrid engine models' own pools of a byte budget
+        vllm_hybrid = any(engine_model(m).supports_hybrid_groups and not engine_model(m).separate_swa_pool
+                          for m in engine.models)
+        sglang_swa = any(engine_model(m).supports_hybrid_groups and engine_model(m).separate_swa_pool
+                         for m in engine.models)
+        budgets = dataclasses.replace(budgets, hybrid_block_bytes=engine.kv_block_bytes if vllm_hybrid else 0,
+                                      swa_full_tokens_ratio=engine.swa_full_tokens_ratio if sglang_swa else None)
+        options = dataclasses.replace(options, budgets=budgets)
     if budgets is not None and budgets.hardware is not None and budgets.spec is not None and trace.n_requests:
         i = int(trace.input_length.argmax())
         require_holds(budgets.spec, budgets.hardware, int(trace.input_length[i]),
@@ -255,11 +264,13 @@ def with_budget_pools(options: Any, trace: Any) -> Any:
     sizes = list(budgets.budgets)
     if budgets.hardware is not None and budgets.spec is not None:
         pool = replica_pool(budgets.spec, budgets.hardware)
-        sizes += hbm_budgets(pool, hybrid_engine_pools(options.geometry, engine.models if engine.kv_groups else ()))
+        sizes += hbm_budgets(pool, hybrid_engine_pools(options.geometry, engine.models if engine.kv_groups else ()),
+                             sglang_hbm_pages(pool, options.geometry, budgets.swa_full_tokens_ratio))
     longest = int(trace.input_length.max(initial=0) + trace.output_length.max(initial=0))
     pools: set[int] = set()
     for budget in sizes:
-        cap = budget_capacity(budget, trace.block_size, options.geometry, longest, engine.engine_block_size)
+        cap = budget_capacity(budget, trace.block_size, options.geometry, longest, engine.engine_block_size,
+                              budgets.hybrid_block_bytes, budgets.swa_full_tokens_ratio)
         for model in map(engine_model, engine.models):  # a pool that holds no page (or under 2 units) is not run
             if cap[model.budget_key] >= max(model.min_pool, 2):
                 pools.add(cap[model.budget_key])

@@ -98,7 +98,19 @@ class Budget:
     engine_pools: tuple[tuple[str, int], ...] = ()  # (budget key, pool): the engine's own pool, when known
 
 
-def hbm_budgets(pool: dict[str, Any], hybrid: bool = False) -> list[Budget]:
+def sglang_hbm_pages(pool: dict[str, Any], geometry: ModelGeometry, ratio: float | None) -> int | None:
+    """SGLang's full-pool pages (16 tokens) of one replica's KV memory when its sliding-window
+    layers keep a pool of their own of ``ratio`` x the full pool's tokens (``pool_configurator.py``:
+    the same bytes split so); None without a ratio or sliding layers. The per-GPU bytes of a
+    token in one layer are the replica's vLLM block bytes over its layers and tokens. O(1)."""
+    if ratio is None or not geometry.is_hybrid:
+        return None
+    layer_token = pool["bytes_per_block_per_gpu"] / (pool["layers_per_group"] * pool["block_size_tokens"])
+    per_token = layer_token * (geometry.num_full_layers + ratio * geometry.num_sliding_layers)
+    return int(max(0.0, pool["available_kv_gib_per_gpu"] * GIB) // (16 * per_token))
+
+
+def hbm_budgets(pool: dict[str, Any], hybrid: bool = False, sglang_pages: int | None = None) -> list[Budget]:
     """The budgets of a ``--gpu`` deployment: the HBM of one replica, and of all its replicas as one cache.
 
     Their size is the full-attention tokens the replica's KV holds (``kv_tokens``). With ``hybrid``
@@ -111,7 +123,10 @@ def hbm_budgets(pool: dict[str, Any], hybrid: bool = False) -> list[Budget]:
     [(('vllm_gpu_blocks', 20),), (('vllm_gpu_blocks', 39),)]
     """
     n, tp = pool["replicas"], pool["gpus_per_replica"]
-    own = lambda k: (("vllm_gpu_blocks", k * (pool["num_gpu_blocks"] - 1) + 1),) if hybrid else ()
+    def own(k: int) -> tuple[tuple[str, int], ...]:
+        vllm = (("vllm_gpu_blocks", k * (pool["num_gpu_blocks"] - 1) + 1),) if hybrid else ()
+        return vllm + ((("sglang_pages", k * sglang_pages),) if sglang_pages is not None else ())
+
     out = [Budget("HBM of 1 replica", "tokens", max(pool["kv_tokens"], 1), gpus=tp, engine_pools=own(1))]
     if n > 1:
         out.append(Budget(f"HBM of {n} replicas", "tokens", max(pool["kv_tokens_all_replicas"], 1), n, gpus=tp * n,
@@ -157,11 +172,22 @@ class BudgetOptions:
     engine_block_size: int = 16
     notes: list[str] = field(default_factory=list)
     prices: DeploymentPrices | None = None  # with hardware: what a GPU-hour, DRAM and SSD cost
+    hybrid_block_bytes: int = 0
+    """A hybrid model run by vLLM's hybrid cache: the bytes of one block (a byte budget is
+    ``bytes // this`` of vLLM's ``num_gpu_blocks``, every group in it); 0 otherwise."""
+    swa_full_tokens_ratio: float | None = None
+    """A sliding-window model run by SGLang's hybrid cache: its SWA pool's tokens per full-pool
+    token (a byte budget splits between the two pools); None otherwise."""
 
 
 def budget_capacity(budget: Budget, block_size: int, geometry: ModelGeometry, longest_request_tokens: int,
-                    engine_block_size: int = 16) -> dict[str, Any]:
+                    engine_block_size: int = 16, hybrid_block_bytes: int = 0,
+                    swa_full_tokens_ratio: float | None = None) -> dict[str, Any]:
     """A budget in every unit: trace blocks (optimistic and conservative), tokens, engine pools.
+
+    A byte budget of a hybrid model: vLLM's hybrid cache gets ``bytes // hybrid_block_bytes``
+    blocks (every group draws on them), SGLang's full pool the pages whose tokens, with
+    ``swa_full_tokens_ratio`` x as many in its sliding-window pool, fit the bytes.
 
     >>> from stackdist.planning.geometry import model_spec
     >>> c = budget_capacity(Budget("1GiB", "bytes", 2**30), 512, model_spec("qwen3-8b").geometry, 4096)
@@ -174,6 +200,11 @@ def budget_capacity(budget: Budget, block_size: int, geometry: ModelGeometry, lo
         tokens = max(0, budget.amount - reserve) // full
         conservative = budget.amount // (block_size * geometry.all_layers_bytes_per_token)
         pools = {m.budget_key: int(m.pool_for_bytes(budget.amount, full, engine_block_size)) for m in ENGINE_MODELS.values()}
+        if hybrid_block_bytes:
+            pools["vllm_gpu_blocks"] = budget.amount // hybrid_block_bytes
+        if swa_full_tokens_ratio is not None and geometry.is_hybrid:
+            per_token = full + swa_full_tokens_ratio * geometry.sliding_bytes_per_token
+            pools["sglang_pages"] = int(budget.amount // (16 * per_token))
     else:
         reserve = 0
         tokens = budget.amount if budget.unit == "tokens" else budget.amount * block_size
@@ -296,7 +327,8 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
         hbm_blocks = pool["kv_tokens_all_replicas"] // trace.block_size
         tp = pool["gpus_per_replica"]
         budgets[:0] = hbm_budgets(pool, hybrid_engine_pools(geometry, [n for n, r in (engine_results or {}).items()
-                                                                         if isinstance(r, HybridResult)]))
+                                                                         if isinstance(r, HybridResult)]),
+                                  sglang_hbm_pages(pool, geometry, options.swa_full_tokens_ratio))
         if options.prices is not None and pool["fits"]:  # weights that do not fit: no deployment, no US$
             cost, out["cost"] = pricing(trace, counted, options.prices)
             pool["cost"] = cost(tp * pool["replicas"], 0.0, 0.0, None)
@@ -307,7 +339,8 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
                                                             trace.block_size, geometry, targets, cost)}
     rows = []
     for budget in budgets:
-        cap = budget_capacity(budget, trace.block_size, geometry, longest, options.engine_block_size)
+        cap = budget_capacity(budget, trace.block_size, geometry, longest, options.engine_block_size,
+                              options.hybrid_block_bytes, options.swa_full_tokens_ratio)
         row: dict[str, Any] = {**cap, "semantics": {}, "engine_models": {}}
         priced = cost is not None and budget.gpus > 0
         if priced:
