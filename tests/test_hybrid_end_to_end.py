@@ -123,6 +123,10 @@ THEIR_RUNS = json.loads((THEIRS / "manifest.json").read_text())["runs"] if (THEI
 @pytest.mark.skipif(not THEIR_RUNS, reason="the validation helper's hybrid results are not merged yet")
 @pytest.mark.parametrize("run", THEIR_RUNS, ids=[r["file"] for r in THEIR_RUNS])
 def test_plan_equals_the_validation_helpers_vllm_runs(run, implementation, tmp_path, capsys):
+    if implementation == "python" and run["trace"] != "hyb_edges_b64":
+        # the long conversation slice in pure Python takes ~90 s of the suite; the reference is held to
+        # vLLM on the edge trace here and to the kernel on seeded random traces (test_hybrid_kernel.py)
+        pytest.skip("pure-Python reference checked against vLLM on the edge trace only")
     manifest = json.loads((THEIRS / "manifest.json").read_text())
     info, config = manifest["traces"][run["trace"]], manifest["models"][run["model"]]["config"]
     flags = manifest["models"][run["model"]].get("driver_flags", [])  # e.g. --gdn-checkpoint-alignment 0, the same flag
