@@ -69,6 +69,20 @@ def test_the_model_equals_sglang_on_every_request_of_every_pool_it_answers(run):
     assert answered >= 4
 
 
+@pytest.mark.parametrize("run", MANIFEST["runs"], ids=lambda r: Path(r["file"]).stem)
+def test_every_committed_pool_where_eviction_changes_a_hit_is_refused(run):
+    # SGLang's eviction (not modelled) shows where its hits differ from its own infinite pool's, or
+    # where it cannot run: the model must refuse there, never answer the infinite pool's hits
+    with open(DATA / run["file"]) as fh:
+        rows = list(csv.DictReader(fh))
+    inf = [int(r["hit_tokens_inf"]) for r in rows]
+    changed = [p for p in run["pools"] if p != "inf" and (p not in run["feasible_pools"]
+                                                           or [int(r[f"hit_tokens_{p}"]) for r in rows] != inf)]
+    for pool in changed:
+        with pytest.raises(NotModelled, match="SGLang may evict"):
+            sglang_hybrid_hits(_pages(run["trace"]), run["window"], int(pool), run["decode"])
+
+
 @pytest.mark.parametrize("run", [r for r in MANIFEST["runs"] if r["infeasible"]][:4] or [None])
 def test_a_pool_sglang_cannot_run_is_refused_not_answered(run):
     if run is None:
