@@ -191,9 +191,11 @@ def _match(ids: np.ndarray, cap: int, full: set, live: set, window: int) -> tupl
     return best, f
 
 
-def _replay(pages: EnginePages, window: int, decode: bool, chunk_tokens: int) -> tuple[list[int], list[tuple[int, int, int]]]:
+def _replay(pages: EnginePages, window: int, decode: bool, chunk_tokens: int,
+            end: list[int] | None = None) -> tuple[list[int], list[tuple[int, int, int]]]:
     """Hits (tokens) of the tree that never evicts, and per request at its arrival (pages the tree
-    holds, of them with live SWA, pages the request may need)."""
+    holds, of them with live SWA, pages the request may need); ``end`` (if given) receives the
+    pages the tree holds after the last request, and of them with live SWA."""
     full: set[int] = set()
     live: set[int] = set()
     hits: list[int] = []
@@ -222,6 +224,8 @@ def _replay(pages: EnginePages, window: int, decode: bool, chunk_tokens: int) ->
             if P + k - 1 - window >= q.evicted + SWA_EVICTION_INTERVAL:
                 q.free_out_of_window(P + k - 1)
         q.checkpoint(P + O - 1, P, True)  # release_kv_cache
+    if end is not None:
+        end[:] = [len(full), len(live)]
     return hits, room
 
 
