@@ -16,7 +16,8 @@ Writes into ``tests/data/engines/sglang_hybrid/``:
 
 The traces ``hyb_edges_b64`` and ``conversation_sel37`` are read from ``../hybrid/`` (the vLLM
 hybrid validation's traces). Pools per run: the pages of the longest prompt (plus a page) times
-0.5 (SGLang cannot run the trace), 1.25, 2 and 4 (SGLang evicts there; the model refuses), the
+0.5 (SGLang cannot run the trace), 1.25, 2 and 4 (SGLang may evict there; the model refuses those
+below A), the
 smallest pool at which the model (``stackdist.serving.sglang_hybrid``) claims SGLang evicts
 nothing (A), A + 1, 2 A, and ``inf``. ``--check`` reruns the drivers into a scratch
 folder and compares the CSVs byte for byte with the committed ones.

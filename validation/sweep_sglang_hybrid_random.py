@@ -5,9 +5,12 @@
 
 For each seed (``tests/serving/traces_random.py``'s ``random_trace(100 + seed, 30)``, written as a
 Mooncake trace), window W and decode on/off: ``drive_sglang_hybrid.py`` (gpt-oss-20b's layers) at
-the model's smallest answered pool A, A + 1 and inf, then ``stackdist.serving.sglang_hybrid`` at
-the same pools. Prints one JSON line per run and a summary (pools equal, request-pools equal) to
-stdout; nonzero exit if any request differs or SGLang fails a pool the model answers.
+the model's smallest answered pool A, A + 1 and inf, and at A - 1 and A // 2 (pools the model
+refuses), then ``stackdist.serving.sglang_hybrid`` at the same pools. Prints one JSON line per run
+and a summary to stdout: pools equal and request-pools equal where the model answers; where it
+refuses, how many pools SGLang could not run and how many it ran with the infinite pool's hits
+(the refusal's slack) or other hits. Nonzero exit if any answered request differs, SGLang fails
+a pool the model answers, or the model answers a pool it should refuse.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def main(argv=None) -> int:
 
     from stackdist.serving.pages import engine_pages
     from stackdist.serving.sglang_hybrid import (
+        NotModelled,
         _replay,
         _smallest_ample,
         sglang_hybrid_hits,
@@ -47,6 +51,7 @@ def main(argv=None) -> int:
     os.makedirs(work, exist_ok=True)
     config = os.path.join(REPO, "tests", "data", "engines", "hybrid", "configs", "gpt-oss-20b.json")
     pools_equal = request_pools = bad = 0
+    refused = {"sglang_infeasible": 0, "sglang_equal_to_inf": 0, "sglang_different": 0}
     for seed in range(args.seeds):
         tr = random_trace(100 + seed, n_requests=30)
         path = os.path.join(work, f"r{seed}.jsonl")
@@ -60,7 +65,8 @@ def main(argv=None) -> int:
             for decode in (True, False):
                 _hits, room = _replay(pages, w, decode, 8192)
                 a = _smallest_ample(room, 0.8)
-                pools = [str(a), str(a + 1), "inf"]
+                below = [str(x) for x in sorted({max(1, a // 2), a - 1}) if 0 < x < a]
+                pools = below + [str(a), str(a + 1), "inf"]
                 out = os.path.join(work, f"r{seed}.w{w}.{'decode' if decode else 'nodecode'}.csv")
                 cmd = [args.sglang_py, os.path.join(HERE, "drive_sglang_hybrid.py"), "--trace", path, "--hash-block-size",
                        str(tr.block_size), "--config", config, "--window", str(w), "--schedule", "serial", "--pools",
@@ -68,13 +74,25 @@ def main(argv=None) -> int:
                 subprocess.run(cmd, check=True, capture_output=True)
                 with open(out) as fh:
                     rows = list(csv.DictReader(fh))
-                run = {"seed": seed, "window": w, "decode": decode, "pools": pools, "different": []}
+                run = {"seed": seed, "window": w, "decode": decode, "pools": pools, "different": [], "refused": {}}
+                inf_hits = [int(r["hit_tokens_inf"]) for r in rows]
                 for pool in pools:
                     col = f"hit_tokens_{pool}"
+                    try:
+                        got = sglang_hybrid_hits(pages, w, None if pool == "inf" else int(pool), decode)
+                    except NotModelled:
+                        if pool in (str(a), str(a + 1), "inf"):
+                            run["different"].append({"pool": pool, "model": "refused"})
+                        kind = ("sglang_infeasible" if col not in rows[0] else "sglang_equal_to_inf"
+                                if [int(r[col]) for r in rows] == inf_hits else "sglang_different")
+                        refused[kind] += 1
+                        run["refused"][pool] = kind
+                        continue
+                    if pool in below:
+                        run["different"].append({"pool": pool, "model": "answered below its own threshold"})
                     if col not in rows[0]:
                         run["different"].append({"pool": pool, "sglang": "infeasible"})
                         continue
-                    got = sglang_hybrid_hits(pages, w, None if pool == "inf" else int(pool), decode)
                     want = [int(r[col]) for r in rows]
                     diff = [i for i, (g, x) in enumerate(zip(got, want)) if g != x]
                     if diff:
@@ -84,7 +102,8 @@ def main(argv=None) -> int:
                         request_pools += len(want)
                 bad += bool(run["different"])
                 print(json.dumps(run), flush=True)
-    print(json.dumps({"pools_equal": pools_equal, "request_pools_equal": request_pools, "runs_with_differences": bad}))
+    print(json.dumps({"pools_equal": pools_equal, "request_pools_equal": request_pools, "runs_with_differences": bad,
+                      "refused_pools": refused}))
     return 1 if bad else 0
 
 

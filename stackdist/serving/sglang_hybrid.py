@@ -44,14 +44,32 @@ its whole prefix, SPEC.md, so the tree is a set of page ids with a live-SWA subs
 
 **Pools.** The model is exact only where SGLang never evicts from the tree: at each request's
 arrival it checks that both pools' free pages (pool minus the pages the tree holds, every
-generated page counted as live SWA) cover ``cdiv(P + O, 16) + 3`` pages, which bounds the
-request's allocations, the admission budget (``mem_cache/prefill_budget.py:171-300``: a prompt
-plus its outputs plus a page, full and SWA) and the chunk limits; otherwise it raises
-:class:`NotModelled` naming the request: below that the tree's LRU eviction (Full leaves,
-SWA tombstoning by the SWA pool's own LRU, cascade, ``unified_radix_cache.py:697-1058``) decides
-and this model does not follow it. ``validation/drive_sglang_hybrid.py`` drives SGLang's own
-objects; ``tests/serving/test_sglang_hybrid.py`` checks this model against every committed run
-at every pool it answers.
+generated page counted as live SWA) cover ``cdiv(P + O, 16) - h + 3`` pages (``h`` the hit in
+pages: the matched pages are the tree's, locked, already counted as held); otherwise it raises
+:class:`NotModelled` naming the request. Why that room means no eviction (nothing else frees or
+takes pages in a serial run; by induction every earlier request found room, so the tree is the
+infinite pool's and ``h`` is its hit): SGLang evicts only on a shortfall,
+``SWATokenToKVPoolAllocator.evict_to_free_tokens`` (``mem_cache/allocator/swa.py:210-220``, via
+``evict_from_tree_cache``, ``mem_cache/common.py:283-288``) asks the tree for
+``max(0, demand - available)`` tokens of each pool; the demands are an extend's tokens plus a page
+(``alloc_paged_token_slots_extend``, ``mem_cache/allocation.py:175-201``) and one page per decode
+step (``alloc_paged_token_slots_decode``, ``allocation.py:572-585``); the request allocates at most
+``cdiv(P + O, 16) - h`` pages in either pool (re-computed pages beyond ``h`` included; SWA frees and
+the insert's duplicate frees only lower it), so a free count of that plus 3 pages covers every
+demand. Admission (``PrefillAdder.add_one_req``, ``managers/schedule_policy.py:1395-1440``: the
+extend plus ``O`` plus a page, ``< available + evictable``; SWA reservation
+``estimate_swa_kv_tokens`` ``<=`` the extend plus ``O`` plus a page, ``prefill_budget.py:27-56,
+171-300``) and the chunk size (``available_chunk_tokens``, the chunk limit unless the pool is
+shorter than it) then behave as at the infinite pool. Below that the tree's eviction decides,
+which this model does not follow (``validation/HYBRID_NOTES.md`` section 5 lists SGLang's rules
+with file:line): Full-pool shortfall, LRU over evictable leaves by ``last_access_time`` with a
+leaf's SWA cascading (``unified_radix_cache.py:697-779, 952-1058``,
+``unified_cache/components/full.py:209-244``); SWA-pool shortfall, the SWA component's own LRU
+list from its tail, tombstoning internal nodes' SWA and deleting leaves whole
+(``components/swa.py:742-841``). ``validation/drive_sglang_hybrid.py`` drives SGLang's own
+objects; ``tests/serving/test_sglang_hybrid.py`` checks this model against every committed run at
+every pool it answers, and that it refuses every committed pool where SGLang's hits differ from
+the infinite pool's.
 
 A 320-token prompt, then prompts sharing its first 160, 304 and 288 tokens, W = 40: the first
 keeps live SWA on [256, 320) only, so 160 misses (full attention would hit it); 304 has 48 live
@@ -173,9 +191,11 @@ def _match(ids: np.ndarray, cap: int, full: set, live: set, window: int) -> tupl
     return best, f
 
 
-def _replay(pages: EnginePages, window: int, decode: bool, chunk_tokens: int) -> tuple[list[int], list[tuple[int, int, int]]]:
+def _replay(pages: EnginePages, window: int, decode: bool, chunk_tokens: int,
+            end: list[int] | None = None) -> tuple[list[int], list[tuple[int, int, int]]]:
     """Hits (tokens) of the tree that never evicts, and per request at its arrival (pages the tree
-    holds, of them with live SWA, pages the request may need)."""
+    holds, of them with live SWA, pages the request may need); ``end`` (if given) receives the
+    pages the tree holds after the last request, and of them with live SWA."""
     full: set[int] = set()
     live: set[int] = set()
     hits: list[int] = []
@@ -184,8 +204,10 @@ def _replay(pages: EnginePages, window: int, decode: bool, chunk_tokens: int) ->
         P = int(pages.input_tokens[r])
         O = max(int(pages.output_tokens[r]), 1) if decode else 1
         ids = pages.key[pages.offsets[r]:pages.offsets[r + 1]]
-        room.append((len(full), len(live), -(-(P + O) // _B) + _MARGIN_PAGES))
         h, f = _match(ids, (P - 1) // _B, full, live, window)
+        # the request holds its matched h pages (locked in the tree, counted in `held`) and
+        # allocates at most the rest of its cdiv(P + O, 16) pages, both pools
+        room.append((len(full), len(live), -(-(P + O) // _B) - h + _MARGIN_PAGES))
         hits.append(h * _B)
         # generated pages get ids below every other request's (never matched)
         q = _Req(ids, P, -1 - (r << 40), h * _B, f * _B if f > h else None, window, full, live)
@@ -202,6 +224,8 @@ def _replay(pages: EnginePages, window: int, decode: bool, chunk_tokens: int) ->
             if P + k - 1 - window >= q.evicted + SWA_EVICTION_INTERVAL:
                 q.free_out_of_window(P + k - 1)
         q.checkpoint(P + O - 1, P, True)  # release_kv_cache
+    if end is not None:
+        end[:] = [len(full), len(live)]
     return hits, room
 
 

@@ -19,7 +19,9 @@ from stackdist.serving.hybrid import GroupSpec
 from stackdist.serving.pages import engine_pages
 from stackdist.serving.sglang import simulate_sglang
 from stackdist.serving.sglang_hybrid import (
+    CHUNK_TOKENS,
     NotModelled,
+    _replay,
     sglang_hybrid_hits,
     simulate_hybrid_groups,
 )
@@ -67,6 +69,35 @@ def test_the_model_equals_sglang_on_every_request_of_every_pool_it_answers(run):
         answered += 1
     # the runner commits the model's smallest answered pool A, A + 1, 2 A and inf: all answered
     assert answered >= 4
+
+
+@pytest.mark.parametrize("run", MANIFEST["runs"], ids=lambda r: Path(r["file"]).stem)
+def test_the_pages_the_model_counts_as_held_are_sglangs_pool_usage_at_the_end(run):
+    # the no-eviction room is computed from the pages the tree holds (full, and live SWA); after the
+    # last request they must be what SGLang's two allocators have handed out, at every answered pool
+    end: list[int] = []
+    _replay(_pages(run["trace"]), run["window"], run["decode"], CHUNK_TOKENS, end)
+    for pool in run["feasible_pools"]:
+        if pool != "inf" and not _claims(run, pool):
+            continue
+        st = run["stats"][pool]
+        used = [(st["full_pool_tokens"] - st["full_available_tokens_at_end"]) // 16,
+                (st["swa_pool_tokens"] - st["swa_available_tokens_at_end"]) // 16]
+        assert end == used, pool
+
+
+@pytest.mark.parametrize("run", MANIFEST["runs"], ids=lambda r: Path(r["file"]).stem)
+def test_every_committed_pool_where_eviction_changes_a_hit_is_refused(run):
+    # SGLang's eviction (not modelled) shows where its hits differ from its own infinite pool's, or
+    # where it cannot run: the model must refuse there, never answer the infinite pool's hits
+    with open(DATA / run["file"]) as fh:
+        rows = list(csv.DictReader(fh))
+    inf = [int(r["hit_tokens_inf"]) for r in rows]
+    changed = [p for p in run["pools"] if p != "inf" and (p not in run["feasible_pools"]
+                                                           or [int(r[f"hit_tokens_{p}"]) for r in rows] != inf)]
+    for pool in changed:
+        with pytest.raises(NotModelled, match="SGLang may evict"):
+            sglang_hybrid_hits(_pages(run["trace"]), run["window"], int(pool), run["decode"])
 
 
 @pytest.mark.parametrize("run", [r for r in MANIFEST["runs"] if r["infeasible"]][:4] or [None])
