@@ -20,7 +20,7 @@ from stackdist.serving.pages import engine_pages
 from stackdist.serving.sglang import simulate_sglang
 from stackdist.serving.sglang_hybrid import NotModelled
 from stackdist.serving.sglang_mamba import sglang_mamba_hits, simulate_mamba_groups
-from stackdist.traces import read_mooncake
+from stackdist.traces import RequestTrace, read_mooncake
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "engines"
 DATA = ROOT / "sglang_mamba"
@@ -144,3 +144,59 @@ def test_the_planner_refuses_what_the_sglang_mamba_model_does_not_run(capsys, ex
                                     "--gpu-blocks", "100000", "--no-decode", *extra)
     last = err.strip().splitlines()[-1]
     assert code == code_want and message in last and "Traceback" not in err, err
+
+
+def _lcp(k: list[int], seq: list[int], cap: int) -> int:
+    n = 0
+    while n < min(len(k), cap) and k[n] == seq[n]:
+        n += 1
+    return n
+
+
+def _naive_hits(pages, decode: bool, chunk: int) -> list[int]:
+    """Brute force restatement of the module docstring's rules: every inserted key kept as a token
+    list (page ids; generated pages unique), every state as (key, depth); the hit is the deepest
+    state depth <= floor16(P - 1) whose key prefix equals the prompt's."""
+    keys: list[list[int]] = []
+    states: list[tuple[int, int]] = []  # (index into keys, depth in tokens)
+    out = []
+    for r in range(pages.n_requests):
+        P = int(pages.input_tokens[r])
+        O = max(int(pages.output_tokens[r]), 1) if decode else 1
+        prompt = [int(x) for x in pages.key[pages.offsets[r]:pages.offsets[r + 1]]][:P // 16]
+        seq = prompt + [-(r + 1) * 10**6 - j for j in range((P + O) // 16 + 1)]  # generated: unique
+        cap = (P - 1) // 16
+        full = max([_lcp(k, seq, cap) for k in keys] + [0])
+        hit = max([d for i, d in states if d // 16 <= cap and _lcp(keys[i], seq, cap) >= d // 16] + [0])
+        out.append(hit)
+        b = full * 16 // 64 * 64
+        b = b if b > hit else None
+        tracked = []
+        s = hit
+        first = True
+        while ((-(-(P - s) // 16) * 16) if first else P - s) > chunk:
+            tracked.append((s, s + chunk))
+            s += chunk
+            first = False
+        tracked.append((s, P))
+        for s, e in tracked:
+            if e - s >= 64:
+                t = b if b is not None and s < b < e and (b - s) % 64 == 0 else s + (e - s) // 64 * 64
+                keys.append(seq[:t // 16])
+                states.append((len(keys) - 1, t))
+        last = (P + O - 1) // 256 * 256
+        if last > P:
+            keys.append(seq[:last // 16])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_model_equals_a_brute_force_restatement(seed):
+    trace = random_trace(300 + seed, n_requests=30)
+    k = 4 + seed  # lengths x k so prompts cross the 64-token grid and outputs the 256-token one
+    scaled = RequestTrace(trace.block_ids, trace.offsets, trace.block_tokens * k, trace.timestamps_s,
+                          trace.input_length * k, trace.output_length * k, block_size=trace.block_size * k)
+    pages = engine_pages(scaled)
+    for decode in (False, True):
+        for chunk in (8192, 128, 64):
+            assert sglang_mamba_hits(pages, None, decode, chunk) == _naive_hits(pages, decode, chunk), (decode, chunk)
