@@ -137,6 +137,7 @@ def _answers(run, pool) -> bool:
     (["--schedule", "model"], 2, "serial schedule only"),
     (["--schedule", "serial", "--swa-full-tokens-ratio", "0.8"], 2, "--swa-full-tokens-ratio"),
     (["--schedule", "serial", "--gpu-blocks", "100"], 1, "SGLang may evict"),
+    (["--schedule", "serial", "--gdn-checkpoint-alignment", "128"], 2, "--gdn-checkpoint-alignment"),
 ])
 def test_the_planner_refuses_what_the_sglang_mamba_model_does_not_run(capsys, extra, code_want, message):
     code, _out, err = run_stackdist(capsys, "plan", DATA / MANIFEST["traces"]["swa_shared_b64"]["path"], "--format", "mooncake",
