@@ -770,6 +770,9 @@ def _hybrid_groups(args: argparse.Namespace, models: tuple[str, ...], geometry: 
                          + ".")
     if not kinds or not able:
         return ()
+    if grid is not None and all(ENGINE_MODELS[m].separate_swa_pool for m in able):  # SGLang: its own 64-token grid
+        raise UsageError(f"--gdn-checkpoint-alignment sets vLLM's Mamba checkpoint grid; the {', '.join(able)} model "
+                         "uses the engine's own (SGLang: 64 tokens): drop the flag or add --semantics vllm.")
     for m in able:
         allowed = ENGINE_MODELS[m].hybrid_kinds
         other = [k for k in dict.fromkeys(kinds) if allowed is not None and k not in allowed]

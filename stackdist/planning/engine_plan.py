@@ -801,7 +801,9 @@ def engine_section(
         "model": result.engine,
         "hybrid": hybrid,
         "follows": engine_model(result.engine).follows + (
-            "" if not hybrid else f" + UnifiedRadixCache (FULL + SWA), a sliding-window pool of "
+            "" if not hybrid else " + UnifiedRadixCache (FULL + MAMBA), a Mamba state pool assumed never to run out"
+            if engine_model(result.engine).separate_swa_pool and "mamba" in {g.kind for g in options.kv_groups}
+            else f" + UnifiedRadixCache (FULL + SWA), a sliding-window pool of "
             f"{options.swa_full_tokens_ratio:g} x the full pool's tokens" if engine_model(result.engine).separate_swa_pool
             else f" + HybridKVCacheCoordinator, one pool shared by {len(options.kv_groups)} KV cache groups"),
         "engine": {"name": engine_model(result.engine).engine, "version": engine_model(result.engine).version},
@@ -843,7 +845,10 @@ _KEPT = {"full": "every full block of every prompt (and of the answer with decod
 _KEPT_SGLANG = {"full": "every full page of every prompt in its radix tree, until evicted (LRU, leaves first)",
                 "sliding": "in its own sliding-window pool, the live window at the end of each inserted prefix (the KV "
                            "outside the window is tombstoned at each checkpoint of a running request); a hit ends where "
-                           "the window's tokens behind it are live"}
+                           "the window's tokens behind it are live",
+                "mamba": "in its own Mamba state pool (assumed never to run out), one state per checkpoint of a request "
+                         "(the last 64-token grid point or branching point of each prefill chunk, the last 256-token "
+                         "point of its decode); the tree keeps a prompt's full KV only up to its last such state"}
 
 
 def _checkpoint_blocks(spec: GroupSpec) -> int:
@@ -862,10 +867,12 @@ def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarr
     own_pool = engine_model(result.engine).separate_swa_pool  # SGLang: the window lives in a pool of its own
     for spec in dict.fromkeys(groups):
         n = groups.count(spec)
-        per = None if own_pool and spec.kind == "sliding" else n * _checkpoint_blocks(spec)
-        described.append({"kind": spec.kind, "groups": n, "block_size_tokens": spec.block_size,
+        per = None if own_pool and spec.kind in ("sliding", "mamba") else n * _checkpoint_blocks(spec)
+        sglang_mamba = own_pool and "mamba" in kinds  # SGLang's 16-token pages, not vLLM's hybrid block
+        described.append({"kind": spec.kind, "groups": n, "block_size_tokens": 16 if sglang_mamba else spec.block_size,
                           "window_tokens": spec.window or None, "chunk_tokens": spec.chunk or None,
-                          "bytes_per_block": options.kv_block_bytes, "kept": (_KEPT_SGLANG if own_pool else _KEPT)[spec.kind],
+                          "bytes_per_block": None if sglang_mamba else options.kv_block_bytes,
+                          "kept": (_KEPT_SGLANG if own_pool else _KEPT)[spec.kind],
                           "blocks_per_checkpoint": per,
                           "bytes_per_checkpoint": None if per is None else per * options.kv_block_bytes})
     others = [k for k in dict.fromkeys(kinds) if k != "full"]
@@ -889,11 +896,13 @@ def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarr
             "no hit was cut by the " + ", ".join(others) + " group(s) at these pools: full attention alone finds the same"
             if longest is not None else "the hits include the " + ", ".join(others) + " group(s)' rules (the model "
             "does not separate what they cut)")
-    return {"groups": described, "kv_cache_groups": len(groups), "bytes_per_block": options.kv_block_bytes,
-            "block_size_tokens": max(g.block_size for g in groups),
+    return {"groups": described, "kv_cache_groups": len(groups),
+            "bytes_per_block": None if own_pool and "mamba" in kinds else options.kv_block_bytes,
+            "block_size_tokens": 16 if own_pool and "mamba" in kinds else max(g.block_size for g in groups),
             "max_num_batched_tokens": options.max_num_batched_tokens, "pools": pools, "limited_by": note,
-            "pool": "a full-attention pool of the pages given and a sliding-window pool of "
-                    f"{options.swa_full_tokens_ratio:g} x its tokens" if engine_model(result.engine).separate_swa_pool
+            "pool": "a full-attention pool of the pages given (16 tokens) and a Mamba state pool assumed never to run "
+                    "out" if own_pool and "mamba" in kinds else "a full-attention pool of the pages given and a "
+                    f"sliding-window pool of {options.swa_full_tokens_ratio:g} x its tokens" if own_pool
             else "one pool of num_gpu_blocks shared by every group; a block holds one group's layers"}
 
 

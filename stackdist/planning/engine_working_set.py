@@ -84,7 +84,7 @@ def engine_working_set(result: ServingResult, trace: RequestTrace, options: Engi
         return {"skipped": "not searched under the engine's scheduler: each probe would be a whole run of the "
                            "scheduler under load; the pools rows are the answers at the sizes given"}
     if options.kv_groups and spec.supports_hybrid_groups and spec.separate_swa_pool:
-        return {"skipped": f"not searched for {spec.engine} with sliding-window layers: its model answers only pools "
+        return {"skipped": f"not searched for {spec.engine} with sliding-window or Mamba layers: its model answers only pools "
                            "where the engine evicts nothing from its tree (smaller pools are refused), so no bisection "
                            "over pools; the pools rows are the answers at the sizes given"}
     if options.kv_groups and spec.supports_hybrid_groups:  # planning/hybrid_working_set.py

@@ -248,9 +248,10 @@ def _engine_lines(section: EngineModelPlan) -> list[str]:
         groups = ", ".join(f"{g['groups']} {g['kind']}" + (f" (window {g['window_tokens']:,})" if g["window_tokens"] else "")
                            + (f" (chunk {g['chunk_tokens']:,})" if g["chunk_tokens"] else "") for g in hybrid["groups"])
         lines.append(f"  hybrid KV cache: {hybrid['kv_cache_groups']} groups ({groups}) in "
-                     f"{'one pool' if hybrid['pool'].startswith('one pool') else 'a full and a sliding-window pool'}; "
-                     f"{hybrid['block_size_tokens']}-token blocks of {hybrid['bytes_per_block']:,} B (one group's layers); "
-                     f"prefill chunks of {hybrid['max_num_batched_tokens']:,} tokens")
+                     f"{'one pool' if hybrid['pool'].startswith('one pool') else 'a full pool and a Mamba state pool' if 'Mamba' in hybrid['pool'] else 'a full and a sliding-window pool'}; "
+                     + (f"{hybrid['block_size_tokens']}-token blocks of {hybrid['bytes_per_block']:,} B (one group's layers); "
+                        if hybrid["bytes_per_block"] is not None else f"{hybrid['block_size_tokens']}-token pages; ")
+                     + f"prefill chunks of {hybrid['max_num_batched_tokens']:,} tokens")
         for g in hybrid["groups"]:
             full = sum(f["groups"] for f in hybrid["groups"] if f["kind"] == "full") or 1
             if g["blocks_per_checkpoint"] is None:  # a window in a pool of its own (SGLang): no blocks of the shared pool

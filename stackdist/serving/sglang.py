@@ -79,6 +79,7 @@ from .pages import EnginePages, engine_pages
 from .results import ServingResult, bisect_feasible, check_pools, run_pools
 from .schedule import Events, Schedule, event_order
 from .sglang_hybrid import simulate_hybrid_groups
+from .sglang_mamba import simulate_mamba_groups
 from .vllm import resolve_schedule
 
 if TYPE_CHECKING:
@@ -548,7 +549,7 @@ class SglangModel(EngineModel):
     supports_tiers = True
     supports_routing = True
     supports_hybrid_groups = True
-    hybrid_kinds = ("full", "sliding")
+    hybrid_kinds = ("full", "sliding", "mamba")
     hybrid_serial_only = True
     separate_swa_pool = True
 
@@ -566,7 +567,10 @@ class SglangModel(EngineModel):
                         decode: bool, groups: Sequence[GroupSpec], chunk_tokens: int = 8192,
                         swa_full_tokens_ratio: float = 0.8) -> ServingResult:
         """SGLang's FULL + SWA tree (:mod:`.sglang_hybrid`): exact at pools where SGLang evicts
-        nothing, refused (ValueError) elsewhere and for group kinds it does not model."""
+        nothing, refused (ValueError) elsewhere and for group kinds it does not model; full
+        attention + Mamba groups go to :mod:`.sglang_mamba` (same contract)."""
+        if any(g.kind == "mamba" for g in groups):
+            return simulate_mamba_groups(trace, groups, pools, schedule, decode, chunk_tokens)
         return simulate_hybrid_groups(trace, groups, pools, schedule, decode, chunk_tokens, swa_full_tokens_ratio)
 
 

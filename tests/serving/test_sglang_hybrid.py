@@ -187,7 +187,6 @@ def _claims(run, pool: str) -> bool:
 
 
 @pytest.mark.parametrize(("config", "extra", "message"), [
-    ("Qwen3-Next-80B-A3B-Instruct.json", ["--schedule", "serial"], "does not run mamba layers"),
     ("Llama-4-Scout-17B-16E-Instruct.json", ["--schedule", "serial"], "does not run chunked layers"),
     ("gpt-oss-20b.json", ["--schedule", "model"], "serial schedule only"),
     ("gpt-oss-20b.json", ["--schedule", "serial", "--swa-full-tokens-ratio", "0"], "--swa-full-tokens-ratio"),
