@@ -865,6 +865,8 @@ def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarr
     kinds = [g.kind for g in groups]
     described = []
     own_pool = engine_model(result.engine).separate_swa_pool  # SGLang: the window lives in a pool of its own
+    # a block of the shared pool (vLLM), or one 16-token page of SGLang's full-attention pool
+    page_bytes = 16 * options.layer_kv_bytes[0] if own_pool and options.layer_kv_bytes[0] else options.kv_block_bytes
     for spec in dict.fromkeys(groups):
         n = groups.count(spec)
         per = None if own_pool and spec.kind in ("sliding", "mamba") else n * _checkpoint_blocks(spec)
@@ -874,7 +876,7 @@ def hybrid_section(result: ServingResult, options: EngineOptions, mask: np.ndarr
                           "bytes_per_block": None if sglang_mamba else options.kv_block_bytes,
                           "kept": (_KEPT_SGLANG if own_pool else _KEPT)[spec.kind],
                           "blocks_per_checkpoint": per,
-                          "bytes_per_checkpoint": None if per is None else per * options.kv_block_bytes})
+                          "bytes_per_checkpoint": None if per is None else per * page_bytes})
     others = [k for k in dict.fromkeys(kinds) if k != "full"]
     pools = []
     load = getattr(result, "load", None)  # under the scheduler (LoadResult, LoadCluster): its first admissions
