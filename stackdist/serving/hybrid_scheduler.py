@@ -1,7 +1,7 @@
 """vLLM 0.33.0's own scheduler (sync, or async scheduling) over the hybrid KV cache: :mod:`.scheduler`'s
 step loop with :mod:`.hybrid`'s managers in place of the one full-attention pool.
 
-The loop is :func:`.scheduler._run` / ``_schedule`` rule for rule (``v1/core/sched/scheduler.py``;
+The loops are :mod:`.scheduler`'s own (:func:`.scheduler.run_sync`, :func:`.scheduler.run_async`) (``v1/core/sched/scheduler.py``;
 validation/SCHEDULER_NOTES.md): arrivals join the waiting queue, the running requests are served
 first (tokens capped by the budget, the newest preempted until a block allocation fits), then, when
 nobody was preempted, the head of the queue is admitted while the budget lasts; a step of T tokens
@@ -25,7 +25,7 @@ read in the installed package; validation/HYBRID_NOTES.md section 4 has the driv
 - a chunk is clipped by ``_mamba_block_aligned_split`` (``scheduler.py:546-657``) in both loops; a
   running request whose split is 0 is skipped (:891), a head whose split is 0 stops admission (:1357-1358);
 - preemption and finish free group by group in group order (``kv_cache_coordinator.py:404-412``);
-- async scheduling (:func:`_run_async`, :func:`.scheduler._run_async`'s rules): the blocks of the
+- async scheduling (:func:`.scheduler.run_async`): the blocks of the
   processed tokens are cached through every group when a batch's output is processed
   (``scheduler.py:2402-2415``), and the sliding / chunked admission caps count two batches in
   flight (``max_concurrent_batches x max_num_batched_tokens``, ``config/vllm.py:601-609``).
@@ -46,7 +46,6 @@ Python: O(steps x running x groups + blocks) per pool.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
@@ -56,7 +55,13 @@ from stackdist.traces import RequestTrace
 
 from .hybrid import GroupSpec, HybridRun
 from .pages import EnginePages, engine_pages
-from .scheduler import SchedulerResult, SchedulerSettings
+from .scheduler import (
+    SchedulerResult,
+    SchedulerSettings,
+    SchedulerStuck,
+    run_async,
+    run_sync,
+)
 
 __all__ = ["simulate_hybrid_scheduler"]
 
@@ -77,216 +82,51 @@ class _Req:
         return self.P + self.generated
 
 
-def _schedule(run: HybridRun, running: list[_Req], waiting: deque[_Req], s: SchedulerSettings,
-              start: float) -> dict[_Req, int]:
-    """One ``schedule()`` (sync; async: the rules of :func:`.scheduler._schedule_async`, no-ops
-    without output placeholders): the tokens scheduled per request, in vLLM's order."""
-    assert run.pool.step_keys is not None
-    run.pool.step_keys.clear()  # new_step_starts (scheduler.py:746)
-    budget = s.max_num_batched_tokens
-    scheduled: dict[_Req, int] = {}
-    preempted = False
-    i = 0
-    while i < len(running) and budget > 0:
-        q = running[i]
-        if q.placeholders > 0 and q.computed + 2 - q.placeholders >= q.P + q.max_tokens:
-            i += 1  # async: its last token is in flight (scheduler.py:800-814)
-            continue
-        n = run.split(q.i, q.computed, min(q.num_tokens + q.placeholders - q.computed, budget))
-        if n == 0:
-            i += 1
-            continue
-        run.requests[q.i].tokens = q.num_tokens
-        ok = run.extend(q.i, q.computed, n, q.computed - q.in_flight)
-        while not ok:
-            victim = running.pop()
-            run.finish(victim.i)  # _preempt_request -> kv_cache_manager.free
-            victim.computed = 0
-            victim.stale = victim.in_flight  # async: its in-flight output is delivered, stale (scheduler.py:1835)
-            victim.placeholders = 0
-            victim.preemptions += 1
-            waiting.appendleft(victim)
-            preempted = True
-            if victim is q:
-                break
-            ok = run.extend(q.i, q.computed, n, q.computed - q.in_flight)
-        if not ok:
-            break
-        scheduled[q] = n
-        budget -= n
-        i += 1
-    if not preempted:
-        while waiting and budget > 0 and len(running) < s.max_num_seqs:
-            q = waiting[0]
-            if q.stale:  # scheduler.py:1084-1089 (skip); unreachable with a batch queue of 2
-                raise AssertionError("a preempted request's stale output still in flight at schedule()")
-            hit = run.lookup(q.i, q.generated)
-            n = run.split(q.i, hit, min(q.num_tokens - hit, budget))
-            if n == 0 or not run.admit(q.i, n):
-                del run.requests[q.i]
-                break
-            waiting.popleft()
-            running.append(q)
-            q.computed = hit
-            if q.first_hit < 0:
-                q.first_hit, q.first_sched = hit, start
-                q.first_longest = max(hit, int(run.full_hits[q.i]))
-            scheduled[q] = n
-            budget -= n
-    return scheduled
+class _HybridPool:
+    """The hybrid KV cache behind :mod:`.scheduler`'s step loops: the methods :class:`.scheduler`'s
+    one-group pool gives them, through :class:`.hybrid.HybridRun`'s managers (the module docstring
+    has what each changes, with vLLM's file:line)."""
 
+    def __init__(self, run: HybridRun) -> None:
+        self.run = run
+        run.pool.step_keys = set()
 
-def _run(pages: EnginePages, groups: Sequence[GroupSpec], arrival: np.ndarray, n_blocks: int, decode: bool,
-         s: SchedulerSettings) -> tuple[list[_Req], float, int]:
-    """The sync engine loop (:func:`.scheduler._run`): the requests, GPU time and tokens scheduled."""
-    reqs = [_Req(r, int(pages.input_tokens[r]), max(int(pages.output_tokens[r]), 1) if decode else 1)
-            for r in range(pages.n_requests)]
-    order = sorted(range(len(reqs)), key=lambda i: (float(arrival[i]), i))
-    run = HybridRun(groups, n_blocks, pages, s.max_num_batched_tokens)
-    run.pool.step_keys = set()
-    waiting: deque[_Req] = deque()
-    running: list[_Req] = []
-    clock, nxt, done = 0.0, 0, 0
-    busy, tokens = 0.0, 0
-    limit = 64 * int((pages.input_tokens + pages.output_tokens + 1).sum()) + 100_000  # tokens: a preemption livelock
-    while done < len(reqs):
-        if tokens > limit:
-            raise _stuck(running, waiting)
-        while nxt < len(order) and arrival[order[nxt]] <= clock:
-            waiting.append(reqs[order[nxt]])
-            nxt += 1
-        if not waiting and not running:
-            clock = float(arrival[order[nxt]])
-            continue
-        scheduled = _schedule(run, running, waiting, s, clock)
-        total = sum(scheduled.values())
-        if total == 0:
-            if nxt < len(order):  # nothing fits now: an arrival may change nothing, but time moves on
-                clock = max(clock, float(arrival[order[nxt]]))
-                continue
-            raise _stuck(running, waiting)
-        end = clock + s.step_fixed_s + total * s.step_per_token_s
-        busy += end - clock
-        tokens += total
-        for q, n in scheduled.items():
-            q.computed += n
-        for q in scheduled:
-            if q.computed < q.num_tokens:
-                continue
-            q.generated += 1
-            if q.generated == 1:
-                q.first = end
-            if q.generated >= q.max_tokens:
-                q.finish = end
-                running.remove(q)
-                run.finish(q.i)
-                done += 1
-        clock = end
-    return reqs, busy, tokens
+    def begin_step(self) -> None:
+        """``new_step_starts`` (scheduler.py:746): the Mamba keys cached in this step are forgotten."""
+        assert self.run.pool.step_keys is not None
+        self.run.pool.step_keys.clear()
 
+    def split(self, q: _Req, start: int, n: int) -> int:
+        """``_mamba_block_aligned_split`` of a chunk (a no-op without Mamba groups)."""
+        return self.run.split(q.i, start, n)
 
-def _update_from_output(run: HybridRun, running: list[_Req], waiting: deque[_Req], scheduled: dict[_Req, int],
-                        samplers: set[_Req], end: float) -> int:
-    """``Scheduler.update_from_output`` for an async batch that ended at ``end``: as
-    :func:`.scheduler._update_from_output` (its docstring has vLLM's file:line), the blocks of the
-    processed tokens cached through the hybrid managers. Returns how many requests finished."""
-    done = 0
-    for q, n in scheduled.items():
-        q.in_flight -= n
-        stale = q.stale > 0
-        if stale:
-            q.stale -= n
-        if q not in samplers:
-            continue
-        q.generated += 1
-        if q.generated == 1:
-            q.first = end
-        if not stale:
-            q.placeholders -= 1
-            run.requests[q.i].tokens = q.num_tokens
-            run.cache(q.i, q.computed - q.in_flight)  # scheduler.py:2402-2415
-        if q.generated >= q.max_tokens:
-            q.finish = end
-            if stale:
-                waiting.remove(q)
-            else:
-                running.remove(q)
-                run.finish(q.i)
-            done += 1
-    return done
+    def grow(self, q: _Req, n: int) -> bool:
+        """``allocate_slots`` of a running request, window blocks freed on the processed tokens."""
+        self.run.requests[q.i].tokens = q.num_tokens
+        return self.run.extend(q.i, q.computed, n, q.computed - q.in_flight)
 
+    def admit(self, q: _Req, budget: int) -> tuple[int, int] | None:
+        """The head of the queue: the hybrid lookup (capped at ``num_tokens - 1``), the split
+        chunk and the whole-sequence admission check; None: it waits, and blocks the queue."""
+        hit = self.run.lookup(q.i, q.generated)
+        n = self.run.split(q.i, hit, min(q.num_tokens - hit, budget))
+        if n == 0 or not self.run.admit(q.i, n):
+            del self.run.requests[q.i]
+            return None
+        return hit, n
 
-def _run_async(pages: EnginePages, groups: Sequence[GroupSpec], arrival: np.ndarray, n_blocks: int, decode: bool,
-               s: SchedulerSettings) -> tuple[list[_Req], float, int]:
-    """vLLM's ``AsyncScheduler`` stepped as ``EngineCore.step_with_batch_queue`` with a batch queue
-    of 2, in the driver's time: :func:`.scheduler._run_async` rule for rule (its docstring has the
-    rules and vLLM's file:line) over the hybrid managers; the recycling groups' admission cap
-    counts two batches in flight (``max_concurrent_batches x max_num_batched_tokens``,
-    ``config/vllm.py:601-609``)."""
-    reqs = [_Req(r, int(pages.input_tokens[r]), max(int(pages.output_tokens[r]), 1) if decode else 1)
-            for r in range(pages.n_requests)]
-    order = sorted(range(len(reqs)), key=lambda i: (float(arrival[i]), i))
-    run = HybridRun(groups, n_blocks, pages, s.max_num_batched_tokens)
-    for m in run.managers:
-        m.cap = m.admission_cap(2 * s.max_num_batched_tokens, 1 << 40)
-    run.pool.step_keys = set()
-    waiting: deque[_Req] = deque()
-    running: list[_Req] = []
-    batches: deque[tuple[dict[_Req, int], set[_Req], float]] = deque()
-    cpu = gpu = 0.0
-    busy, tokens = 0.0, 0
-    nxt = done = empty = 0
-    limit = 64 * int((pages.input_tokens + pages.output_tokens + 1).sum()) + 100_000
-    while done < len(reqs):
-        if tokens > limit or empty > 10_000:
-            raise _stuck(running, waiting)
-        while nxt < len(order) and arrival[order[nxt]] <= cpu:
-            waiting.append(reqs[order[nxt]])
-            nxt += 1
-        if running or waiting:
-            start = max(cpu, gpu)
-            scheduled = _schedule(run, running, waiting, s, start)
-            samplers = set()
-            for q, n in scheduled.items():  # _update_after_schedule
-                q.computed += n
-                q.in_flight += n
-                if q.computed >= q.num_tokens + q.placeholders:
-                    q.placeholders += 1
-                    samplers.add(q)
-            total = sum(scheduled.values())
-            gpu = start + (s.step_fixed_s + total * s.step_per_token_s if total else 0.0)
-            busy += gpu - start
-            tokens += total
-            batches.appendleft((scheduled, samplers, gpu))
-            empty = 0 if total else empty + 1
-            if len(batches) < 2 and (total or running or waiting):
-                continue
-        elif not batches:
-            cpu = max(cpu, float(arrival[order[nxt]]))
-            continue
-        scheduled, samplers, end = batches.pop()
-        cpu = max(cpu, end)
-        done += _update_from_output(run, running, waiting, scheduled, samplers, end)
-        if not scheduled and not batches and nxt < len(order) and not running:
-            cpu = max(cpu, float(arrival[order[nxt]]))
-    return reqs, busy, tokens
+    def admitted(self, q: _Req, hit: int) -> None:
+        """A first admission: the longest single-group hit beside the hybrid one."""
+        q.first_longest = max(hit, int(self.run.full_hits[q.i]))
 
+    def cache(self, q: _Req, tokens: int) -> None:
+        """An async batch's output: the processed tokens' blocks cached through every group."""
+        self.run.requests[q.i].tokens = q.num_tokens
+        self.run.cache(q.i, tokens)
 
-class _Stuck(Exception):
-    """Nothing schedulable and no arrival left: the pool cannot serve ``request``."""
-
-    def __init__(self, request: int) -> None:
-        super().__init__(request)
-        self.request = request
-
-
-def _stuck(running: list[_Req], waiting: deque[_Req]) -> _Stuck:
-    """The pool cannot serve the head of the queue (else the oldest running request)."""
-    if waiting:
-        return _Stuck(waiting[0].i)
-    if running:
-        return _Stuck(running[0].i)
-    raise RuntimeError("the hybrid scheduler model stopped with no request waiting or running (a defect)")
+    def release(self, q: _Req) -> None:
+        """Preemption or finish: every group frees its blocks, groups in order."""
+        self.run.finish(q.i)
 
 
 def simulate_hybrid_scheduler(trace: RequestTrace | EnginePages, groups: Sequence[GroupSpec],
@@ -321,10 +161,15 @@ def simulate_hybrid_scheduler(trace: RequestTrace | EnginePages, groups: Sequenc
     busy = np.full(k, np.nan)
     tokens = np.full(k, -1, np.int64)
     for p, pool in enumerate(pools):
+        reqs = [_Req(r, int(pages.input_tokens[r]), max(int(pages.output_tokens[r]), 1) if decode else 1)
+                for r in range(n)]
+        run = HybridRun(groups, never_evicts if pool is None else int(pool), pages, s.max_num_batched_tokens)
+        if s.async_scheduling:  # the recycling groups' admission cap counts two batches in flight (config/vllm.py:601-609)
+            for m in run.managers:
+                m.cap = m.admission_cap(2 * s.max_num_batched_tokens, 1 << 40)
         try:
-            reqs, busy[p], tokens[p] = (_run_async if s.async_scheduling else _run)(
-                pages, groups, arrival, never_evicts if pool is None else int(pool), decode, s)
-        except _Stuck as e:
+            busy[p], tokens[p] = (run_async if s.async_scheduling else run_sync)(reqs, arrival, _HybridPool(run), s)
+        except SchedulerStuck as e:
             failed[p] = e.request
             continue
         hits[p] = [q.first_hit for q in reqs]

@@ -23,7 +23,7 @@ time; this module equals it on every request of every committed run, sync and as
   ``max_tokens`` (the trace's output length, or 1 without decode) it finishes and its blocks are
   freed (reverse order; uncached to the free queue's head, cached to its tail).
 - **Async scheduling** (``SchedulerSettings.async_scheduling``: vLLM's ``AsyncScheduler`` with a
-  batch queue of 2, ``EngineCore.step_with_batch_queue``; ``_run_async`` has the rules with
+  batch queue of 2, ``EngineCore.step_with_batch_queue``; :func:`run_async` has the rules with
   vLLM's file:line): the next batch is scheduled while the previous one runs on the GPU, so a
   request's token is in flight (an output placeholder) when its next slot is scheduled; a batch
   starts at max(CPU clock at its ``schedule()``, end of the previous batch); outputs (tokens,
@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,7 @@ from stackdist.traces import RequestTrace
 from .pages import EnginePages, engine_pages
 from .scheduler_kernel import scheduler_run
 
-__all__ = ["SchedulerResult", "SchedulerSettings", "simulate_scheduler"]
+__all__ = ["SchedulerResult", "SchedulerSettings", "SchedulerStuck", "run_async", "run_sync", "simulate_scheduler"]
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class SchedulerSettings:
     step_per_token_s: float = 0.00001
     step_time_source: str = "assumed"
     step_time_detail: str = "an assumed step time"
-    async_scheduling: bool = False  # vLLM's AsyncScheduler with a batch queue of 2 (_run_async)
+    async_scheduling: bool = False  # vLLM's AsyncScheduler with a batch queue of 2 (run_async)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class _Req:
         self.i, self.keys, self.P, self.max_tokens = i, keys, P, max_tokens
         self.n_prompt_keys = len(keys)
         self.generated = self.computed = self.cached = self.preemptions = 0
-        self.placeholders = self.in_flight = self.stale = 0  # async scheduling only (_run_async)
+        self.placeholders = self.in_flight = self.stale = 0  # async scheduling only (run_async)
         self.blocks: list[int] = []
         self.in_cached = False
         self.first_hit = -1
@@ -204,6 +205,29 @@ class _Pool:
                 self.map.setdefault(q.key(j), OrderedDict())[b] = None
         q.cached = max(q.cached, upto)
 
+    # --- what the step loops call (a hybrid KV cache gives the same, :mod:`.hybrid_scheduler`) ---
+    def begin_step(self) -> None:
+        """The start of a ``schedule()``: nothing for one full-attention group."""
+
+    def split(self, q: _Req, start: int, n: int) -> int:
+        """The tokens of a chunk from ``start`` the scheduler may schedule: all ``n`` here."""
+        return n
+
+    def grow(self, q: _Req, n: int) -> bool:
+        """A running request's ``allocate_slots`` for ``n`` more tokens."""
+        return self.allocate(q, n, [], False)
+
+    def admit(self, q: _Req, budget: int) -> tuple[int, int] | None:
+        """The head of the queue: its hit now, and the tokens it is scheduled, if its whole
+        sequence fits (None: it does not, and blocks the queue)."""
+        comp = self.lookup(q)
+        hit = len(comp) * self.page
+        n = min(q.num_tokens - hit, budget)
+        return (hit, n) if self.allocate(q, n, comp, True) else None
+
+    def admitted(self, q: _Req, hit: int) -> None:
+        """A first admission (nothing more to record for one group)."""
+
     def release(self, q: _Req) -> None:
         first: list[int] = []
         last: list[int] = []
@@ -219,17 +243,42 @@ class _Pool:
         q.blocks, q.cached, q.in_cached = [], 0, False
 
 
-def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool,
-         s: SchedulerSettings) -> tuple[list[_Req], float, int]:
-    """The sync engine loop: the requests, the GPU time of all steps and the tokens scheduled."""
-    reqs = _requests(pages, decode)
+class SchedulerStuck(Exception):
+    """Nothing schedulable and no arrival left: the pool cannot serve ``request``."""
+
+    def __init__(self, request: int) -> None:
+        super().__init__(request)
+        self.request = request
+
+
+def _stuck(running: list[Any], waiting: deque[Any]) -> SchedulerStuck:
+    """The pool cannot serve the head of the queue (else the oldest running request)."""
+    if waiting:
+        return SchedulerStuck(waiting[0].i)
+    if running:
+        return SchedulerStuck(running[0].i)
+    raise RuntimeError("the scheduler model stopped with no request waiting or running (a defect)")
+
+
+def _livelock_limit(reqs: list[Any]) -> int:
+    """Tokens scheduled past which the loop is a preemption livelock, not progress."""
+    return 64 * sum(q.P + q.max_tokens + 1 for q in reqs) + 100_000
+
+
+def run_sync(reqs: list[Any], arrival: np.ndarray, pool: Any, s: SchedulerSettings) -> tuple[float, int]:
+    """The sync engine loop over ``pool`` (:class:`_Pool`, or a hybrid KV cache with its methods,
+    :mod:`.hybrid_scheduler`): the GPU time of all steps and the tokens scheduled; the requests'
+    fields are filled in. :class:`SchedulerStuck` when nothing can be scheduled and no request is
+    left to arrive. O(steps x running)."""
     order = sorted(range(len(reqs)), key=lambda i: (float(arrival[i]), i))
-    pool = _Pool(n_blocks, pages.page_tokens)
-    waiting: deque[_Req] = deque()
-    running: list[_Req] = []
+    waiting: deque[Any] = deque()
+    running: list[Any] = []
     clock, nxt, done = 0.0, 0, 0
     busy, tokens = 0.0, 0
+    limit = _livelock_limit(reqs)
     while done < len(reqs):
+        if tokens > limit:
+            raise _stuck(running, waiting)
         while nxt < len(order) and arrival[order[nxt]] <= clock:
             waiting.append(reqs[order[nxt]])
             nxt += 1
@@ -239,7 +288,10 @@ def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool,
         scheduled = _schedule(pool, running, waiting, s, clock)
         total = sum(scheduled.values())
         if total == 0:
-            raise RuntimeError("the scheduler model scheduled nothing in a step (a request that cannot fit)")
+            if nxt < len(order):  # nothing fits now: time moves on to the next arrival
+                clock = max(clock, float(arrival[order[nxt]]))
+                continue
+            raise _stuck(running, waiting)
         end = clock + s.step_fixed_s + total * s.step_per_token_s
         busy += end - clock
         tokens += total
@@ -257,7 +309,18 @@ def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool,
                 pool.release(q)
                 done += 1
         clock = end
-    return reqs, busy, tokens
+    return busy, tokens
+
+
+def _requests(pages: EnginePages, decode: bool) -> list[_Req]:
+    """The requests of the full-attention model (prompt keys, ``max_tokens``)."""
+    B = pages.page_tokens
+    out = []
+    for r in range(pages.n_requests):
+        P = int(pages.input_tokens[r])
+        keys = pages.key[pages.offsets[r]:pages.offsets[r] + P // B].tolist()
+        out.append(_Req(r, keys, P, max(int(pages.output_tokens[r]), 1) if decode else 1))
+    return out
 
 
 # --- async scheduling ----------------------------------------------------------------------------
@@ -271,26 +334,16 @@ def _run(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool,
 # ``computed`` counts the in-flight tokens too (num_computed_tokens advances at schedule()).
 
 
-def _requests(pages: EnginePages, decode: bool) -> list[_Req]:
-    """The requests as ``_run`` builds them (prompt keys, ``max_tokens``)."""
-    B = pages.page_tokens
-    out = []
-    for r in range(pages.n_requests):
-        P = int(pages.input_tokens[r])
-        keys = pages.key[pages.offsets[r]:pages.offsets[r] + P // B].tolist()
-        out.append(_Req(r, keys, P, max(int(pages.output_tokens[r]), 1) if decode else 1))
-    return out
-
-
-def _schedule(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: SchedulerSettings,
-              start: float) -> dict[_Req, int]:
+def _schedule(pool: Any, running: list[Any], waiting: deque[Any], s: SchedulerSettings,
+              start: float) -> dict[Any, int]:
     """The two loops of one ``schedule()``, sync or async (the async rules, explained in
     :func:`_schedule_async`, are no-ops without output placeholders): the running requests, then
     (when nobody was preempted) the head of the waiting queue; the tokens scheduled per request,
-    in vLLM's order. ``start``: the step's start (a first admission's ``first_sched``)."""
-    B = pool.page
+    in vLLM's order. ``start``: the step's start (a first admission's ``first_sched``). ``pool``:
+    :class:`_Pool`, or a hybrid KV cache with the same methods (:mod:`.hybrid_scheduler`)."""
+    pool.begin_step()
     budget = s.max_num_batched_tokens
-    scheduled: dict[_Req, int] = {}
+    scheduled: dict[Any, int] = {}
     preempted = False
     i = 0
     while i < len(running) and budget > 0:
@@ -298,11 +351,11 @@ def _schedule(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: Schedul
         if q.placeholders > 0 and q.computed + 2 - q.placeholders >= q.P + q.max_tokens:
             i += 1  # its last token is in flight (scheduler.py:800-814)
             continue
-        n = min(q.num_tokens + q.placeholders - q.computed, budget)
+        n = pool.split(q, q.computed, min(q.num_tokens + q.placeholders - q.computed, budget))
         if n == 0:
             i += 1
             continue
-        ok = pool.allocate(q, n, [], False)
+        ok = pool.grow(q, n)
         while not ok:
             victim = running.pop()
             pool.release(victim)
@@ -314,7 +367,7 @@ def _schedule(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: Schedul
             preempted = True
             if victim is q:
                 break
-            ok = pool.allocate(q, n, [], False)
+            ok = pool.grow(q, n)
         if not ok:
             break
         scheduled[q] = n
@@ -325,23 +378,23 @@ def _schedule(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: Schedul
             q = waiting[0]
             if q.stale:  # scheduler.py:1084-1089 (skip); unreachable with a batch queue of 2
                 raise AssertionError("a preempted request's stale output still in flight at schedule()")
-            comp = pool.lookup(q)
-            hit = len(comp) * B
-            n = min(q.num_tokens - hit, budget)
-            if not pool.allocate(q, n, comp, True):
+            got = pool.admit(q, budget)
+            if got is None:
                 break
+            hit, n = got
             waiting.popleft()
             running.append(q)
             q.computed = hit
             if q.first_hit < 0:
                 q.first_hit, q.first_sched = hit, start
+                pool.admitted(q, hit)
             scheduled[q] = n
             budget -= n
     return scheduled
 
 
-def _schedule_async(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: SchedulerSettings,
-                    start: float) -> tuple[dict[_Req, int], set[_Req]]:
+def _schedule_async(pool: Any, running: list[Any], waiting: deque[Any], s: SchedulerSettings,
+                    start: float) -> tuple[dict[Any, int], set[Any]]:
     """One ``AsyncScheduler.schedule()``: the tokens scheduled per request (in vLLM's order) and
     the requests that sample a token in this batch. ``start``: the batch's start on the GPU (the
     driver's ``queue_s`` reference for a first admission).
@@ -381,8 +434,8 @@ def _schedule_async(pool: _Pool, running: list[_Req], waiting: deque[_Req], s: S
     return scheduled, samplers
 
 
-def _update_from_output(pool: _Pool, running: list[_Req], waiting: deque[_Req], scheduled: dict[_Req, int],
-                        samplers: set[_Req], end: float) -> int:
+def _update_from_output(pool: Any, running: list[Any], waiting: deque[Any], scheduled: dict[Any, int],
+                        samplers: set[Any], end: float) -> int:
     """``Scheduler.update_from_output`` for a batch that ended at ``end`` on the GPU: one token for
     each of its samplers; returns how many requests finished. ``scheduler.py:2313-2550``, per
     request in the batch's order:
@@ -417,17 +470,16 @@ def _update_from_output(pool: _Pool, running: list[_Req], waiting: deque[_Req], 
             pool.cache(q, q.computed - q.in_flight)
         if q.generated >= q.max_tokens:
             q.finish = end
-            if stale:
+            if stale:  # preempted: its blocks were freed then
                 waiting.remove(q)
             else:
                 running.remove(q)
-            pool.release(q)
+                pool.release(q)
             done += 1
     return done
 
 
-def _run_async(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: bool,
-               s: SchedulerSettings) -> tuple[list[_Req], float, int]:
+def run_async(reqs: list[Any], arrival: np.ndarray, pool: Any, s: SchedulerSettings) -> tuple[float, int]:
     """``EngineCore.step_with_batch_queue`` (``v1/engine/core.py:708-797``) with a batch queue of
     2 (``VllmConfig.max_concurrent_batches``, ``config/vllm.py:588-598``), in the driver's time.
 
@@ -441,17 +493,19 @@ def _run_async(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: b
     ``schedule()``, end of the previous batch) and lasts ``step_fixed_s + T x step_per_token_s``
     (an empty batch: no time); processing a batch's output moves the CPU clock to its end. With
     nothing to schedule and no batch in flight the CPU clock jumps to the next arrival; so does it
-    after an empty batch's output with nothing running and no batch in flight."""
-    reqs = _requests(pages, decode)
+    after an empty batch's output with nothing running and no batch in flight. ``pool`` and the
+    return as :func:`run_sync`'s."""
     order = sorted(range(len(reqs)), key=lambda i: (float(arrival[i]), i))
-    pool = _Pool(n_blocks, pages.page_tokens)
-    waiting: deque[_Req] = deque()
-    running: list[_Req] = []
-    batches: deque[tuple[dict[_Req, int], set[_Req], float]] = deque()  # newest first, as the engine's
+    waiting: deque[Any] = deque()
+    running: list[Any] = []
+    batches: deque[tuple[dict[Any, int], set[Any], float]] = deque()  # newest first, as the engine's
     cpu = gpu = 0.0
     busy, tokens = 0.0, 0
     nxt = done = empty = 0
+    limit = _livelock_limit(reqs)
     while done < len(reqs):
+        if tokens > limit or empty > 10_000:
+            raise _stuck(running, waiting)
         while nxt < len(order) and arrival[order[nxt]] <= cpu:
             waiting.append(reqs[order[nxt]])
             nxt += 1
@@ -464,8 +518,6 @@ def _run_async(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: b
             tokens += total
             batches.appendleft((scheduled, samplers, gpu))
             empty = 0 if total else empty + 1
-            if empty > 10_000:
-                raise RuntimeError("the scheduler model scheduled nothing in 10,000 batches (a request that cannot fit)")
             if len(batches) < 2 and (total or running or waiting):
                 continue
         elif not batches:
@@ -476,7 +528,7 @@ def _run_async(pages: EnginePages, arrival: np.ndarray, n_blocks: int, decode: b
         done += _update_from_output(pool, running, waiting, scheduled, samplers, end)
         if not scheduled and not batches and nxt < len(order) and not running:
             cpu = max(cpu, float(arrival[order[nxt]]))
-    return reqs, busy, tokens
+    return busy, tokens
 
 
 def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | None], decode: bool = True,
@@ -517,7 +569,8 @@ def simulate_scheduler(trace: RequestTrace | EnginePages, pools: Sequence[int | 
             failed[p] = int(too_big[0])
             continue
         if reference:
-            reqs, busy[p], tokens[p] = (_run_async if s.async_scheduling else _run)(pages, arrival, blocks, decode, s)
+            reqs = _requests(pages, decode)
+            busy[p], tokens[p] = (run_async if s.async_scheduling else run_sync)(reqs, arrival, _Pool(blocks, B), s)
             hits[p] = [q.first_hit for q in reqs]
             pre[p] = [q.preemptions for q in reqs]
             queue[p] = [q.first_sched - arrival[q.i] for q in reqs]

@@ -1,5 +1,5 @@
-"""The compiled scheduler: :func:`stackdist.serving.scheduler._run` (vLLM 0.33.0's sync v1
-``Scheduler`` over one full-attention group) and ``_run_async`` (its ``AsyncScheduler`` with a
+"""The compiled scheduler: :func:`stackdist.serving.scheduler.run_sync` (vLLM 0.33.0's sync v1
+``Scheduler`` over one full-attention group) and ``run_async`` (its ``AsyncScheduler`` with a
 batch queue of 2) on flat arrays, equal to them on every request (``tests/serving/
 test_scheduler.py`` checks both against vLLM's own runs and each other on seeded random traces).
 The rules, with vLLM's file:line, are in :mod:`stackdist.serving.scheduler`; this module only
@@ -146,7 +146,7 @@ def _schedule(is_async, start, K, input_tokens, max_tokens, max_num_seqs, max_nu
               cap, nblk, cached, in_cached, computed, generated, placeholders, in_flight, stale, first_hit,
               first_sched, preemptions, ref, bkey, knext, kprev, key_head, key_tail, nxt, prv, st, ring, running,
               comp, sched, sched_n, samp, B):
-    """One ``schedule()`` (``_run``'s step, or ``_schedule_async``): fills ``sched``/``sched_n``
+    """One ``schedule()`` (``run_sync``'s step, or ``_schedule_async``): fills ``sched``/``sched_n``
     (and, async, ``samp``: samples a token in this batch) and returns (entries, error)."""
     rcap = ring.shape[0]
     budget = max_num_batched_tokens
@@ -358,7 +358,7 @@ def scheduler_run(keys, key_off, input_tokens, max_tokens, arrival, n_keys, n_bl
                 _compact(running, gone, st)
             clock = end
             continue
-        # async: EngineCore.step_with_batch_queue with a batch queue of 2 (scheduler._run_async)
+        # async: EngineCore.step_with_batch_queue with a batch queue of 2 (scheduler.run_async)
         if st[RUNNING] > 0 or st[WAITING] > 0:
             start = max(clock, gpu)
             slot = (bhead + bcount) % 3
