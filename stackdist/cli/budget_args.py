@@ -23,9 +23,7 @@ from stackdist.planning.budgets import (
     BudgetOptions,
     budget_capacity,
     hbm_budgets,
-    hybrid_engine_pools,
     parse_budgets,
-    sglang_hbm_pages,
 )
 from stackdist.planning.geometry import (
     KV_DTYPES,
@@ -264,8 +262,7 @@ def with_budget_pools(options: Any, trace: Any) -> Any:
     sizes = list(budgets.budgets)
     if budgets.hardware is not None and budgets.spec is not None:
         pool = replica_pool(budgets.spec, budgets.hardware)
-        sizes += hbm_budgets(pool, hybrid_engine_pools(options.geometry, engine.models if engine.kv_groups else ()),
-                             sglang_hbm_pages(pool, options.geometry, budgets.swa_full_tokens_ratio))
+        sizes += hbm_budgets(pool, options.geometry, budgets)
     longest = int(trace.input_length.max(initial=0) + trace.output_length.max(initial=0))
     pools: set[int] = set()
     for budget in sizes:

@@ -46,7 +46,6 @@ import numpy as np
 
 from stackdist.errors import UsageError
 from stackdist.serving.engine_model import ENGINE_MODELS, engine_model
-from stackdist.serving.hybrid import HybridResult
 from stackdist.serving.results import ServingResult
 from stackdist.serving.semantics import PrefixReplay
 from stackdist.traces import RequestTrace
@@ -98,39 +97,59 @@ class Budget:
     engine_pools: tuple[tuple[str, int], ...] = ()  # (budget key, pool): the engine's own pool, when known
 
 
-def sglang_hbm_pages(pool: dict[str, Any], geometry: ModelGeometry, ratio: float | None) -> int | None:
-    """SGLang's full-pool pages (16 tokens) of one replica's KV memory when its sliding-window
-    layers keep a pool of their own of ``ratio`` x the full pool's tokens (``pool_configurator.py``:
-    the same bytes split so); None without a ratio or sliding layers. The per-GPU bytes of a
-    token in one layer are the replica's vLLM block bytes over its layers and tokens. O(1)."""
-    if ratio is None or not geometry.is_hybrid:
-        return None
-    layer_token = pool["bytes_per_block_per_gpu"] / (pool["layers_per_group"] * pool["block_size_tokens"])
-    per_token = layer_token * (geometry.num_full_layers + ratio * geometry.num_sliding_layers)
-    return int(max(0.0, pool["available_kv_gib_per_gpu"] * GIB) // (16 * per_token))
+def hybrid_pools(geometry: ModelGeometry, options: BudgetOptions, shared_pool: int | None,
+                 split_pool_tokens: Any) -> dict[str, int]:
+    """Each engine model's own pool (by its budget key) for a model with KV cache groups, where
+    the model simulates them (``options``: :attr:`BudgetOptions.hybrid_block_bytes` for a model
+    whose groups share one pool, :attr:`BudgetOptions.swa_full_tokens_ratio` for one that keeps a
+    sliding-window pool of its own): ``shared_pool`` for the first kind (e.g. vLLM's
+    ``num_gpu_blocks``), ``split_pool_tokens(ratio)`` full-pool tokens for the second. Empty for
+    a full-attention model. O(models).
+
+    >>> from stackdist.planning.geometry import model_spec
+    >>> hybrid_pools(model_spec("gpt-oss-120b").geometry, BudgetOptions(hybrid_block_bytes=1), 20, lambda r: 1600)
+    {'vllm_gpu_blocks': 20}
+    """
+    out: dict[str, int] = {}
+    if not geometry.has_kv_groups:
+        return out
+    for m in ENGINE_MODELS.values():
+        if not m.supports_hybrid_groups:
+            continue
+        if m.separate_swa_pool and options.swa_full_tokens_ratio is not None and geometry.is_hybrid:
+            out[m.budget_key] = int(m.pool_for_tokens(int(split_pool_tokens(options.swa_full_tokens_ratio)), 16))
+        elif not m.separate_swa_pool and options.hybrid_block_bytes and shared_pool is not None:
+            out[m.budget_key] = int(shared_pool)
+    return out
 
 
-def hbm_budgets(pool: dict[str, Any], hybrid: bool = False, sglang_pages: int | None = None) -> list[Budget]:
+def hbm_budgets(pool: dict[str, Any], geometry: ModelGeometry, options: BudgetOptions) -> list[Budget]:
     """The budgets of a ``--gpu`` deployment: the HBM of one replica, and of all its replicas as one cache.
 
-    Their size is the full-attention tokens the replica's KV holds (``kv_tokens``). With ``hybrid``
-    (a model whose sliding-window groups share vLLM's pool, simulated by a hybrid engine model)
-    the vLLM rows run at vLLM's own ``num_gpu_blocks`` (the whole pool: the hybrid model spends
-    its blocks on every group itself), not at the tokens converted back to blocks. O(1).
-
-    >>> [b.engine_pools for b in hbm_budgets({"kv_tokens": 160, "kv_tokens_all_replicas": 320, "replicas": 2,
-    ...     "gpus_per_replica": 1, "num_gpu_blocks": 20}, hybrid=True)]
-    [(('vllm_gpu_blocks', 20),), (('vllm_gpu_blocks', 39),)]
+    Their size is the full-attention tokens the replica's KV holds (``kv_tokens``). For a model
+    with KV cache groups the engine models that simulate them run at their own pools
+    (:func:`hybrid_pools`): vLLM's whole ``num_gpu_blocks`` (every group spends it), SGLang's full
+    pool beside its sliding-window pool of ``ratio`` x its tokens (``pool_configurator.py``: the
+    replica's KV bytes split so; a token's bytes per layer on one GPU are the replica's vLLM block
+    bytes over its layers and tokens); N replicas as one cache: N x the pages. O(models).
     """
     n, tp = pool["replicas"], pool["gpus_per_replica"]
-    def own(k: int) -> tuple[tuple[str, int], ...]:
-        vllm = (("vllm_gpu_blocks", k * (pool["num_gpu_blocks"] - 1) + 1),) if hybrid else ()
-        return vllm + ((("sglang_pages", k * sglang_pages),) if sglang_pages is not None else ())
+    layer_token = pool["bytes_per_block_per_gpu"] / (pool["layers_per_group"] * pool["block_size_tokens"])
+    available = max(0.0, pool["available_kv_gib_per_gpu"] * GIB)
 
-    out = [Budget("HBM of 1 replica", "tokens", max(pool["kv_tokens"], 1), gpus=tp, engine_pools=own(1))]
+    def split_tokens(ratio: float) -> float:
+        return available // (16 * layer_token * (geometry.num_full_layers + ratio * geometry.num_sliding_layers)) * 16
+
+    own = hybrid_pools(geometry, options, int(pool["num_gpu_blocks"]), split_tokens)
+
+    def pooled(k: int) -> tuple[tuple[str, int], ...]:
+        models = {m.budget_key: m for m in ENGINE_MODELS.values()}
+        return tuple((key, int(models[key].pool_for_pages(k * models[key].pages_in_pool(p)))) for key, p in own.items())
+
+    out = [Budget("HBM of 1 replica", "tokens", max(pool["kv_tokens"], 1), gpus=tp, engine_pools=pooled(1))]
     if n > 1:
         out.append(Budget(f"HBM of {n} replicas", "tokens", max(pool["kv_tokens_all_replicas"], 1), n, gpus=tp * n,
-                          engine_pools=own(n)))
+                          engine_pools=pooled(n)))
     return out
 
 
@@ -200,11 +219,10 @@ def budget_capacity(budget: Budget, block_size: int, geometry: ModelGeometry, lo
         tokens = max(0, budget.amount - reserve) // full
         conservative = budget.amount // (block_size * geometry.all_layers_bytes_per_token)
         pools = {m.budget_key: int(m.pool_for_bytes(budget.amount, full, engine_block_size)) for m in ENGINE_MODELS.values()}
-        if hybrid_block_bytes:
-            pools["vllm_gpu_blocks"] = budget.amount // hybrid_block_bytes
-        if swa_full_tokens_ratio is not None and geometry.is_hybrid:
-            per_token = full + swa_full_tokens_ratio * geometry.sliding_bytes_per_token
-            pools["sglang_pages"] = int(budget.amount // (16 * per_token))
+        pools.update(hybrid_pools(geometry, BudgetOptions(hybrid_block_bytes=hybrid_block_bytes,
+                                                         swa_full_tokens_ratio=swa_full_tokens_ratio),
+                                  budget.amount // hybrid_block_bytes if hybrid_block_bytes else None,
+                                  lambda ratio: budget.amount // (16 * (full + ratio * geometry.sliding_bytes_per_token)) * 16))
     else:
         reserve = 0
         tokens = budget.amount if budget.unit == "tokens" else budget.amount * block_size
@@ -326,9 +344,7 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
         out["hardware"] = pool
         hbm_blocks = pool["kv_tokens_all_replicas"] // trace.block_size
         tp = pool["gpus_per_replica"]
-        budgets[:0] = hbm_budgets(pool, hybrid_engine_pools(geometry, [n for n, r in (engine_results or {}).items()
-                                                                         if isinstance(r, HybridResult)]),
-                                  sglang_hbm_pages(pool, geometry, options.swa_full_tokens_ratio))
+        budgets[:0] = hbm_budgets(pool, geometry, options)
         if options.prices is not None and pool["fits"]:  # weights that do not fit: no deployment, no US$
             cost, out["cost"] = pricing(trace, counted, options.prices)
             pool["cost"] = cost(tp * pool["replicas"], 0.0, 0.0, None)
@@ -369,13 +385,6 @@ def budget_report(trace: RequestTrace, replays: dict[str, PrefixReplay], counted
         out["notes"].append("the engine models simulate the full-attention blocks only; vLLM also spends blocks of the "
                             "same pool on the sliding-window groups (up to one window per running request per group)")
     return out
-
-
-def hybrid_engine_pools(geometry: ModelGeometry, engines: Any) -> bool:
-    """Whether the HBM rows run the engine models at vLLM's own ``num_gpu_blocks``: a hybrid
-    model and a vLLM model that simulates its groups (:func:`hbm_budgets`)."""
-    return geometry.has_kv_groups and any(engine_model(name).supports_hybrid_groups and engine_model(name).budget_key ==
-                                      "vllm_gpu_blocks" for name in engines or ())
 
 
 def pricing(trace: RequestTrace, counted: np.ndarray, prices: DeploymentPrices) -> tuple[Any, dict[str, Any]]:
